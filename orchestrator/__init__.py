@@ -1,0 +1,106 @@
+"""orchestrator: async multi-agent orchestration.
+
+An `Agent` runs a `State`, one conversation's record folded from an append-only history.
+"""
+
+from ._errors import AuthError as AuthError
+from ._errors import ContextTooLongError as ContextTooLongError
+from ._errors import Issue as Issue
+from ._errors import OrchestratorError as OrchestratorError
+from ._errors import OutputError as OutputError
+from ._errors import ProviderError as ProviderError
+from ._errors import RateLimitError as RateLimitError
+from ._errors import ToolError as ToolError
+from ._errors import ValidationError as ValidationError
+from ._history import AskEntry as AskEntry
+from ._history import AskRecord as AskRecord
+from ._history import ContextChange as ContextChange
+from ._history import ContextChangeEntry as ContextChangeEntry
+from ._history import ErrorEntry as ErrorEntry
+from ._history import ExtraDataChange as ExtraDataChange
+from ._history import ExtraDataEntry as ExtraDataEntry
+from ._history import HistoryEntry as HistoryEntry
+from ._history import ModelReplyEntry as ModelReplyEntry
+from ._history import ModelRequest as ModelRequest
+from ._history import ModelRequestEntry as ModelRequestEntry
+from ._history import NoticeEntry as NoticeEntry
+from ._history import Outcome as Outcome
+from ._history import RunStart as RunStart
+from ._history import RunStartEntry as RunStartEntry
+from ._history import StopEntry as StopEntry
+from ._history import ToolResultEntry as ToolResultEntry
+from ._history import UserEntry as UserEntry
+from ._json import FrozenDict as FrozenDict
+from ._json import FrozenList as FrozenList
+from ._json import thaw as thaw
+from ._messages import Block as Block
+from ._messages import Image as Image
+from ._messages import Message as Message
+from ._messages import RawBlock as RawBlock
+from ._messages import ReasoningBlock as ReasoningBlock
+from ._messages import TextBlock as TextBlock
+from ._messages import ToolCall as ToolCall
+from ._messages import ToolResultBlock as ToolResultBlock
+from ._reply import Reply as Reply
+from ._reply import Usage as Usage
+from ._snapshot import StateSnapshot as StateSnapshot
+from ._state import State as State
+from ._stopped import Stopped as Stopped
+from ._stopped import StoppedByFinish as StoppedByFinish
+from ._stopped import StoppedByLimit as StoppedByLimit
+from ._stopped import StoppedByPermission as StoppedByPermission
+from ._stopped import StoppedByUntil as StoppedByUntil
+from ._typed import merge_lists as merge_lists
+from ._typed import replace_values as replace_values
+
+__all__ = (
+    "AskEntry",
+    "AskRecord",
+    "AuthError",
+    "Block",
+    "ContextChange",
+    "ContextChangeEntry",
+    "ContextTooLongError",
+    "ErrorEntry",
+    "ExtraDataChange",
+    "ExtraDataEntry",
+    "FrozenDict",
+    "FrozenList",
+    "HistoryEntry",
+    "Image",
+    "Issue",
+    "Message",
+    "ModelReplyEntry",
+    "ModelRequest",
+    "ModelRequestEntry",
+    "NoticeEntry",
+    "OrchestratorError",
+    "Outcome",
+    "OutputError",
+    "ProviderError",
+    "RateLimitError",
+    "RawBlock",
+    "ReasoningBlock",
+    "Reply",
+    "RunStart",
+    "RunStartEntry",
+    "State",
+    "StateSnapshot",
+    "StopEntry",
+    "Stopped",
+    "StoppedByFinish",
+    "StoppedByLimit",
+    "StoppedByPermission",
+    "StoppedByUntil",
+    "TextBlock",
+    "ToolCall",
+    "ToolError",
+    "ToolResultBlock",
+    "ToolResultEntry",
+    "Usage",
+    "UserEntry",
+    "ValidationError",
+    "merge_lists",
+    "replace_values",
+    "thaw",
+)

@@ -1,0 +1,83 @@
+"""The library's exceptions, in one place.
+
+The tree::
+
+    OrchestratorError            base of every error the library raises on its own
+    ├── OutputError              a structured answer stayed invalid after its retries
+    ├── ValidationError          a document failed its collection's model (`.issues`)
+    └── ProviderError            a model provider failed
+        ├── RateLimitError       the provider asked us to slow down
+        ├── AuthError            the key is missing or refused
+        └── ContextTooLongError  the request does not fit the model's window
+    ToolError                    raised by tools: the model sees the message as an error result
+
+Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
+a missing id raises a `LookupError` subclass of the standard library's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = (
+    "AuthError",
+    "ContextTooLongError",
+    "Issue",
+    "OrchestratorError",
+    "OutputError",
+    "ProviderError",
+    "RateLimitError",
+    "ToolError",
+    "ValidationError",
+)
+
+
+class OrchestratorError(Exception):
+    """Base class of the errors the library raises on its own."""
+
+
+class OutputError(OrchestratorError):
+    """The model's structured answer was still invalid after every retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Issue:
+    """One validation problem: where it is (`path`) and what is wrong (`message`)."""
+
+    path: tuple[str | int, ...]
+    message: str
+
+    def __str__(self) -> str:
+        where = ".".join(str(part) for part in self.path) or "(document)"
+        return f"{where}: {self.message}"
+
+
+class ValidationError(OrchestratorError, ValueError):
+    """A value failed validation; `issues` lists each problem with its path."""
+
+    def __init__(self, message: str, issues: tuple[Issue, ...] = ()) -> None:
+        super().__init__(message)
+        self.issues = issues
+
+
+class ProviderError(OrchestratorError):
+    """A model provider failed to answer."""
+
+
+class RateLimitError(ProviderError):
+    """The provider refused the request for now; retry later."""
+
+
+class AuthError(ProviderError):
+    """The provider refused the credentials, or none were given."""
+
+
+class ContextTooLongError(ProviderError):
+    """The request is longer than the model's context window."""
+
+
+class ToolError(Exception):
+    """Raise it in a tool to give the model an error result it can act on.
+
+    It is not an `OrchestratorError`: the library never raises it, tools do.
+    """

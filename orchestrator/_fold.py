@@ -1,0 +1,466 @@
+"""The fold: a State's value computed from its history, one entry at a time.
+
+``fold(value, entry)`` is a pure function. Recording, `State(history=...)`, loading and `fork`
+all go through it, so a State rebuilt from its history always has the same value.
+
+Recording is O(1) amortized: message and entry sequences share append-only backing lists between
+successive values, and tuples are only built when somebody reads them.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from ._history import (
+    ENTRY_TYPES,
+    ContextChangeEntry,
+    ErrorEntry,
+    ExtraDataEntry,
+    HistoryEntry,
+    ModelReplyEntry,
+    ModelRequestEntry,
+    StopEntry,
+    ToolResultEntry,
+)
+from ._json import FrozenDict, empty_dict
+from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
+from ._reply import Usage
+from ._snapshot import StateSnapshot
+from ._stopped import Stopped, StoppedByFinish
+
+__all__ = ("CLEARED", "Folded", "Inconsistent", "cleared_messages", "fold", "replay")
+
+CLEARED = "(cleared: kept in history)"
+
+_T = TypeVar("_T")
+_GROW = threading.Lock()
+
+
+class Inconsistent(ValueError):
+    """An entry cannot follow the ones before it."""
+
+
+class Seq(Generic[_T]):
+    """An immutable sequence that appends in O(1) by sharing its backing list.
+
+    Appending to the longest sequence of a backing list extends that list in place; appending to
+    a shorter one (an older value, after a restore) copies its prefix first.
+    """
+
+    __slots__ = ("_items", "_len", "_tuple")
+
+    def __init__(self, items: list[_T], length: int) -> None:
+        self._items = items
+        self._len = length
+        self._tuple: tuple[_T, ...] | None = None
+
+    @classmethod
+    def of(cls, items: Iterable[_T]) -> Seq[_T]:
+        """A sequence holding `items`."""
+        backing = list(items)
+        return cls(backing, len(backing))
+
+    def append(self, item: _T) -> Seq[_T]:
+        """A new sequence with `item` at the end; this one is unchanged."""
+        with _GROW:
+            items = self._items
+            if len(items) != self._len:
+                items = items[: self._len]
+            items.append(item)
+        return Seq(items, self._len + 1)
+
+    def extend(self, items: Iterable[_T]) -> Seq[_T]:
+        """A new sequence with `items` at the end."""
+        result = self
+        for item in items:
+            result = result.append(item)
+        return result
+
+    def __len__(self) -> int:
+        return self._len
+
+    def last(self) -> _T:
+        """The last item; the sequence must not be empty."""
+        return self._items[self._len - 1]
+
+    def get(self, index: int) -> _T:
+        """The item at `index` (0 <= index < len)."""
+        if not 0 <= index < self._len:
+            raise IndexError(index)
+        return self._items[index]
+
+    def to_tuple(self) -> tuple[_T, ...]:
+        """The items as a tuple, built once per sequence."""
+        if self._tuple is None:
+            items = self._items
+            self._tuple = tuple(items) if len(items) == self._len else tuple(items[: self._len])
+        return self._tuple
+
+
+_NO_ENTRIES: Seq[Any] = Seq([], 0)
+
+
+class Folded:
+    """The folded value of a history: what a snapshot is made from. Never changed once built."""
+
+    __slots__ = (
+        "answer",
+        "at_first",
+        "at_last",
+        "calls",
+        "entries",
+        "extra_data",
+        "finished",
+        "held",
+        "last_text",
+        "linked",
+        "messages",
+        "parent_call_id",
+        "parent_id",
+        "pending",
+        "pending_ids",
+        "results",
+        "stopped",
+        "turn",
+        "usage",
+        "waiting",
+    )
+
+    entries: Seq[HistoryEntry]
+    messages: Seq[Message]
+    turn: int
+    usage: Usage
+    extra_data: FrozenDict[str, Any]
+    finished: bool
+    answer: Any  # given to finish(), or None
+    last_text: str | None  # text of the latest reply without tool calls
+    stopped: Stopped | None
+    linked: bool  # a run_start has set the parent links
+    parent_id: str | None
+    parent_call_id: str | None
+    waiting: bool  # a model request has no reply yet
+    calls: tuple[ToolCall, ...]  # the open turn's calls, in request order
+    pending: tuple[ToolCall, ...]
+    pending_ids: tuple[str, ...]  # the ids of `pending`, to find a call in C speed
+    results: Seq[ToolResultBlock]  # the open turn's results, in the order they came
+    held: tuple[Message, ...]  # added while the turn was open: they go in after it
+    at_first: datetime | None
+    at_last: datetime | None
+
+    def copy(self) -> Folded:
+        """A shallow copy, to be changed before anyone else sees it."""
+        new = object.__new__(Folded)
+        for name in Folded.__slots__:
+            object.__setattr__(new, name, getattr(self, name))
+        return new
+
+    @property
+    def open_turn(self) -> bool:
+        """Whether the model is waited on or tool calls are pending."""
+        return self.waiting or bool(self.pending)
+
+    def snapshot(self, state_id: str | None) -> StateSnapshot:
+        """The public value, with tuples built now."""
+        answer = self.answer if self.answer is not None else self.last_text
+        snap = StateSnapshot(
+            history=self.entries.to_tuple(),
+            messages=self.messages.to_tuple(),
+            pending_calls=self.pending,
+            turn=self.turn,
+            usage=self.usage,
+            extra_data=self.extra_data,
+            finished=self.finished,
+            answer=answer,
+            stopped=self.stopped,
+            created_at=self.at_first,
+            updated_at=self.at_last,
+        )
+        object.__setattr__(snap, "_folded", self)
+        object.__setattr__(snap, "_state_id", state_id)
+        return snap
+
+
+def _empty() -> Folded:
+    new = object.__new__(Folded)
+    new.entries = _NO_ENTRIES
+    new.messages = _NO_ENTRIES
+    new.turn = 0
+    new.usage = Usage()
+    new.extra_data = empty_dict()
+    new.finished = False
+    new.answer = None
+    new.last_text = None
+    new.stopped = None
+    new.linked = False
+    new.parent_id = None
+    new.parent_call_id = None
+    new.waiting = False
+    new.calls = ()
+    new.pending = ()
+    new.pending_ids = ()
+    new.results = _NO_ENTRIES
+    new.held = ()
+    new.at_first = None
+    new.at_last = None
+    return new
+
+
+EMPTY = _empty()
+
+Lookup = Callable[[int], Folded]
+
+
+def entry_turn(value: Folded, kind: str) -> int:
+    """The `turn` an entry of `kind` gets when recorded after `value`."""
+    return value.turn + 1 if kind == "model_request" else value.turn
+
+
+def _flush_held(new: Folded) -> None:
+    if new.held:
+        new.messages = new.messages.extend(new.held)
+        new.held = ()
+
+
+def _require_closed_turn(value: Folded, what: str) -> None:
+    if value.waiting:
+        raise Inconsistent(f"{what} while the model is being waited on")
+    if value.pending:
+        raise Inconsistent(f"{what} while tool calls are pending")
+
+
+def first_user_message(messages: Iterable[Message]) -> Message | None:
+    """The first user message that is not a message of tool results."""
+    for message in messages:
+        if message.role == "user" and not message.tool_results:
+            return message
+    return None
+
+
+def compacted_messages(messages: Iterable[Message], summary: str) -> tuple[Message, ...]:
+    """The messages after a compaction: the first user message, then the summary."""
+    first = first_user_message(messages)
+    note = Message.notice(f"Summary of the conversation so far:\n{summary}")
+    return (first, note) if first is not None else (note,)
+
+
+def cleared_messages(messages: tuple[Message, ...], keep_last: int) -> tuple[Message, ...] | None:
+    """The messages with all but the last `keep_last` tool results blanked, or None if unchanged."""
+    seen = 0
+    changed = False
+    out: list[Message] = []
+    for message in reversed(messages):
+        if message.role != "user" or not message.tool_results:
+            out.append(message)
+            continue
+        blocks: list[Any] = []
+        for block in reversed(message.content):
+            if isinstance(block, ToolResultBlock):
+                seen += 1
+                if seen > keep_last and block.content != (TextBlock(CLEARED),):
+                    block = ToolResultBlock(block.call_id, (TextBlock(CLEARED),), block.is_error)
+                    changed = True
+            blocks.append(block)
+        out.append(Message("user", tuple(reversed(blocks))))
+    if not changed:
+        return None
+    return tuple(reversed(out))
+
+
+def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | None) -> None:
+    change = entry.content
+    _require_closed_turn(new, f"a {change.kind} context change")
+    if change.kind == "import":
+        new.messages = new.messages.extend(change.messages)
+    elif change.kind == "compact":
+        if not change.summary or not change.summary.strip():
+            raise Inconsistent("a compaction without a summary")
+        new.messages = Seq.of(compacted_messages(new.messages.to_tuple(), change.summary))
+        new.usage = new.usage + change.usage
+    elif change.kind == "clear_tool_results":
+        keep = change.keep_last
+        if keep is None or keep < 0:
+            raise Inconsistent(f"clear_tool_results with keep_last={keep!r}")
+        cleared = cleared_messages(new.messages.to_tuple(), keep)
+        if cleared is not None:
+            new.messages = Seq.of(cleared)
+    else:  # restore
+        target_len = change.restored_to
+        if target_len is None or not 0 <= target_len < len(new.entries):
+            raise Inconsistent(f"a restore to position {target_len!r}, which is not before it")
+        if lookup is None:
+            raise Inconsistent("a restore with nothing to restore to")
+        target = lookup(target_len)
+        if target.waiting:
+            raise Inconsistent("a restore to a point where the model was being waited on")
+        for name in ("messages", "turn", "extra_data", "finished", "answer", "last_text"):
+            setattr(new, name, getattr(target, name))
+        for name in ("stopped", "calls", "pending", "pending_ids", "results", "held"):
+            setattr(new, name, getattr(target, name))
+
+
+def _extra_data(new: Folded, entry: ExtraDataEntry, lookup: Lookup | None) -> None:
+    change = entry.content
+    data = dict(new.extra_data)
+    data.update(change.changed)
+    for key in change.removed:
+        data.pop(key, None)
+    new.extra_data = FrozenDict(data)
+
+
+def _run_start(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
+    if new.waiting:
+        raise Inconsistent("a run started while the model is being waited on")
+    assert entry.kind == "run_start"
+    new.stopped = None
+    if not new.linked:
+        new.linked = True
+        new.parent_id = entry.content.parent_id
+        new.parent_call_id = entry.content.parent_call_id
+
+
+def _model_request(new: Folded, entry: ModelRequestEntry, lookup: Lookup | None) -> None:
+    _require_closed_turn(new, "a model request")
+    new.turn += 1
+    new.waiting = True
+
+
+def _model_reply(new: Folded, entry: ModelReplyEntry, lookup: Lookup | None) -> None:
+    if not new.waiting:
+        raise Inconsistent("a model reply without a model request waiting for it")
+    reply = entry.content
+    new.waiting = False
+    new.messages = new.messages.append(reply.message)
+    new.usage = new.usage + reply.usage
+    calls = reply.message.tool_calls
+    if len({call.id for call in calls}) != len(calls):
+        raise Inconsistent("a model reply with two tool calls of the same id")
+    if calls:
+        new.calls = calls
+        new.pending = calls
+        new.pending_ids = tuple(call.id for call in calls)
+        new.results = _NO_ENTRIES
+    else:
+        new.last_text = reply.message.text
+        _flush_held(new)
+
+
+def _tool_result(new: Folded, entry: ToolResultEntry, lookup: Lookup | None) -> None:
+    call = entry.call
+    if entry.content.call_id != call.id:
+        raise Inconsistent(f"a result for {entry.content.call_id!r} recorded for call {call.id!r}")
+    new.usage = new.usage + entry.usage
+    if entry.late:
+        return
+    try:
+        index = new.pending_ids.index(call.id)
+    except ValueError:
+        raise Inconsistent(f"a result for the call {call.id!r}, which is not pending") from None
+    new.pending = new.pending[:index] + new.pending[index + 1 :]
+    new.pending_ids = new.pending_ids[:index] + new.pending_ids[index + 1 :]
+    new.results = new.results.append(entry.content)
+    if not new.pending:
+        by_id = {block.call_id: block for block in new.results.to_tuple()}
+        ordered = tuple(by_id[item.id] for item in new.calls)
+        new.messages = new.messages.append(Message("user", ordered))
+        new.calls = ()
+        new.results = _NO_ENTRIES
+        _flush_held(new)
+
+
+def _message(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
+    assert entry.kind == "user" or entry.kind == "notice"
+    if new.open_turn:
+        new.held = (*new.held, entry.content)
+    else:
+        new.messages = new.messages.append(entry.content)
+
+
+def _error(new: Folded, entry: ErrorEntry, lookup: Lookup | None) -> None:
+    if new.waiting:
+        new.waiting = False
+        new.turn -= 1
+        _flush_held(new)
+    new.stopped = None
+
+
+def _stop(new: Folded, entry: StopEntry, lookup: Lookup | None) -> None:
+    stopped = entry.content
+    new.stopped = stopped
+    if isinstance(stopped, StoppedByFinish):
+        new.finished = True
+        if stopped.answer is not None:
+            new.answer = stopped.answer
+
+
+def _ask(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
+    assert entry.kind == "ask"
+    new.usage = new.usage + entry.content.usage
+
+
+_STEPS: dict[str, Callable[[Folded, Any, Lookup | None], None]] = {
+    "context_change": _context_change,
+    "extra_data": _extra_data,
+    "run_start": _run_start,
+    "model_request": _model_request,
+    "model_reply": _model_reply,
+    "tool_result": _tool_result,
+    "user": _message,
+    "notice": _message,
+    "error": _error,
+    "stop": _stop,
+    "ask": _ask,
+}
+
+
+def fold(value: Folded, entry: HistoryEntry, lookup: Lookup | None = None) -> Folded:
+    """The value after `entry`. Raises `Inconsistent` if the entry cannot follow `value`.
+
+    `lookup(n)` gives the value after the first `n` entries; only a restore entry needs it.
+    """
+    position = len(value.entries)
+    if entry.seq != position:
+        raise Inconsistent(f"its seq is {entry.seq}, but it is at position {position}")
+    expected = entry_turn(value, entry.kind)
+    if entry.turn != expected:
+        raise Inconsistent(f"its turn is {entry.turn}, but the turn there is {expected}")
+    new = value.copy()
+    new.entries = value.entries.append(entry)
+    if value.at_first is None:
+        new.at_first = entry.at
+    new.at_last = entry.at
+    _STEPS[entry.kind](new, entry, lookup)
+    return new
+
+
+def replay(entries: Iterable[HistoryEntry]) -> Folded:
+    """Fold a whole history. Raises `TypeError` for a non-entry, `ValueError` naming the index of
+    an entry that cannot follow the ones before it.
+    """
+    items = list(entries)
+    targets: set[int] = set()
+    for index, entry in enumerate(items):
+        if not isinstance(entry, ENTRY_TYPES):
+            raise TypeError(
+                f"history[{index}] is a {type(entry).__name__}, not a history entry: pass"
+                " other_state.history or what a store loaded."
+            )
+        if isinstance(entry, ContextChangeEntry) and entry.content.restored_to is not None:
+            targets.add(entry.content.restored_to)
+    saved: dict[int, Folded] = {}
+    value = EMPTY
+    if 0 in targets:
+        saved[0] = value
+    for index, entry in enumerate(items):
+        try:
+            value = fold(value, entry, saved.__getitem__)
+        except Inconsistent as error:
+            raise ValueError(
+                f"history[{index}] ({entry.kind}) cannot follow the entries before it: {error}."
+                " Pass a whole history, unchanged, as other_state.history or a store gives it."
+            ) from None
+        if index + 1 in targets:
+            saved[index + 1] = value
+    return value

@@ -1,0 +1,245 @@
+"""History entries: the frozen records a State is folded from.
+
+Every entry has `kind` (which class it is, so type checkers narrow `content`), `content`, `turn`
+(the turn it belongs to), `at` (UTC, left out of ``==``) and `seq` (its 0-based position).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal, TypeAlias
+
+from ._json import FrozenDict, FrozenList, freeze
+from ._messages import Message, ToolCall, ToolResultBlock
+from ._reply import Reply, Usage
+from ._stopped import Stopped
+
+__all__ = (
+    "AskEntry",
+    "AskRecord",
+    "ContextChange",
+    "ContextChangeEntry",
+    "ErrorEntry",
+    "ExtraDataChange",
+    "ExtraDataEntry",
+    "HistoryEntry",
+    "ModelReplyEntry",
+    "ModelRequest",
+    "ModelRequestEntry",
+    "NoticeEntry",
+    "Outcome",
+    "RunStart",
+    "RunStartEntry",
+    "StopEntry",
+    "ToolResultEntry",
+    "UserEntry",
+)
+
+Outcome: TypeAlias = Literal[
+    "done", "error", "input_error", "denied", "cancelled", "interrupted", "aborted", "unknown"
+]
+OUTCOMES: frozenset[str] = frozenset(Outcome.__args__)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextChange:
+    """What changed the context: an import, a compaction, cleared tool results or a restore."""
+
+    kind: Literal["import", "compact", "clear_tool_results", "restore"]
+    messages: tuple[Message, ...] = ()
+    summary: str | None = None
+    keep_last: int | None = None
+    restored_to: int | None = None
+    usage: Usage = field(default_factory=Usage)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraDataChange:
+    """Keys of `extra_data` given new values (`changed`) and keys removed (`removed`)."""
+
+    changed: FrozenDict[str, Any] = field(default_factory=FrozenDict)
+    removed: FrozenList[str] = field(default_factory=FrozenList)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "changed", freeze(self.changed, "extra_data"))
+        object.__setattr__(self, "removed", FrozenList(self.removed))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStart:
+    """A run began: who started it (`parent_id`, `parent_call_id`) and with which agent."""
+
+    parent_id: str | None = None
+    parent_call_id: str | None = None
+    agent: str | None = None
+    model: str | None = None
+    tools: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """A request was sent to `model` with `message_count` messages."""
+
+    model: str | None = None
+    message_count: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskRecord:
+    """An `agent.ask` that was answered: the question, the answer (JSON) and what it cost."""
+
+    question: str
+    answer: Any
+    usage: Usage = field(default_factory=Usage)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "answer", freeze(self.answer, "the answer"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Entry:
+    seq: int
+    turn: int
+    at: datetime = field(compare=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextChangeEntry(_Entry):
+    """The context was changed: `content.kind` says how."""
+
+    content: ContextChange
+    kind: Literal["context_change"] = field(default="context_change", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraDataEntry(_Entry):
+    """`extra_data` changed: the keys set and the keys removed."""
+
+    content: ExtraDataChange
+    kind: Literal["extra_data"] = field(default="extra_data", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStartEntry(_Entry):
+    """A run began. The first one links the State to the tool call that started it."""
+
+    content: RunStart
+    kind: Literal["run_start"] = field(default="run_start", init=False)
+
+    @property
+    def parent_id(self) -> str | None:
+        """The id of the State whose tool call started this run, or None."""
+        return self.content.parent_id
+
+    @property
+    def parent_call_id(self) -> str | None:
+        """The id of the parent's tool call that started this run, or None."""
+        return self.content.parent_call_id
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequestEntry(_Entry):
+    """A think sent a request; the model is being waited on until its reply or error."""
+
+    content: ModelRequest
+    kind: Literal["model_request"] = field(default="model_request", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelReplyEntry(_Entry):
+    """The model replied; `content` is the `Reply`."""
+
+    content: Reply
+    kind: Literal["model_reply"] = field(default="model_reply", init=False)
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls the reply requested."""
+        return self.content.message.tool_calls
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultEntry(_Entry):
+    """A tool call got its result.
+
+    `outcome` says how it ended, `child_ids` lists the subagent States it started, `usage` is what
+    they spent, `state_update` is the tool's update to typed data, and `late` marks a result that
+    came after the call had already been closed (it does not enter the messages).
+    """
+
+    content: ToolResultBlock
+    call: ToolCall
+    outcome: Outcome
+    child_ids: tuple[str, ...] = ()
+    late: bool = False
+    usage: Usage = field(default_factory=Usage)
+    state_update: FrozenDict[str, Any] | None = None
+    kind: Literal["tool_result"] = field(default="tool_result", init=False)
+
+    def __post_init__(self) -> None:
+        if self.outcome not in OUTCOMES:
+            raise ValueError(
+                f"ToolResultEntry.outcome must be one of {sorted(OUTCOMES)}, got {self.outcome!r}."
+            )
+        if self.state_update is not None:
+            object.__setattr__(self, "state_update", freeze(self.state_update, "state_update"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserEntry(_Entry):
+    """A user message was added."""
+
+    content: Message
+    kind: Literal["user"] = field(default="user", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoticeEntry(_Entry):
+    """A notice was added (a user message starting with ``"[notice] "``)."""
+
+    content: Message
+    kind: Literal["notice"] = field(default="notice", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEntry(_Entry):
+    """A think or a run failed: ``"TypeName: message"``."""
+
+    content: str
+    kind: Literal["error"] = field(default="error", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StopEntry(_Entry):
+    """Something decided that the run stops: the `Stopped` value."""
+
+    content: Stopped
+    kind: Literal["stop"] = field(default="stop", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AskEntry(_Entry):
+    """`agent.ask` was answered; the context did not change."""
+
+    content: AskRecord
+    kind: Literal["ask"] = field(default="ask", init=False)
+
+
+HistoryEntry: TypeAlias = (
+    ContextChangeEntry
+    | ExtraDataEntry
+    | RunStartEntry
+    | ModelRequestEntry
+    | ModelReplyEntry
+    | ToolResultEntry
+    | UserEntry
+    | NoticeEntry
+    | ErrorEntry
+    | StopEntry
+    | AskEntry
+)
+ENTRY_TYPES: tuple[type[HistoryEntry], ...] = HistoryEntry.__args__  # type: ignore[attr-defined]
+KIND_OF: dict[type[HistoryEntry], str] = {
+    cls: cls.__dataclass_fields__["kind"].default for cls in ENTRY_TYPES
+}

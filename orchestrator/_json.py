@@ -1,0 +1,208 @@
+"""Frozen JSON values: what history holds.
+
+Everything recorded in a State's history is JSON from the moment it is recorded: dicts with string
+keys, lists, str, int, float (finite), bool and None. Dicts and lists are frozen (`FrozenDict`,
+`FrozenList`): they index, compare, hash and `json.dumps` like the plain ones, and every mutation
+raises `TypeError`. `dict(value)` or `list(value)` makes an editable shallow copy; `thaw` a deep one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NoReturn, SupportsIndex, TypeVar, cast
+
+import pydantic
+
+__all__ = ("FrozenDict", "FrozenList", "empty_dict", "freeze", "same_json", "thaw")
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+_T = TypeVar("_T")
+
+
+def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
+    kind = type(self).__name__
+    copy = "dict(value)" if isinstance(self, dict) else "list(value)"
+    raise TypeError(
+        f"{kind} is read-only: recorded values never change. Make an editable copy with {copy}"
+        " (or orchestrator.thaw(value) for a deep copy)."
+    )
+
+
+class FrozenDict(dict[_K, _V]):
+    """A read-only dict. Equal to, and serialized like, a plain dict with the same items."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._hash: int | None = None
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        if self._hash is None:
+            self._hash = hash(frozenset(self.items()))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenDict({dict.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Callable[..., FrozenDict[_K, _V]], tuple[dict[_K, _V]]]:
+        return (FrozenDict, (dict(self),))
+
+    def __copy__(self) -> FrozenDict[_K, _V]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict[_K, _V]:
+        return self
+
+    __setitem__ = _read_only
+    __delitem__ = _read_only
+    __ior__ = _read_only  # type: ignore[assignment]
+    clear = _read_only
+    pop = _read_only  # type: ignore[assignment]
+    popitem = _read_only
+    setdefault = _read_only  # type: ignore[assignment]
+    update = _read_only  # type: ignore[assignment]
+
+
+class FrozenList(list[_T]):
+    """A read-only list. Equal to, and serialized like, a plain list with the same items."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, items: Iterable[_T] = (), /) -> None:
+        super().__init__(items)
+        self._hash: int | None = None
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        if self._hash is None:
+            self._hash = hash(tuple(self))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"FrozenList({list.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Callable[..., FrozenList[_T]], tuple[list[_T]]]:
+        return (FrozenList, (list(self),))
+
+    def __copy__(self) -> FrozenList[_T]:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList[_T]:
+        return self
+
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:
+        item = list.__getitem__(self, index)
+        return FrozenList(cast("list[_T]", item)) if isinstance(index, slice) else item
+
+    __setitem__ = _read_only  # type: ignore[assignment]
+    __delitem__ = _read_only  # type: ignore[assignment]
+    __iadd__ = _read_only  # type: ignore[assignment]
+    __imul__ = _read_only  # type: ignore[assignment]
+    append = _read_only
+    extend = _read_only
+    insert = _read_only
+    pop = _read_only  # type: ignore[assignment]
+    remove = _read_only
+    clear = _read_only
+    sort = _read_only  # type: ignore[assignment]
+    reverse = _read_only
+
+
+_EMPTY_DICT: FrozenDict[str, Any] = FrozenDict()
+
+_ATOMS = (str, int, bool, type(None))
+
+
+def _where(path: str) -> str:
+    return path or "the value"
+
+
+def freeze(value: Any, path: str = "") -> Any:
+    """Return `value` as frozen JSON, or raise `TypeError` naming the key path that is not JSON.
+
+    Dataclasses and pydantic models become dicts, tuples become lists. `path` prefixes the place
+    named in the error, for example ``"extra_data"`` gives ``extra_data['notes'][2]``.
+    """
+    kind = type(value)
+    if kind in _ATOMS or kind is FrozenDict or kind is FrozenList:
+        # Frozen containers only ever hold frozen JSON, so they are taken as they are.
+        return value
+    if kind is float:
+        if not math.isfinite(value):
+            raise TypeError(
+                f"{_where(path)} is {value!r}, which JSON cannot hold: use None or a finite number."
+            )
+        return value
+    if isinstance(value, Mapping):
+        items: dict[str, Any] = {}
+        for key, item in cast("Mapping[object, Any]", value).items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{_where(path)} has the key {key!r} of type {type(key).__name__}:"
+                    " JSON keys are strings. Convert the key with str()."
+                )
+            items[key] = freeze(item, f"{path}[{key!r}]")
+        return FrozenDict(items)
+    if isinstance(value, list | tuple):
+        items_list = cast("Iterable[Any]", value)
+        return FrozenList(freeze(item, f"{path}[{i}]") for i, item in enumerate(items_list))
+    if isinstance(value, enum.Enum):
+        raise TypeError(
+            f"{_where(path)} is the enum member {value!r}, which is not JSON: record its .value."
+        )
+    if isinstance(value, pydantic.BaseModel):
+        return freeze(value.model_dump(mode="json"), path)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return freeze(fields, path)
+    if isinstance(value, bool | int | str):
+        # A subclass of a JSON atom that is not an enum: keep its plain value.
+        if isinstance(value, bool):
+            return bool(value)
+        return int(value) if isinstance(value, int) else str(value)
+    if isinstance(value, float):
+        return freeze(float(value), path)
+    raise TypeError(
+        f"{_where(path)} is a {type(value).__name__}, which is not JSON. Use dicts with string keys,"
+        " lists, str, int, float, bool or None (a dataclass or pydantic model is turned into a dict)."
+    )
+
+
+def thaw(value: Any) -> Any:
+    """Return a deep, editable copy of a frozen JSON value: plain dicts and lists."""
+    if isinstance(value, dict):
+        return {key: thaw(item) for key, item in cast("dict[str, Any]", value).items()}
+    if isinstance(value, list):
+        return [thaw(item) for item in cast("list[Any]", value)]
+    return value
+
+
+def empty_dict() -> FrozenDict[str, Any]:
+    """The shared empty `FrozenDict`."""
+    return _EMPTY_DICT
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON values are the same, types included (``1``, ``1.0`` and ``True`` differ)."""
+    if a is b:
+        return True
+    if type(a) is not type(b):
+        if isinstance(a, dict) and isinstance(b, dict):
+            pass
+        elif isinstance(a, list) and isinstance(b, list):
+            pass
+        else:
+            return False
+    if isinstance(a, dict):
+        da = cast("dict[str, Any]", a)
+        db = cast("dict[str, Any]", b)
+        return da.keys() == db.keys() and all(same_json(da[key], db[key]) for key in da)
+    if isinstance(a, list):
+        la = cast("list[Any]", a)
+        lb = cast("list[Any]", b)
+        return len(la) == len(lb) and all(same_json(x, y) for x, y in zip(la, lb, strict=True))
+    return bool(a == b)

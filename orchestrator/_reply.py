@@ -1,0 +1,78 @@
+"""What a model returns: a `Reply` with its `Usage`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from ._messages import Message
+
+__all__ = ("Reply", "Usage")
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Tokens, requests and cost. Add two with ``+``.
+
+    `cost` is None when unknown. A sum's cost is unknown when either side's is, except that an
+    empty `Usage()` (nothing spent) adds nothing, so ``Usage() + u == u``.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    requests: int = 0
+    cost: float | None = None
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "cost":
+                if value is not None and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    raise TypeError(f"Usage.cost must be a number or None, got {value!r}.")
+            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}.")
+
+    def is_empty(self) -> bool:
+        """Whether nothing was spent: every count 0 and no cost."""
+        return self == _EMPTY
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        if other.is_empty():
+            return self
+        if self.is_empty():
+            return other
+        cost = None if self.cost is None or other.cost is None else self.cost + other.cost
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            requests=self.requests + other.requests,
+            cost=cost,
+        )
+
+
+_EMPTY = Usage()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One model reply: the assistant `message`, its `usage`, why it stopped and which model."""
+
+    message: Message
+    usage: Usage = field(default_factory=Usage)
+    stop_reason: str | None = None
+    model: str | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.message, Message):
+            raise TypeError(f"Reply.message must be a Message, got {type(self.message).__name__}.")
+        if self.message.role != "assistant":
+            raise ValueError("Reply.message must be an assistant message (Message.assistant(...)).")
+        if not isinstance(self.usage, Usage):
+            raise TypeError(f"Reply.usage must be a Usage, got {type(self.usage).__name__}.")
