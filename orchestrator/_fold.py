@@ -277,7 +277,7 @@ def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | Non
     elif change.kind == "compact":
         if not change.summary or not change.summary.strip():
             raise Inconsistent("a compaction without a summary")
-        new.messages = Seq.of(compacted_messages(new.messages.to_tuple(), change.summary))
+        new.messages = Seq[Message].of(compacted_messages(new.messages.to_tuple(), change.summary))
         new.usage = new.usage + change.usage
     elif change.kind == "clear_tool_results":
         keep = change.keep_last
@@ -285,7 +285,7 @@ def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | Non
             raise Inconsistent(f"clear_tool_results with keep_last={keep!r}")
         cleared = cleared_messages(new.messages.to_tuple(), keep)
         if cleared is not None:
-            new.messages = Seq.of(cleared)
+            new.messages = Seq[Message].of(cleared)
     else:  # restore
         target_len = change.restored_to
         if target_len is None or not 0 <= target_len < len(new.entries):
@@ -436,8 +436,10 @@ def fold(value: Folded, entry: HistoryEntry, lookup: Lookup | None = None) -> Fo
 
 
 def replay(entries: Iterable[HistoryEntry]) -> Folded:
-    """Fold a whole history. Raises `TypeError` for a non-entry, `ValueError` naming the index of
-    an entry that cannot follow the ones before it.
+    """Fold a whole history into its value.
+
+    Raises `TypeError` for an item that is not an entry, and `ValueError` naming the index of an
+    entry that cannot follow the ones before it.
     """
     items = list(entries)
     targets: set[int] = set()

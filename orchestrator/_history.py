@@ -6,11 +6,12 @@ Every entry has `kind` (which class it is, so type checkers narrow `content`), `
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
-from ._json import FrozenDict, FrozenList, freeze
+from ._json import FrozenList, freeze
 from ._messages import Message, ToolCall, ToolResultBlock
 from ._reply import Reply, Usage
 from ._stopped import Stopped
@@ -58,8 +59,8 @@ class ContextChange:
 class ExtraDataChange:
     """Keys of `extra_data` given new values (`changed`) and keys removed (`removed`)."""
 
-    changed: FrozenDict[str, Any] = field(default_factory=FrozenDict)
-    removed: FrozenList[str] = field(default_factory=FrozenList)
+    changed: Mapping[str, Any] = field(default_factory=dict[str, Any])
+    removed: Sequence[str] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "changed", freeze(self.changed, "extra_data"))
@@ -174,7 +175,7 @@ class ToolResultEntry(_Entry):
     child_ids: tuple[str, ...] = ()
     late: bool = False
     usage: Usage = field(default_factory=Usage)
-    state_update: FrozenDict[str, Any] | None = None
+    state_update: Mapping[str, Any] | None = None
     kind: Literal["tool_result"] = field(default="tool_result", init=False)
 
     def __post_init__(self) -> None:

@@ -3,7 +3,8 @@
 Everything recorded in a State's history is JSON from the moment it is recorded: dicts with string
 keys, lists, str, int, float (finite), bool and None. Dicts and lists are frozen (`FrozenDict`,
 `FrozenList`): they index, compare, hash and `json.dumps` like the plain ones, and every mutation
-raises `TypeError`. `dict(value)` or `list(value)` makes an editable shallow copy; `thaw` a deep one.
+raises `TypeError`. `dict(value)` or `list(value)` makes an editable shallow copy, `thaw` a deep
+one.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NoReturn, SupportsIndex, TypeVar, cast
+from typing import Any, NoReturn, SupportsIndex, TypeVar, cast, overload
 
 import pydantic
 
@@ -27,8 +28,8 @@ def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
     kind = type(self).__name__
     copy = "dict(value)" if isinstance(self, dict) else "list(value)"
     raise TypeError(
-        f"{kind} is read-only: recorded values never change. Make an editable copy with {copy}"
-        " (or orchestrator.thaw(value) for a deep copy)."
+        f"{kind} is read-only: recorded values never change. Make an editable"
+        f" copy with {copy} (or orchestrator.thaw(value) for a deep copy)."
     )
 
 
@@ -47,7 +48,7 @@ class FrozenDict(dict[_K, _V]):
         return self._hash
 
     def __repr__(self) -> str:
-        return f"FrozenDict({dict.__repr__(self)})"
+        return f"FrozenDict({super().__repr__()})"
 
     def __reduce__(self) -> tuple[Callable[..., FrozenDict[_K, _V]], tuple[dict[_K, _V]]]:
         return (FrozenDict, (dict(self),))
@@ -83,7 +84,7 @@ class FrozenList(list[_T]):
         return self._hash
 
     def __repr__(self) -> str:
-        return f"FrozenList({list.__repr__(self)})"
+        return f"FrozenList({super().__repr__()})"
 
     def __reduce__(self) -> tuple[Callable[..., FrozenList[_T]], tuple[list[_T]]]:
         return (FrozenList, (list(self),))
@@ -94,9 +95,14 @@ class FrozenList(list[_T]):
     def __deepcopy__(self, memo: dict[int, Any]) -> FrozenList[_T]:
         return self
 
-    def __getitem__(self, index: SupportsIndex | slice) -> Any:
-        item = list.__getitem__(self, index)
-        return FrozenList(cast("list[_T]", item)) if isinstance(index, slice) else item
+    @overload
+    def __getitem__(self, index: SupportsIndex, /) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice, /) -> FrozenList[_T]: ...
+    def __getitem__(self, index: SupportsIndex | slice, /) -> _T | FrozenList[_T]:
+        if isinstance(index, slice):
+            return FrozenList(super().__getitem__(index))
+        return super().__getitem__(index)
 
     __setitem__ = _read_only  # type: ignore[assignment]
     __delitem__ = _read_only  # type: ignore[assignment]
@@ -127,7 +133,7 @@ def freeze(value: Any, path: str = "") -> Any:
     Dataclasses and pydantic models become dicts, tuples become lists. `path` prefixes the place
     named in the error, for example ``"extra_data"`` gives ``extra_data['notes'][2]``.
     """
-    kind = type(value)
+    kind: type[object] = type(value)  # pyright: ignore[reportUnknownVariableType]
     if kind in _ATOMS or kind is FrozenDict or kind is FrozenList:
         # Frozen containers only ever hold frozen JSON, so they are taken as they are.
         return value
@@ -146,7 +152,7 @@ def freeze(value: Any, path: str = "") -> Any:
                     " JSON keys are strings. Convert the key with str()."
                 )
             items[key] = freeze(item, f"{path}[{key!r}]")
-        return FrozenDict(items)
+        return FrozenDict[str, Any](items)
     if isinstance(value, list | tuple):
         items_list = cast("Iterable[Any]", value)
         return FrozenList(freeze(item, f"{path}[{i}]") for i, item in enumerate(items_list))
@@ -167,8 +173,9 @@ def freeze(value: Any, path: str = "") -> Any:
     if isinstance(value, float):
         return freeze(float(value), path)
     raise TypeError(
-        f"{_where(path)} is a {type(value).__name__}, which is not JSON. Use dicts with string keys,"
-        " lists, str, int, float, bool or None (a dataclass or pydantic model is turned into a dict)."
+        f"{_where(path)} is a {type(value).__name__}, which is not JSON. Use dicts with string"
+        " keys, lists, str, int, float, bool or None (a dataclass or pydantic model is turned into"
+        " a dict)."
     )
 
 
@@ -190,13 +197,11 @@ def same_json(a: Any, b: Any) -> bool:
     """Whether two JSON values are the same, types included (``1``, ``1.0`` and ``True`` differ)."""
     if a is b:
         return True
-    if type(a) is not type(b):
-        if isinstance(a, dict) and isinstance(b, dict):
-            pass
-        elif isinstance(a, list) and isinstance(b, list):
-            pass
-        else:
-            return False
+    if type(a) is not type(b) and not (
+        (isinstance(a, dict) and isinstance(b, dict))
+        or (isinstance(a, list) and isinstance(b, list))
+    ):
+        return False
     if isinstance(a, dict):
         da = cast("dict[str, Any]", a)
         db = cast("dict[str, Any]", b)

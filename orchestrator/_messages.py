@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from ._json import FrozenDict, freeze
+from ._json import freeze
 
 __all__ = (
     "Block",
@@ -98,11 +98,14 @@ class Image:
 
 @dataclass(frozen=True, slots=True)
 class ToolCall:
-    """The model's request to run the tool `name` with `args` (a frozen dict); `id` links its result."""
+    """The model's request to run the tool `name` with `args` (a frozen dict).
+
+    `id` links the call to its result.
+    """
 
     id: str
     name: str
-    args: FrozenDict[str, Any] = field(default_factory=FrozenDict)
+    args: Mapping[str, Any] = field(default_factory=dict[str, Any])
     kind: Literal["tool_call"] = field(default="tool_call", init=False, repr=False)
 
     def __post_init__(self) -> None:

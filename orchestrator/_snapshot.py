@@ -33,7 +33,7 @@ class StateSnapshot:
     pending_calls: tuple[ToolCall, ...] = ()
     turn: int = 0
     usage: Usage = field(default_factory=Usage)
-    extra_data: FrozenDict[str, Any] = field(default_factory=FrozenDict)
+    extra_data: FrozenDict[str, Any] = field(default_factory=FrozenDict[str, Any])
     finished: bool = False
     answer: Any = None
     stopped: Stopped | None = None

@@ -11,7 +11,7 @@ import difflib
 import re
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Never, cast
@@ -20,6 +20,7 @@ import anyio.lowlevel
 
 from ._fold import Folded, Inconsistent, Lookup, cleared_messages, entry_turn, fold, replay
 from ._history import (
+    KIND_OF,
     AskEntry,
     AskRecord,
     ContextChange,
@@ -27,7 +28,6 @@ from ._history import (
     ErrorEntry,
     ExtraDataChange,
     ExtraDataEntry,
-    KIND_OF,
     HistoryEntry,
     ModelReplyEntry,
     ModelRequest,
@@ -139,7 +139,7 @@ class State:
     def __init__(
         self,
         *args: Never,
-        id: str | None = None,  # noqa: A002 - the documented name
+        id: str | None = None,
         messages: Iterable[Message] = (),
         extra_data: Mapping[str, Any] | None = None,
         history: Iterable[HistoryEntry] | None = None,
@@ -193,7 +193,7 @@ class State:
                 )
             data = cast("FrozenDict[str, Any]", freeze(extra_data, "extra_data"))
             if self._schema is not None:
-                data = FrozenDict({**data, **self._check_schema_data(data)})
+                data = FrozenDict[str, Any]({**data, **self._check_schema_data(data)})
             if data:
                 self._record(ExtraDataEntry, ExtraDataChange(changed=data))
 
@@ -443,7 +443,7 @@ class State:
             self._record(ContextChangeEntry, change)
 
     @contextmanager
-    def edit_extra_data(self) -> Iterator[dict[str, Any]]:
+    def edit_extra_data(self) -> Generator[dict[str, Any], None, None]:
         """Change `extra_data` inside a ``with`` block, recorded as one entry when it ends.
 
         The block gets an editable deep copy. Edits take turns (the lock is held for the whole
@@ -559,7 +559,8 @@ class State:
         """
         if not isinstance(snapshot, StateSnapshot):
             raise TypeError(
-                f"restore takes a StateSnapshot from state.snapshot(), got {type(snapshot).__name__}."
+                "restore takes a StateSnapshot from state.snapshot(),"
+                f" got {type(snapshot).__name__}."
             )
         target = snapshot._folded
         with self._lock:
@@ -673,6 +674,7 @@ class State:
         """
         with self._lock:
             late = call.id not in self._folded.pending_ids
+            calls = self._folded.calls
             entry = self._record(
                 ToolResultEntry,
                 result,
@@ -684,7 +686,7 @@ class State:
                 state_update=state_update,
             )
             if not late and not self._folded.pending:
-                self._apply_turn_updates()
+                self._apply_turn_updates(calls)
             return cast("ToolResultEntry", entry)
 
     def _close_pending(self, outcome: Outcome, text: str) -> tuple[ToolResultEntry, ...]:
@@ -692,46 +694,51 @@ class State:
         with self._lock:
             return tuple(
                 self._record_tool_result(
-                    call, ToolResultBlock(call.id, text, is_error=True), outcome=outcome
+                    call,
+                    ToolResultBlock(call.id, (TextBlock(text),), is_error=True),
+                    outcome=outcome,
                 )
                 for call in self._folded.pending
             )
 
-    def _apply_turn_updates(self) -> None:
+    def _apply_turn_updates(self, calls: tuple[ToolCall, ...]) -> None:
+        """Apply the state updates of the turn that just closed, in request order.
+
+        Each key merges through its handler, so calls of one turn never see each other's updates
+        and the later call in request order wins a replace. Recorded as one `extra_data` entry.
+        """
+        updates: dict[str, Mapping[str, Any]] = {}
         entries = self._folded.entries
-        updates: dict[str, Any] = {}
         index = len(entries) - 1
-        results: list[ToolResultEntry] = []
-        while index >= 0:
+        while index >= 0 and len(updates) < len(calls):
             entry = entries.get(index)
             if entry.kind == "model_reply":
                 break
             if entry.kind == "tool_result" and not entry.late and entry.state_update:
-                results.append(entry)
+                updates[entry.call.id] = entry.state_update
             index -= 1
-        if not results:
+        if not updates:
             return
-        order = {call.id: i for i, call in enumerate(entries.get(index).content.message.tool_calls)}
-        results.sort(key=lambda e: order.get(e.call.id, len(order)))
         staged = dict(self._folded.extra_data)
-        for entry in results:
-            assert entry.state_update is not None
-            for key, value in entry.state_update.items():
+        changed: dict[str, Any] = {}
+        for call in calls:
+            for key, value in updates.get(call.id, {}).items():
                 field = self._schema.fields.get(key) if self._schema is not None else None
                 merge = field.handler if field is not None else replace_values
                 merged = merge(thaw(staged[key]) if key in staged else None, thaw(value))
-                staged[key] = updates[key] = (
-                    field.validate(merged) if field is not None else freeze(merged)
-                )
+                frozen = field.validate(merged) if field is not None else freeze(merged)
+                staged[key] = changed[key] = frozen
         before = self._folded.extra_data
         changed = {
-            k: v for k, v in updates.items() if k not in before or not same_json(before[k], v)
+            key: value
+            for key, value in changed.items()
+            if key not in before or not same_json(before[key], value)
         }
         if changed:
             self._record(ExtraDataEntry, ExtraDataChange(changed=changed))
 
     @contextmanager
-    def _compaction(self) -> Iterator[None]:
+    def _compaction(self) -> Generator[None, None, None]:
         """Mark a compaction as under way (restore refuses meanwhile)."""
         with self._lock:
             if self._compacting:

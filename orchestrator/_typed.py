@@ -115,7 +115,8 @@ def _adapter(tp: Any, key: str) -> pydantic.TypeAdapter[Any]:
         return pydantic.TypeAdapter(tp)
     except (pydantic.PydanticSchemaGenerationError, TypeError) as error:
         raise TypeError(
-            f"State schema key {key!r}: pydantic cannot validate the type {_type_name(tp)} ({error})."
+            f"State schema key {key!r}: pydantic cannot validate the type {_type_name(tp)}"
+            f" ({error})."
         ) from None
 
 
@@ -151,7 +152,7 @@ class Schema:
         else:
             raise TypeError(
                 f"{owner} takes a dict {{key: {{'type': T, 'handler': fn}}}} or a pydantic model"
-                f" class, got {type(source).__name__}."
+                f" class, got {type(cast(object, source)).__name__}."
             )
         for key in fields:
             if key in reserved:
@@ -204,7 +205,7 @@ class Schema:
     def _model_fields(model: type[pydantic.BaseModel]) -> dict[str, SchemaField]:
         fields: dict[str, SchemaField] = {}
         for key, info in model.model_fields.items():
-            tp = info.annotation
+            tp: Any = info.annotation
             reducers = [m for m in info.metadata if callable(m) and not isinstance(m, type)]
             if len(reducers) > 1:
                 raise TypeError(f"State schema field {key!r} has more than one reducer.")
