@@ -34,13 +34,18 @@ def _read_only(self: object, *args: object, **kwargs: object) -> NoReturn:
 
 
 class FrozenDict(dict[_K, _V]):
-    """A read-only dict. Equal to, and serialized like, a plain dict with the same items."""
+    """A read-only dict. Equal to, and serialized like, a plain dict with the same items.
+
+    Building one freezes what it holds, so it only ever holds frozen JSON: a value that is not
+    JSON raises `TypeError` naming its key.
+    """
 
     __slots__ = ("_hash",)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+        super().__init__()
         self._hash: int | None = None
+        super().update(freeze(dict(*args, **kwargs)))
 
     def __hash__(self) -> int:  # type: ignore[override]
         if self._hash is None:
@@ -70,13 +75,17 @@ class FrozenDict(dict[_K, _V]):
 
 
 class FrozenList(list[_T]):
-    """A read-only list. Equal to, and serialized like, a plain list with the same items."""
+    """A read-only list. Equal to, and serialized like, a plain list with the same items.
+
+    Building one freezes what it holds, so it only ever holds frozen JSON.
+    """
 
     __slots__ = ("_hash",)
 
     def __init__(self, items: Iterable[_T] = (), /) -> None:
-        super().__init__(items)
+        super().__init__()
         self._hash: int | None = None
+        super().extend(freeze(list(items)))
 
     def __hash__(self) -> int:  # type: ignore[override]
         if self._hash is None:
@@ -101,7 +110,7 @@ class FrozenList(list[_T]):
     def __getitem__(self, index: slice, /) -> FrozenList[_T]: ...
     def __getitem__(self, index: SupportsIndex | slice, /) -> _T | FrozenList[_T]:
         if isinstance(index, slice):
-            return FrozenList(super().__getitem__(index))
+            return _frozen_list(super().__getitem__(index))
         return super().__getitem__(index)
 
     __setitem__ = _read_only  # type: ignore[assignment]
@@ -118,7 +127,21 @@ class FrozenList(list[_T]):
     reverse = _read_only
 
 
-_EMPTY_DICT: FrozenDict[str, Any] = FrozenDict()
+def _frozen_dict(items: dict[Any, Any]) -> FrozenDict[Any, Any]:
+    """A FrozenDict of items that are frozen already (no second pass)."""
+    new = cast("FrozenDict[Any, Any]", FrozenDict.__new__(FrozenDict))
+    new._hash = None
+    super(FrozenDict, new).update(items)
+    return new
+
+
+def _frozen_list(items: Iterable[Any]) -> FrozenList[Any]:
+    """A FrozenList of items that are frozen already (no second pass)."""
+    new = cast("FrozenList[Any]", FrozenList.__new__(FrozenList))
+    new._hash = None
+    super(FrozenList, new).extend(items)
+    return new
+
 
 _ATOMS = (str, int, bool, type(None))
 
@@ -152,10 +175,10 @@ def freeze(value: Any, path: str = "") -> Any:
                     " JSON keys are strings. Convert the key with str()."
                 )
             items[key] = freeze(item, f"{path}[{key!r}]")
-        return FrozenDict[str, Any](items)
+        return _frozen_dict(items)
     if isinstance(value, list | tuple):
         items_list = cast("Iterable[Any]", value)
-        return FrozenList(freeze(item, f"{path}[{i}]") for i, item in enumerate(items_list))
+        return _frozen_list(freeze(item, f"{path}[{i}]") for i, item in enumerate(items_list))
     if isinstance(value, enum.Enum):
         raise TypeError(
             f"{_where(path)} is the enum member {value!r}, which is not JSON: record its .value."
@@ -186,6 +209,9 @@ def thaw(value: Any) -> Any:
     if isinstance(value, list):
         return [thaw(item) for item in cast("list[Any]", value)]
     return value
+
+
+_EMPTY_DICT: FrozenDict[str, Any] = FrozenDict()
 
 
 def empty_dict() -> FrozenDict[str, Any]:

@@ -78,7 +78,7 @@ class Image:
         if guessed is None:
             raise ValueError(
                 f"Cannot tell the media type of {path.name!r}: pass media_type='image/png'"
-                " (or another of {_IMAGE_TYPES})."
+                f" (or another of {_IMAGE_TYPES})."
             )
         return cls(path.read_bytes(), guessed)
 

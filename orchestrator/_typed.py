@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 import pydantic
 
-from ._json import freeze, thaw
+from ._json import freeze
 
 __all__ = ("Handler", "Schema", "SchemaField", "merge_lists", "replace_values")
 
@@ -52,8 +52,8 @@ def _check_json_type(tp: Any, key: str) -> None:
     if tp in _NOT_JSON_TYPES or origin in _NOT_JSON_TYPES:
         shown = getattr(tp, "__name__", None) or repr(tp)
         raise TypeError(
-            f"State schema key {key!r}: the type {shown} cannot be stored as JSON (it would come"
-            " back as a list). Use list[...] instead."
+            f"State schema key {key!r}: the type {shown} does not survive a round trip through"
+            " JSON (it would come back as another type). Use list[...] or str instead."
         )
     if origin is Literal:
         return
@@ -214,8 +214,6 @@ class Schema:
             field = SchemaField(key, tp, reducers[0] if reducers else default_handler(tp), adapter)
             if not info.is_required():
                 default = info.get_default(call_default_factory=True)
-                field = SchemaField(
-                    key, tp, field.handler, adapter, True, field.validate(thaw(freeze(default)))
-                )
+                field = SchemaField(key, tp, field.handler, adapter, True, field.validate(default))
             fields[key] = field
         return fields

@@ -1,0 +1,123 @@
+"""The public surface: each package re-exports it with an explicit, sorted `__all__`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import types
+
+import pytest
+
+PACKAGES = ("orchestrator", "stores")
+
+
+def _module(name: str) -> types.ModuleType:
+    return importlib.import_module(name)
+
+
+def _all(module: types.ModuleType) -> tuple[str, ...]:
+    names: object = getattr(module, "__all__", None)
+    assert isinstance(names, tuple), f"{module.__name__}.__all__ must be a tuple"
+    for name in names:  # pyright: ignore[reportUnknownVariableType]
+        assert isinstance(name, str), f"{module.__name__}.__all__ holds {name!r}"
+    return tuple(str(name) for name in names)  # pyright: ignore[reportUnknownVariableType, reportUnknownArgumentType]
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_all_is_a_tuple_of_str(package: str) -> None:
+    module = _module(package)
+    assert isinstance(module.__dict__.get("__all__"), tuple)
+    _all(module)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_all_is_sorted_without_duplicates(package: str) -> None:
+    names = _all(_module(package))
+    assert list(names) == sorted(names)
+    assert len(set(names)) == len(names)
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_name_in_all_exists(package: str) -> None:
+    module = _module(package)
+    missing = [name for name in _all(module) if not hasattr(module, name)]
+    assert missing == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_attribute_is_in_all(package: str) -> None:
+    module = _module(package)
+    names = set(_all(module))
+    unlisted = [
+        name
+        for name, value in vars(module).items()
+        if not name.startswith("_")
+        and not isinstance(value, types.ModuleType)
+        and name not in names
+    ]
+    assert unlisted == [], f"public names of {package} missing from __all__: {unlisted}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_all_name_is_private(package: str) -> None:
+    assert [name for name in _all(_module(package)) if name.startswith("_")] == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_exported_classes_and_functions_live_in_the_package(package: str) -> None:
+    module = _module(package)
+    wrong: list[str] = []
+    for name in _all(module):
+        value: object = getattr(module, name)
+        if not (inspect.isclass(value) or inspect.isfunction(value)):
+            continue
+        home = str(getattr(value, "__module__", ""))
+        if home != package and not home.startswith(package + "."):
+            wrong.append(f"{name} ({home})")
+            continue
+        # Defined in the package itself, or in a private module of it (orchestrator._messages),
+        # or in a public submodule that re-exports it under the same name.
+        parts = home.split(".")[1:]
+        if parts and not any(part.startswith("_") for part in parts):
+            submodule = importlib.import_module(home)
+            if getattr(submodule, name, None) is not value:
+                wrong.append(f"{name} ({home})")
+    assert wrong == [], f"exported from {package} but defined elsewhere: {wrong}"
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_star_import_gives_exactly_all(package: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from {package} import *", namespace)
+    imported = {name for name in namespace if name != "__builtins__"}
+    assert imported == set(_all(_module(package)))
+
+
+def test_orchestrator_exports_the_value_types() -> None:
+    names = set(_all(_module("orchestrator")))
+    expected = {
+        "Message",
+        "TextBlock",
+        "Image",
+        "ToolCall",
+        "ToolResultBlock",
+        "ReasoningBlock",
+        "RawBlock",
+        "Reply",
+        "Usage",
+        "FrozenDict",
+        "FrozenList",
+        "thaw",
+        "State",
+        "StateSnapshot",
+        "StoppedByFinish",
+        "StoppedByUntil",
+        "StoppedByLimit",
+        "StoppedByPermission",
+        "OrchestratorError",
+        "ToolError",
+        "ValidationError",
+        "merge_lists",
+        "replace_values",
+    }
+    assert expected <= names
