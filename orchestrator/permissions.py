@@ -1,0 +1,43 @@
+"""Permissions: which tool calls an agent may run.
+
+Pass them as ``Agent(permissions=[...])``. The deny rules are asked first, then the others in list
+order, and the first decision wins; a call no permission allows is denied.
+
+Example:
+    ```python
+    from orchestrator.permissions import AllowByName, AllowByReadOnly, AskApproval, DenyByName
+
+    permissions = [
+        DenyByName("shell", reason="no shell here", stop=True),
+        AllowByReadOnly(),
+        AllowByName(["search", "read_*"]),
+        AskApproval(),  # everything else: ask on the terminal
+    ]
+    ```
+"""
+
+from ._permissions import AllowByName as AllowByName
+from ._permissions import AllowByReadOnly as AllowByReadOnly
+from ._permissions import Allowed as Allowed
+from ._permissions import ApprovalCallback as ApprovalCallback
+from ._permissions import AskApproval as AskApproval
+from ._permissions import Decision as Decision
+from ._permissions import Denied as Denied
+from ._permissions import DenyByName as DenyByName
+from ._permissions import Permission as Permission
+from ._permissions import check_permissions as check_permissions
+from ._permissions import decide as decide
+
+__all__ = (
+    "AllowByName",
+    "AllowByReadOnly",
+    "Allowed",
+    "ApprovalCallback",
+    "AskApproval",
+    "Decision",
+    "Denied",
+    "DenyByName",
+    "Permission",
+    "check_permissions",
+    "decide",
+)
