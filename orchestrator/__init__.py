@@ -3,6 +3,7 @@
 An `Agent` runs a `State`, one conversation's record folded from an append-only history.
 """
 
+from ._agent import Agent as Agent
 from ._errors import AuthError as AuthError
 from ._errors import ContextTooLongError as ContextTooLongError
 from ._errors import Issue as Issue
@@ -33,6 +34,9 @@ from ._history import UserEntry as UserEntry
 from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
 from ._json import thaw as thaw
+from ._loop import Loop as Loop
+from ._loop import loop as loop
+from ._loop import waiting_for_user as waiting_for_user
 from ._messages import Block as Block
 from ._messages import Image as Image
 from ._messages import Message as Message
@@ -43,6 +47,7 @@ from ._messages import ToolCall as ToolCall
 from ._messages import ToolResultBlock as ToolResultBlock
 from ._reply import Reply as Reply
 from ._reply import Usage as Usage
+from ._reporting import Reporter as Reporter
 from ._snapshot import StateSnapshot as StateSnapshot
 from ._state import State as State
 from ._stopped import Stopped as Stopped
@@ -50,10 +55,18 @@ from ._stopped import StoppedByFinish as StoppedByFinish
 from ._stopped import StoppedByLimit as StoppedByLimit
 from ._stopped import StoppedByPermission as StoppedByPermission
 from ._stopped import StoppedByUntil as StoppedByUntil
+from ._tools import FunctionTool as FunctionTool
+from ._tools import OutputMapping as OutputMapping
+from ._tools import Tool as Tool
+from ._tools import ToolInputError as ToolInputError
+from ._tools import ToolResult as ToolResult
+from ._tools import ToolSpec as ToolSpec
+from ._tools import tool as tool
 from ._typed import merge_lists as merge_lists
 from ._typed import replace_values as replace_values
 
 __all__ = (
+    "Agent",
     "AskEntry",
     "AskRecord",
     "AuthError",
@@ -66,9 +79,11 @@ __all__ = (
     "ExtraDataEntry",
     "FrozenDict",
     "FrozenList",
+    "FunctionTool",
     "HistoryEntry",
     "Image",
     "Issue",
+    "Loop",
     "Message",
     "ModelReplyEntry",
     "ModelRequest",
@@ -77,11 +92,13 @@ __all__ = (
     "OrchestratorError",
     "Outcome",
     "OutputError",
+    "OutputMapping",
     "ProviderError",
     "RateLimitError",
     "RawBlock",
     "ReasoningBlock",
     "Reply",
+    "Reporter",
     "RunStart",
     "RunStartEntry",
     "State",
@@ -93,14 +110,21 @@ __all__ = (
     "StoppedByPermission",
     "StoppedByUntil",
     "TextBlock",
+    "Tool",
     "ToolCall",
     "ToolError",
+    "ToolInputError",
+    "ToolResult",
     "ToolResultBlock",
     "ToolResultEntry",
+    "ToolSpec",
     "Usage",
     "UserEntry",
     "ValidationError",
+    "loop",
     "merge_lists",
     "replace_values",
     "thaw",
+    "tool",
+    "waiting_for_user",
 )

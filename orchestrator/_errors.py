@@ -5,6 +5,7 @@ The tree::
     OrchestratorError            base of every error the library raises on its own
     ├── OutputError              a structured answer stayed invalid after its retries
     ├── ValidationError          a document failed its collection's model (`.issues`)
+    ├── ToolInputError           a model's tool-call arguments are wrong (`.issues`)
     └── ProviderError            a model provider failed
         ├── RateLimitError       the provider asked us to slow down
         ├── AuthError            the key is missing or refused

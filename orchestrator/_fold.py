@@ -152,10 +152,7 @@ class Folded:
 
     def copy(self) -> Folded:
         """A shallow copy, to be changed before anyone else sees it."""
-        new = object.__new__(Folded)
-        for name in Folded.__slots__:
-            object.__setattr__(new, name, getattr(self, name))
-        return new
+        raise NotImplementedError  # replaced below by a generated, unrolled version
 
     @property
     def open_turn(self) -> bool:
@@ -181,6 +178,20 @@ class Folded:
         object.__setattr__(snap, "_folded", self)
         object.__setattr__(snap, "_state_id", state_id)
         return snap
+
+
+def _unrolled_copy() -> Callable[[Folded], Folded]:
+    # The fold copies the value once per entry: an unrolled copy is about twice as fast as a
+    # loop over the slots, and recording stays cheap.
+    lines = ["def copy(self):", "    new = _new(Folded)"]
+    lines += [f"    new.{name} = self.{name}" for name in Folded.__slots__]
+    lines.append("    return new")
+    namespace: dict[str, Any] = {"_new": object.__new__, "Folded": Folded}
+    exec("\n".join(lines), namespace)
+    return namespace["copy"]
+
+
+Folded.copy = _unrolled_copy()  # type: ignore[method-assign]
 
 
 def _empty() -> Folded:
@@ -277,7 +288,12 @@ def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | Non
     elif change.kind == "compact":
         if not change.summary or not change.summary.strip():
             raise Inconsistent("a compaction without a summary")
-        new.messages = Seq[Message].of(compacted_messages(new.messages.to_tuple(), change.summary))
+        messages = new.messages.to_tuple()
+        covered = len(messages) if change.covered is None else change.covered
+        if not 0 <= covered <= len(messages):
+            raise Inconsistent(f"a compaction covering {covered} of {len(messages)} messages")
+        kept = compacted_messages(messages[:covered], change.summary) + messages[covered:]
+        new.messages = Seq[Message].of(kept)
         new.usage = new.usage + change.usage
     elif change.kind == "clear_tool_results":
         keep = change.keep_last
@@ -351,7 +367,8 @@ def _tool_result(new: Folded, entry: ToolResultEntry, lookup: Lookup | None) -> 
     call = entry.call
     if entry.content.call_id != call.id:
         raise Inconsistent(f"a result for {entry.content.call_id!r} recorded for call {call.id!r}")
-    new.usage = new.usage + entry.usage
+    if not entry.usage.is_empty():
+        new.usage = new.usage + entry.usage
     if entry.late:
         return
     try:

@@ -52,6 +52,7 @@ class ContextChange:
     summary: str | None = None
     keep_last: int | None = None
     restored_to: int | None = None
+    covered: int | None = None  # a compaction's summary covers this many messages (None: all)
     usage: Usage = field(default_factory=Usage)
 
 
@@ -93,6 +94,7 @@ class AskRecord:
     question: str
     answer: Any
     usage: Usage = field(default_factory=Usage)
+    error: str | None = None  # set when no valid answer came: what was wrong with the last one
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "answer", freeze(self.answer, "the answer"))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 
 from ._messages import Message
 
-__all__ = ("Reply", "Usage")
+__all__ = ("Reply", "Usage", "empty_usage")
+
+_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,19 +27,27 @@ class Usage:
     cost: float | None = None
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if f.name == "cost":
-                if value is not None and (
-                    isinstance(value, bool) or not isinstance(value, int | float)
-                ):
-                    raise TypeError(f"Usage.cost must be a number or None, got {value!r}.")
-            elif isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"Usage.{f.name} must be an int >= 0, got {value!r}.")
+        for name in _COUNTS:
+            value = getattr(self, name)
+            if type(value) is not int or value < 0:
+                if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+                    object.__setattr__(self, name, int(value))
+                    continue
+                raise ValueError(f"Usage.{name} must be an int >= 0, got {value!r}.")
+        cost = self.cost
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
+            raise TypeError(f"Usage.cost must be a number or None, got {cost!r}.")
 
     def is_empty(self) -> bool:
         """Whether nothing was spent: every count 0 and no cost."""
-        return self == _EMPTY
+        return self is _EMPTY or (
+            self.cost is None
+            and not self.requests
+            and not self.input_tokens
+            and not self.output_tokens
+            and not self.cache_read_tokens
+            and not self.cache_write_tokens
+        )
 
     def __add__(self, other: Usage) -> Usage:
         if not isinstance(other, Usage):
@@ -58,6 +68,11 @@ class Usage:
 
 
 _EMPTY = Usage()
+
+
+def empty_usage() -> Usage:
+    """The shared empty `Usage`."""
+    return _EMPTY
 
 
 @dataclass(frozen=True, slots=True)

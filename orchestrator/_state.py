@@ -7,6 +7,7 @@ value without locking.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 import threading
@@ -16,7 +17,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Never, cast
 
+import anyio
 import anyio.lowlevel
+import pydantic_core
 
 from ._fold import Folded, Inconsistent, Lookup, cleared_messages, entry_turn, fold, replay
 from ._history import (
@@ -87,6 +90,26 @@ def _unknown_keywords(kwargs: Mapping[str, object]) -> TypeError:
     )
 
 
+def error_text(error: BaseException) -> str:
+    """How an exception is recorded: ``"TypeName: message"``."""
+    if isinstance(error, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+        return f"{type(error).__name__}: interrupted"
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _as_json(key: str, field: SchemaField | None, value: Any) -> Any:
+    """`value` as frozen JSON.
+
+    A declared key also takes what pydantic can turn into JSON (a datetime, an enum member),
+    since its type validates it.
+    """
+    if field is not None:
+        with contextlib.suppress(pydantic_core.PydanticSerializationError):
+            value = pydantic_core.to_jsonable_python(value)
+    return freeze(value, f"state[{key!r}]")
+
+
 def _check_new_message(message: object) -> Message:
     if not isinstance(message, Message):
         raise TypeError(
@@ -128,8 +151,10 @@ class State:
         "_children",
         "_compacting",
         "_folded",
+        "_handlers",
         "_id",
         "_lock",
+        "_recorded",
         "_running",
         "_schema",
         "_snapshot",
@@ -169,6 +194,8 @@ class State:
         self._children: dict[str, State] = {}
         self._compacting = False
         self._running = False
+        self._recorded: BaseException | None = None
+        self._handlers: dict[str, Mapping[str, Handler]] = {}
         self._snapshot: tuple[Folded, StateSnapshot] | None = None
         imported = self._check_messages(messages)
         if history is not None:
@@ -372,7 +399,7 @@ class State:
     def _merged(
         self, key: str, field: SchemaField | None, value: Any, handler: Handler | None
     ) -> Any:
-        new = thaw(freeze(value, f"state[{key!r}]"))
+        new = thaw(_as_json(key, field, value))
         data = self._folded.extra_data
         current = thaw(data[key]) if key in data else None
         merge = handler or (field.handler if field is not None else replace_values)
@@ -417,14 +444,14 @@ class State:
         """
         self._compact(summary, Usage())
 
-    def _compact(self, summary: str, usage: Usage) -> None:
+    def _compact(self, summary: str, usage: Usage, covered: int | None = None) -> None:
         if not isinstance(summary, str):
             raise TypeError(f"compact takes the summary as a str, got {type(summary).__name__}.")
         if not summary.strip():
             raise ValueError("compact got an empty summary: say what the model should keep.")
         with self._lock:
             self._require_closed_turn("compact")
-            change = ContextChange(kind="compact", summary=summary, usage=usage)
+            change = ContextChange(kind="compact", summary=summary, usage=usage, covered=covered)
             self._record(ContextChangeEntry, change)
 
     def clear_tool_results(self, keep_last: int = 5) -> None:
@@ -492,6 +519,8 @@ class State:
             copy._children = self._children
             copy._compacting = False
             copy._running = False
+            copy._recorded = None
+            copy._handlers = {}
             copy._snapshot = None
             return copy
 
@@ -627,7 +656,8 @@ class State:
 
     # -- hooks for the agent loop and the stores (library use only) ------------------------------
 
-    def _begin_think(self, *, model: str | None = None) -> ModelRequestEntry:
+    def _begin_think(self, *, model: str | None = None) -> tuple[Message, ...]:
+        """Record a model request; returns the messages the request must carry."""
         with self._lock:
             if self._folded.finished:
                 raise ValueError(
@@ -635,17 +665,30 @@ class State:
                     " or start a new State from state.messages."
                 )
             self._require_closed_turn("think")
-            request = ModelRequest(model=model, message_count=len(self._folded.messages))
-            return cast("ModelRequestEntry", self._record(ModelRequestEntry, request))
+            messages = self._folded.messages.to_tuple()
+            self._record(ModelRequestEntry, ModelRequest(model=model, message_count=len(messages)))
+            return messages
 
     def _record_reply(self, reply: Reply) -> ModelReplyEntry:
         if not isinstance(reply, Reply):
             raise TypeError(f"A model must return a Reply, got {type(reply).__name__}.")
         return cast("ModelReplyEntry", self._record(ModelReplyEntry, reply))
 
-    def _record_error(self, error: BaseException | str) -> ErrorEntry:
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
-        return cast("ErrorEntry", self._record(ErrorEntry, text))
+    def _record_error(
+        self, error: BaseException | str, *, again: bool = False
+    ) -> ErrorEntry | None:
+        """Record a failure as ``"TypeName: message"``.
+
+        An exception object is recorded once per run: the run that it leaves does not record it
+        a second time. `again` records it even so (a failed think must always be taken back).
+        """
+        if isinstance(error, str):
+            return cast("ErrorEntry", self._record(ErrorEntry, error))
+        with self._lock:
+            if self._recorded is error and not again:
+                return None
+            self._recorded = error
+            return cast("ErrorEntry", self._record(ErrorEntry, error_text(error)))
 
     def _record_stop(self, stopped: Stopped) -> StopEntry:
         return cast("StopEntry", self._record(StopEntry, stopped))
@@ -653,8 +696,10 @@ class State:
     def _record_run_start(self, start: RunStart) -> RunStartEntry:
         return cast("RunStartEntry", self._record(RunStartEntry, start))
 
-    def _record_ask(self, question: str, answer: Any, usage: Usage) -> AskEntry:
-        record = AskRecord(question=question, answer=answer, usage=usage)
+    def _record_ask(
+        self, question: str, answer: Any, usage: Usage, error: str | None = None
+    ) -> AskEntry:
+        record = AskRecord(question=question, answer=answer, usage=usage, error=error)
         return cast("AskEntry", self._record(AskEntry, record))
 
     def _record_tool_result(
@@ -666,6 +711,7 @@ class State:
         child_ids: Iterable[str] = (),
         usage: Usage | None = None,
         state_update: Mapping[str, Any] | None = None,
+        handlers: Mapping[str, Handler] | None = None,
     ) -> ToolResultEntry:
         """Record `call`'s result; a call that is no longer pending gets a `late` entry.
 
@@ -675,6 +721,8 @@ class State:
         with self._lock:
             late = call.id not in self._folded.pending_ids
             calls = self._folded.calls
+            if handlers and not late:
+                self._handlers[call.id] = handlers
             entry = self._record(
                 ToolResultEntry,
                 result,
@@ -721,10 +769,13 @@ class State:
             return
         staged = dict(self._folded.extra_data)
         changed: dict[str, Any] = {}
+        handlers, self._handlers = self._handlers, {}
         for call in calls:
             for key, value in updates.get(call.id, {}).items():
                 field = self._schema.fields.get(key) if self._schema is not None else None
-                merge = field.handler if field is not None else replace_values
+                merge = handlers.get(call.id, {}).get(key) or (
+                    field.handler if field is not None else replace_values
+                )
                 merged = merge(thaw(staged[key]) if key in staged else None, thaw(value))
                 frozen = field.validate(merged) if field is not None else freeze(merged)
                 staged[key] = changed[key] = frozen
@@ -736,6 +787,23 @@ class State:
         }
         if changed:
             self._record(ExtraDataEntry, ExtraDataChange(changed=changed))
+
+    def _check_update(
+        self, update: Mapping[str, Any], handlers: Mapping[str, Handler] | None = None
+    ) -> dict[str, Any]:
+        """A tool's state update, checked now against the schema and the current values.
+
+        Raises `KeyError` for an undeclared key, `TypeError` for a non-JSON value and
+        `ValueError` for a value its key's type refuses. Returns the update as frozen JSON.
+        """
+        checked: dict[str, Any] = {}
+        with self._lock:
+            for key, value in update.items():
+                field = self._field(key)
+                handler = handlers.get(key) if handlers else None
+                self._merged(key, field, value, handler)
+                checked[key] = _as_json(key, field, value)
+        return checked
 
     @contextmanager
     def _compaction(self) -> Generator[None, None, None]:
@@ -760,6 +828,7 @@ class State:
 
     def _end_run(self) -> None:
         self._running = False
+        self._recorded = None
 
     def _bind_store(self, store: Any) -> None:
         self._store = store

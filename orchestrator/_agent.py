@@ -1,0 +1,465 @@
+"""`Agent`: the settings that run a State, and its actions as sync and async twins.
+
+The async methods are the core; each sync method runs its twin through the one bridge in
+`orchestrator._sync`. Settings are fixed after construction: `agent.copy(**changes)` makes a
+variant.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Iterable
+from typing import Any, TypeVar, overload
+
+import anyio
+import anyio.to_thread
+
+from ._ask import ask as _ask
+from ._ask import compact as _compact
+from ._execute import current_call, run_tools
+from ._history import RunStart
+from ._logs import get_log
+from ._loop import Loop, LoopBody, default_loop, run_body
+from ._messages import Message, ToolCall
+from ._permissions import Permission, check_permissions
+from ._reply import Reply
+from ._reporting import Reporter
+from ._state import RESERVED, State
+from ._sync import run_sync
+from ._tools import Tool, as_tool_list, check_outputs_against_schema
+from ._typed import Schema
+from .models import Model, Request
+from .models._base import resolve_model
+
+__all__ = ("Agent",)
+
+_T = TypeVar("_T")
+_log = get_log("agent")
+_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class Agent:
+    """The settings that run a State: model, instructions, tools, store, permissions.
+
+    Each action has an async method (`arun`, `athink`, `ause_tools`, `aask`, `acompact`) and a
+    sync twin without the ``a``. Constructing an Agent never touches the network.
+
+    Example:
+        ```python
+        agent = Agent(FakeModel(["Hello!"]), instructions="Be brief.")
+        print(agent.run("Say hello"))
+        ```
+    """
+
+    __slots__ = (
+        "_description",
+        "_instructions",
+        "_loop",
+        "_max_concurrency",
+        "_model",
+        "_name",
+        "_permissions",
+        "_reporter",
+        "_schema",
+        "_settings",
+        "_specs",
+        "_store",
+        "_tool_timeout",
+        "_tools",
+        "_tools_by_name",
+    )
+
+    def __init__(
+        self,
+        model: Model | str,
+        *,
+        instructions: str | None = None,
+        tools: Iterable[Tool | Any] = (),
+        name: str | None = None,
+        description: str | None = None,
+        store: Any = None,
+        state_schema: Any = None,
+        collections: Any = None,
+        permissions: Iterable[Permission] | None = None,
+        reporter: Reporter | None = None,
+        loop: Loop | LoopBody | None = None,
+        max_concurrency: int | None = None,
+        tool_timeout: float | None = None,
+    ) -> None:
+        self._settings: dict[str, Any] = {
+            "model": model,
+            "instructions": instructions,
+            "tools": tools,
+            "name": name,
+            "description": description,
+            "store": store,
+            "state_schema": state_schema,
+            "collections": collections,
+            "permissions": permissions,
+            "reporter": reporter,
+            "loop": loop,
+            "max_concurrency": max_concurrency,
+            "tool_timeout": tool_timeout,
+        }
+        self._model = resolve_model(model)
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(f"instructions must be a str, got {type(instructions).__name__}.")
+        self._instructions = instructions
+        if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
+            raise ValueError(
+                f"Agent name {name!r} is not valid: use 1 to 64 letters, digits, '_' or '-'."
+            )
+        self._name = name
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"description must be a str, got {type(description).__name__}.")
+        self._description = description
+        self._tools = as_tool_list(tools)
+        self._tools_by_name = {tool.name: tool for tool in self._tools}
+        self._specs = tuple(tool.spec for tool in self._tools)
+        self._schema = (
+            None
+            if state_schema is None
+            else Schema.parse(state_schema, RESERVED, owner="Agent(state_schema=)")
+        )
+        for tool in self._tools:
+            check_outputs_against_schema(tool, self._schema)
+        if collections is not None:
+            raise TypeError(
+                "Agent(collections=...) needs agent memory, which this version does not have yet:"
+                " leave collections out."
+            )
+        self._store = store
+        self._permissions = check_permissions(permissions)
+        if reporter is not None and not isinstance(reporter, Reporter):
+            raise TypeError(
+                f"reporter must be a Reporter (subclass it), got {type(reporter).__name__}."
+            )
+        self._reporter = reporter
+        if loop is not None and not callable(loop):
+            raise TypeError(f"loop must be a @loop function or body(agent, state), got {loop!r}.")
+        self._loop: Loop | LoopBody = default_loop if loop is None else loop
+        if max_concurrency is not None and (
+            isinstance(max_concurrency, bool)
+            or not isinstance(max_concurrency, int)
+            or max_concurrency < 1
+        ):
+            raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
+        self._max_concurrency = max_concurrency
+        if tool_timeout is not None and (
+            isinstance(tool_timeout, bool)
+            or not isinstance(tool_timeout, int | float)
+            or tool_timeout <= 0
+        ):
+            raise ValueError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
+        self._tool_timeout = None if tool_timeout is None else float(tool_timeout)
+
+    def __repr__(self) -> str:
+        tools = list(self._tools_by_name)
+        return f"Agent(name={self._name!r}, model={self._model.name!r}, tools={tools})"
+
+    # -- settings (read-only) ------------------------------------------------------------------
+
+    @property
+    def model(self) -> Model:
+        """The model this agent asks."""
+        return self._model
+
+    @property
+    def instructions(self) -> str | None:
+        """The system instructions sent with every request."""
+        return self._instructions
+
+    @property
+    def tools(self) -> tuple[Tool, ...]:
+        """The tools the model may call."""
+        return self._tools
+
+    @property
+    def name(self) -> str | None:
+        """The agent's name (recorded in `run_start`; scopes its memory)."""
+        return self._name
+
+    @property
+    def description(self) -> str | None:
+        """What this agent does (shown to a parent model when it is a tool)."""
+        return self._description
+
+    @property
+    def store(self) -> Any:
+        """Where the States this agent runs are saved, or None."""
+        return self._store
+
+    @property
+    def state_schema(self) -> Any:
+        """The typed-data schema bound to the States this agent runs, or None."""
+        return None if self._schema is None else self._schema.source
+
+    @property
+    def permissions(self) -> tuple[Permission, ...] | None:
+        """The permission rules, or None when every call is allowed."""
+        return self._permissions
+
+    @property
+    def reporter(self) -> Reporter | None:
+        """The reporter that sees this agent's runs, or None."""
+        return self._reporter
+
+    @property
+    def loop(self) -> Loop | LoopBody:
+        """The loop `run` runs."""
+        return self._loop
+
+    @property
+    def max_concurrency(self) -> int | None:
+        """How many tool calls of one turn run at once (None: all parallel calls)."""
+        return self._max_concurrency
+
+    @property
+    def tool_timeout(self) -> float | None:
+        """The default time limit of a tool call in seconds (a tool's own `timeout` wins)."""
+        return self._tool_timeout
+
+    def copy(self, **changes: Any) -> Agent:
+        """A new Agent with these settings changed, e.g. ``agent.copy(instructions="...")``."""
+        unknown = set(changes) - set(self._settings)
+        if unknown:
+            raise TypeError(
+                f"Agent.copy got unknown settings {sorted(unknown)}: it takes"
+                f" {', '.join(self._settings)}."
+            )
+        return Agent(**{**self._settings, **changes})
+
+    # -- running ---------------------------------------------------------------------------------
+
+    def _as_state(self, state: State | str) -> State:
+        if isinstance(state, str):
+            if not state.strip():
+                raise ValueError("run got an empty prompt: pass the task as text or a State.")
+            return State(messages=[Message.user(state)])
+        if not isinstance(state, State):
+            raise TypeError(
+                f"run takes a State or a prompt str, got {type(state).__name__}:"
+                " use State(messages=[Message.user(text)])."
+            )
+        return state
+
+    @staticmethod
+    def _require_unfinished(state: State, action: str) -> None:
+        if not isinstance(state, State):
+            raise TypeError(f"{action} takes a State, got {type(state).__name__}.")
+        if state.finished:
+            raise ValueError(
+                f"State {state.id} is finished, so it cannot {action} again: restore a snapshot"
+                " taken before finish(), or start a new State from state.messages."
+            )
+
+    async def arun(self, state: State | str) -> Any:
+        """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
+
+        When the run is cancelled or an exception leaves it, the error is recorded once, pending
+        calls are closed, the State is saved, and the exception is re-raised unchanged.
+
+        Raises:
+            ValueError: The State is finished or already running.
+        """
+        state = self._as_state(state)
+        self._require_unfinished(state, "run")
+        state._begin_run()
+        error: BaseException | None = None
+        try:
+            if self._schema is not None:
+                state._bind_schema(self._schema)
+            self._start(state)
+            await self._save(state)
+            self._report("on_run_start", state)
+            _log.info("state.run.started", state_id=state.id, agent=self._name)
+            await self._run_loop(state)
+        except BaseException as exc:
+            error = exc
+            with anyio.CancelScope(shield=True):
+                self._close_after(state, exc)
+                await self._save(state)
+            raise
+        finally:
+            state._end_run()
+            _log.info(
+                "state.run.finished",
+                state_id=state.id,
+                turn=state.turn,
+                error=None if error is None else repr(error),
+            )
+            self._report("on_run_end", state, error)
+        await self._save(state)
+        return state.answer
+
+    def _start(self, state: State) -> None:
+        parent = current_call.get()
+        link = parent is not None and parent.state is not state and not state._folded.linked
+        start = RunStart(
+            parent_id=parent.state.id if parent is not None and link else None,
+            parent_call_id=parent.call.id if parent is not None and link else None,
+            agent=self._name,
+            model=self._model.name,
+            tools=tuple(self._tools_by_name),
+        )
+        state._record_run_start(start)
+        if parent is not None and link:
+            parent.child_ids.append(state.id)
+            parent.children.append(state)
+            parent.state._add_child(state)
+            self._report("on_child_start", parent.state, parent.call, state)
+
+    async def _run_loop(self, state: State) -> None:
+        body = self._loop
+        token = current_call.set(None)
+        try:
+            if isinstance(body, Loop):
+                await body(self, state)
+            else:
+                await run_body(body, self, state)
+        finally:
+            current_call.reset(token)
+
+    def _close_after(self, state: State, error: BaseException) -> None:
+        if state.pending_calls:
+            if isinstance(error, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+                state._close_pending("interrupted", "(interrupted by user)")
+            else:
+                state._close_pending("aborted", f"(aborted: {type(error).__name__})")
+        state._record_error(error)
+
+    def run(self, state: State | str) -> Any:
+        """The sync twin of `arun`."""
+        return run_sync(self.arun, state, name="run")
+
+    async def athink(self, state: State) -> Reply:
+        """Send one model request with `state.messages` and record the reply.
+
+        A failed request is taken back (the turn is restored) and its error recorded.
+
+        Raises:
+            ValueError: The State is finished, calls are pending, or a request is waiting.
+        """
+        self._require_unfinished(state, "think")
+        self._report("on_think_start", state)
+        messages = state._begin_think(model=self._model.name)
+        request = Request(system=self._instructions, messages=messages, tools=self._specs)
+        reporter = self._reporter_for(state)
+
+        def on_text(chunk: str) -> None:
+            if reporter is not None:
+                reporter.on_text(state, chunk)
+
+        try:
+            reply = self._check_reply(await self._model.respond(request, on_text=on_text))
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                state._record_error(exc, again=True)
+                await self._save(state)
+            raise
+        state._record_reply(reply)
+        _log.debug(
+            "state.think.finished",
+            state_id=state.id,
+            turn=state.turn,
+            calls=len(reply.message.tool_calls),
+        )
+        await self._save(state)
+        self._report("on_think_end", state, reply)
+        return reply
+
+    def _check_reply(self, reply: object) -> Reply:
+        if not isinstance(reply, Reply):
+            raise TypeError(
+                f"The model {self._model.name!r} returned a {type(reply).__name__}, not a Reply."
+            )
+        calls = reply.message.tool_calls
+        if len({call.id for call in calls}) == len(calls) and all(call.id for call in calls):
+            return reply
+        # Give repeated or empty call ids fresh ones: every call needs its own result.
+        seen: set[str] = set()
+        blocks: list[Any] = []
+        for index, block in enumerate(reply.message.content):
+            if isinstance(block, ToolCall):
+                if not block.id or block.id in seen:
+                    block = ToolCall(f"{block.id or 'call'}_{index}", block.name, block.args)
+                seen.add(block.id)
+            blocks.append(block)
+        message = Message("assistant", tuple(blocks))
+        return Reply(message, reply.usage, reply.stop_reason, reply.model)
+
+    def think(self, state: State) -> Reply:
+        """The sync twin of `athink`."""
+        return run_sync(self.athink, state, name="think")
+
+    async def ause_tools(self, state: State) -> None:
+        """Run `state.pending_calls` with this agent's tools and record every result."""
+        self._require_unfinished(state, "use_tools")
+        if state._folded.waiting:
+            raise ValueError("use_tools while the model is being waited on: think first.")
+        await run_tools(self, state)
+
+    def use_tools(self, state: State) -> None:
+        """The sync twin of `ause_tools`."""
+        run_sync(self.ause_tools, state, name="use_tools")
+
+    @overload
+    async def aask(self, state: State, prompt: str) -> str: ...
+    @overload
+    async def aask(
+        self, state: State, prompt: str, returns: type[_T], *, retries: int = 2
+    ) -> _T: ...
+    async def aask(self, state: State, prompt: str, returns: Any = str, *, retries: int = 2) -> Any:
+        """Ask the model a question about `state` and return a value of type `returns`.
+
+        The context does not change; the exchange is recorded as one `ask` entry. A reply that
+        does not validate is shown to the model with the error, up to `retries` times.
+
+        Raises:
+            OutputError: No valid answer after the retries.
+            ValueError: The State is finished, or calls are pending.
+        """
+        self._require_unfinished(state, "ask")
+        return await _ask(self, state, prompt, returns, retries)
+
+    @overload
+    def ask(self, state: State, prompt: str) -> str: ...
+    @overload
+    def ask(self, state: State, prompt: str, returns: type[_T], *, retries: int = 2) -> _T: ...
+    def ask(self, state: State, prompt: str, returns: Any = str, *, retries: int = 2) -> Any:
+        """The sync twin of `aask`."""
+
+        async def call() -> Any:
+            return await self.aask(state, prompt, returns, retries=retries)
+
+        return run_sync(call, name="ask")
+
+    async def acompact(self, state: State) -> None:
+        """Have the model summarize the conversation, then `state.compact(summary)`."""
+        await _compact(self, state)
+        await self._save(state)
+
+    def compact(self, state: State) -> None:
+        """The sync twin of `acompact`."""
+        run_sync(self.acompact, state, name="compact")
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def _reporter_for(self, state: State) -> Reporter | None:
+        return self._reporter
+
+    def _report(self, hook: str, *args: Any) -> None:
+        reporter = self._reporter
+        if reporter is not None:
+            getattr(reporter, hook)(*args)
+
+    async def _save(self, state: State) -> None:
+        store = self._store
+        if store is None:
+            return
+        asave = getattr(store, "asave", None)
+        if asave is not None and inspect.iscoroutinefunction(asave):
+            await asave(state)
+        else:
+            await anyio.to_thread.run_sync(store.save, state)

@@ -1,0 +1,123 @@
+"""Structured answers (`ask`) and model-written summaries (`compact`)."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+import pydantic
+
+from ._errors import OutputError
+from ._messages import Message
+from ._reply import Usage
+from .models import Request
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._state import State
+
+__all__ = ("ask", "compact", "extract_json")
+
+_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+
+COMPACT_PROMPT = (
+    "Summarize the conversation so far for your own later use: the task, what was done, what"
+    " was found, and what is left. Keep names, numbers and decisions. Reply with the summary only."
+)
+
+
+def extract_json(text: str) -> Any:
+    """The JSON value in a model's reply.
+
+    It is the whole text, a fenced block, or the outermost object or array in it. Raises
+    `ValueError` when there is none.
+    """
+    candidates = [text.strip()]
+    candidates += [match.strip() for match in _FENCE.findall(text)]
+    for opener, closer in ("{}", "[]"):
+        start, end = text.find(opener), text.rfind(closer)
+        if 0 <= start < end:
+            candidates.append(text[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            continue
+    raise ValueError("the reply holds no JSON value")
+
+
+def _instructions(adapter: pydantic.TypeAdapter[Any], returns: Any) -> str:
+    if returns is str:
+        return ""
+    schema = json.dumps(adapter.json_schema(), ensure_ascii=False)
+    return (
+        "\n\nAnswer with only a JSON value (no other text) that matches this JSON schema:\n"
+        + schema
+    )
+
+
+def _parse(adapter: pydantic.TypeAdapter[Any], returns: Any, text: str) -> Any:
+    if returns is str:
+        if not text.strip():
+            raise ValueError("the reply is empty")
+        return text
+    return adapter.validate_python(extract_json(text))
+
+
+async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: int) -> Any:
+    """The core of `Agent.aask`."""
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError("ask needs a question: pass a non-empty prompt str.")
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an integer >= 0, got {retries!r}.")
+    state._require_closed_turn("ask")
+    try:
+        adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(returns)
+    except pydantic.PydanticSchemaGenerationError as error:
+        raise TypeError(f"ask cannot validate the type {returns!r}: {error}") from None
+    messages = [*state.messages, Message.user(prompt + _instructions(adapter, returns))]
+    usage = Usage()
+    problem = ""
+    for _ in range(retries + 1):
+        request = Request(system=agent.instructions, messages=tuple(messages))
+        reply = await agent.model.respond(request)
+        usage = usage + reply.usage
+        try:
+            value = _parse(adapter, returns, reply.message.text)
+        except (ValueError, pydantic.ValidationError) as error:
+            problem = str(error)
+            messages += [
+                reply.message,
+                Message.user(
+                    f"That answer is not valid: {problem}\nAnswer again with only the value."
+                ),
+            ]
+            continue
+        state._record_ask(prompt, adapter.dump_python(value, mode="json"), usage)
+        return value
+    state._record_ask(prompt, None, usage, error=problem)
+    raise OutputError(
+        f"The model gave no valid answer to ask(..., returns={_name(returns)})"
+        f" after {retries + 1} tries; the last problem: {problem}. Make the prompt clearer or"
+        " raise retries."
+    )
+
+
+def _name(tp: Any) -> str:
+    return str(getattr(tp, "__name__", tp))
+
+
+async def compact(agent: Agent, state: State) -> None:
+    """The core of `Agent.acompact`: the model writes a summary, then `state._compact`."""
+    with state._compaction():
+        state._require_closed_turn("compact")
+        messages = state.messages
+        request = Request(
+            system=agent.instructions, messages=(*messages, Message.user(COMPACT_PROMPT))
+        )
+        reply = await agent.model.respond(request)
+        summary = reply.message.text.strip()
+        if not summary:
+            raise OutputError("The model returned an empty summary, so nothing was compacted.")
+        state._compact(summary, reply.usage, covered=len(messages))

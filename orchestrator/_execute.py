@@ -1,0 +1,257 @@
+"""Running a turn's tool calls in worker tasks.
+
+All `parallel=True` calls start at once in one task group (async tools as tasks, sync tools in
+worker threads through one `CapacityLimiter`), then `parallel=False` calls run one by one in
+request order. Each result is recorded (and saved) as it finishes; the State puts them into
+`messages` together, in request order, once the last call has a result.
+
+Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
+not JSON become error results the model can act on. Any other exception waits for the calls
+still running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes
+every pending call as ``interrupted`` and is re-raised.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ._errors import ToolError
+from ._history import Outcome, ToolResultEntry
+from ._logs import get_log
+from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
+from ._permissions import Denied, decide
+from ._reply import Usage
+from ._stopped import StoppedByPermission
+from ._tools import Tool, ToolInputError
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._state import State
+
+__all__ = ("CallContext", "current_call", "run_tools")
+
+_log = get_log("tools")
+
+DEFAULT_THREADS = 64
+INTERRUPTED = "(interrupted by user)"
+
+
+@dataclass(slots=True)
+class CallContext:
+    """The tool call a task or worker thread is running: subagents started here link to it."""
+
+    state: State
+    call: ToolCall
+    agent: Agent
+    child_ids: list[str] = field(default_factory=list[str])
+    children: list[State] = field(default_factory=list["State"])
+
+
+current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
+    "orchestrator_current_call", default=None
+)
+
+
+def _text(text: str) -> tuple[TextBlock | Image, ...]:
+    return (TextBlock(text),)
+
+
+class _Turn:
+    """One `use_tools` call: its limiter, its outcome flags, and the calls it runs."""
+
+    def __init__(self, agent: Agent, state: State) -> None:
+        self.agent = agent
+        self.state = state
+        self.tools: Mapping[str, Tool] = agent._tools_by_name
+        limit = agent.max_concurrency
+        self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
+        self.slots = anyio.CapacityLimiter(limit) if limit else None
+        self.fatal: BaseException | None = None
+        self.stopped = False
+        self.scope: anyio.CancelScope | None = None
+
+    async def run(self, calls: tuple[ToolCall, ...]) -> None:
+        parallel = [c for c in calls if (t := self.tools.get(c.name)) is None or t.parallel]
+        serial = [c for c in calls if (t := self.tools.get(c.name)) is not None and not t.parallel]
+        try:
+            if len(parallel) == 1 and not serial:
+                # One call needs no task group: run it here, saving a task per turn.
+                with anyio.CancelScope() as scope:
+                    self.scope = scope
+                    await self.run_call(parallel[0])
+            elif parallel:
+                async with anyio.create_task_group() as group:
+                    self.scope = group.cancel_scope
+                    for call in parallel:
+                        group.start_soon(self.run_call, call, name=f"tool {call.name} {call.id}")
+            for call in serial:
+                if self.fatal is not None or self.stopped:
+                    break
+                await self.run_call(call)
+        except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                if isinstance(error, anyio.get_cancelled_exc_class()):
+                    self.state._close_pending("interrupted", INTERRUPTED)
+                else:
+                    self.state._close_pending("aborted", f"(aborted: {type(error).__name__})")
+                await self.agent._save(self.state)
+            raise
+        if self.stopped:
+            self.state._close_pending("cancelled", "(cancelled: a permission stopped the run)")
+        if self.fatal is not None:
+            self.state._close_pending("aborted", f"(aborted: {type(self.fatal).__name__})")
+            with anyio.CancelScope(shield=True):
+                await self.agent._save(self.state)
+            raise self.fatal
+
+    async def run_call(self, call: ToolCall) -> None:
+        if self.slots is None:
+            await self._run_call(call)
+        else:
+            async with self.slots:
+                await self._run_call(call)
+
+    async def _run_call(self, call: ToolCall) -> None:
+        state, agent = self.state, self.agent
+        agent._report("on_tool_start", state, call)
+        started = time.perf_counter()
+        tool = self.tools.get(call.name)
+        context = CallContext(state, call, agent)
+        outcome: Outcome = "done"
+        update: dict[str, Any] | None = None
+        try:
+            if tool is None:
+                names = ", ".join(sorted(self.tools)) or "none"
+                raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
+            decision, by = await decide(agent.permissions, call, tool, state)
+            if isinstance(decision, Denied):
+                if decision.stop:
+                    self._stop(call, by)
+                raise _Result("denied", f"(denied: {decision.reason})")
+            try:
+                kwargs = tool.bind(call.args, state)
+            except ToolInputError as error:
+                raise _Result(
+                    "input_error", f"Invalid arguments for {call.name}: {error}"
+                ) from None
+            value = await self._invoke(tool, kwargs, context)
+            try:
+                converted = tool.convert(value)
+            except TypeError as error:
+                raise _Result("error", str(error)) from None
+            content, is_error = converted.content, converted.is_error
+            if converted.state_update:
+                try:
+                    update = state._check_update(converted.state_update, tool.output_handlers)
+                except (ValueError, KeyError, TypeError) as error:
+                    raise _Result(
+                        "error", f"The tool's state update was refused: {error}"
+                    ) from None
+            if is_error:
+                outcome = "error"
+        except _Result as result:
+            outcome, content, is_error = result.outcome, _text(result.text), True
+        except ToolError as error:
+            outcome, content, is_error = "error", _text(str(error) or type(error).__name__), True
+        except anyio.get_cancelled_exc_class():
+            raise
+        except Exception as error:
+            _log.warning(
+                "state.tool.raised",
+                state_id=state.id,
+                call_id=call.id,
+                tool=call.name,
+                error=repr(error),
+            )
+            if self.fatal is None:
+                self.fatal = error
+            return
+        entry = self._record(call, content, is_error, outcome, context, update)
+        _log.debug(
+            "state.tool.finished",
+            state_id=state.id,
+            turn=state.turn,
+            call_id=call.id,
+            tool=call.name,
+            outcome=outcome,
+            ms=round((time.perf_counter() - started) * 1000, 3),
+        )
+        agent._report("on_tool_end", state, call, entry)
+        await agent._save(state)
+
+    async def _invoke(self, tool: Tool, kwargs: dict[str, Any], context: CallContext) -> Any:
+        timeout = tool.timeout if tool.timeout is not None else self.agent.tool_timeout
+        token = current_call.set(context)
+        try:
+            if timeout is None:
+                return await self._call(tool, kwargs)
+            with anyio.move_on_after(timeout):
+                return await self._call(tool, kwargs)
+            raise _Result("error", f"(timed out after {timeout:g} s)")
+        finally:
+            current_call.reset(token)
+
+    async def _call(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+        if tool.is_async:
+            return await tool.acall(kwargs)
+        if self.threads is None:
+            self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or DEFAULT_THREADS)
+        call = functools.partial(tool.call, kwargs)
+        return await anyio.to_thread.run_sync(call, limiter=self.threads)
+
+    def _record(
+        self,
+        call: ToolCall,
+        content: tuple[TextBlock | Image, ...],
+        is_error: bool,
+        outcome: Outcome,
+        context: CallContext,
+        update: dict[str, Any] | None,
+    ) -> ToolResultEntry:
+        usage = Usage()
+        for child in context.children:
+            usage = usage + child.usage
+        return self.state._record_tool_result(
+            call,
+            ToolResultBlock(call.id, content, is_error),
+            outcome=outcome,
+            child_ids=context.child_ids,
+            usage=usage,
+            state_update=update,
+            handlers=self.tools[call.name].output_handlers if update else None,
+        )
+
+    def _stop(self, call: ToolCall, permission: str | None) -> None:
+        if self.stopped:
+            return
+        self.stopped = True
+        self.state._record_stop(StoppedByPermission(call, permission or "permissions"))
+        if self.scope is not None:
+            self.scope.cancel()
+
+
+class _Result(Exception):
+    """An error result for the model, raised to leave a call's steps early."""
+
+    def __init__(self, outcome: Outcome, text: str) -> None:
+        super().__init__(text)
+        self.outcome: Outcome = outcome
+        self.text = text
+
+
+async def run_tools(agent: Agent, state: State) -> None:
+    """Run `state.pending_calls` with `agent`'s tools: the core of `use_tools`."""
+    calls = state.pending_calls
+    if not calls:
+        await anyio.lowlevel.checkpoint()
+        return
+    await _Turn(agent, state).run(calls)

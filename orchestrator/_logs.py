@@ -1,0 +1,49 @@
+"""Logging: structlog over the standard library, silent until the app configures logging.
+
+The library never configures logging. A `NullHandler` on the ``orchestrator`` logger keeps
+Python's last-resort handler from printing our warnings when the app set nothing up.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import structlog
+
+__all__ = ("Log", "get_log")
+
+logging.getLogger("orchestrator").addHandler(logging.NullHandler())
+
+
+class Log:
+    """A structlog logger over ``logging.getLogger(name)``, skipped cheaply when disabled.
+
+    Event names are stable dotted names (``state.tool.finished``) with key-value fields.
+    """
+
+    __slots__ = ("_logger", "_std")
+
+    def __init__(self, name: str) -> None:
+        self._std = logging.getLogger(name)
+        self._logger: Any = structlog.wrap_logger(self._std)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        """Log `event` at debug level, if enabled."""
+        if self._std.isEnabledFor(logging.DEBUG):
+            self._logger.debug(event, **fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """Log `event` at info level, if enabled."""
+        if self._std.isEnabledFor(logging.INFO):
+            self._logger.info(event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        """Log `event` at warning level, if enabled."""
+        if self._std.isEnabledFor(logging.WARNING):
+            self._logger.warning(event, **fields)
+
+
+def get_log(name: str) -> Log:
+    """The logger for the module `name` (``orchestrator.<name>``)."""
+    return Log(f"orchestrator.{name}")

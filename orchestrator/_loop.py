@@ -1,0 +1,126 @@
+"""`@loop`: a loop body repeated until a stop is decided, an `until` function says so, or a limit.
+
+Before each turn it checks, in order: a decided stop (`finish`, a permission stop, any `stopped`
+value), each `until` function (`StoppedByUntil(fn.__name__)`), the limit (`StoppedByLimit(N)`).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, TypeAlias
+
+import anyio.to_thread
+
+from ._stopped import StoppedByLimit, StoppedByUntil
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._state import State
+
+__all__ = ("Loop", "LoopBody", "default_loop", "loop", "run_body", "waiting_for_user")
+
+LoopBody: TypeAlias = "Callable[[Agent, State], Awaitable[None]] | Callable[[Agent, State], None]"
+Until: TypeAlias = "Callable[[State], bool]"
+
+DEFAULT_LIMIT = 50
+
+
+def waiting_for_user(state: State) -> bool:
+    """Whether the model has answered and waits for the user.
+
+    True when no call is pending and the last message is the model's reply without tool calls,
+    or there are no messages at all.
+    """
+    value = state._folded
+    if value.pending or value.held:
+        return False
+    if not value.messages:
+        return True
+    last = value.messages.last()
+    return last.role == "assistant" and not last.tool_calls
+
+
+async def run_body(body: LoopBody, agent: Agent, state: State) -> None:
+    """Run one call of `body`: awaited if async, in a worker thread if sync.
+
+    A sync body runs in a worker thread so that the sync Agent methods it calls can hop back
+    onto the event loop.
+    """
+    if inspect.iscoroutinefunction(body) or inspect.iscoroutinefunction(
+        getattr(body, "__call__", None)  # noqa: B004 - an object with async __call__
+    ):
+        await body(agent, state)  # type: ignore[misc]
+    else:
+        await anyio.to_thread.run_sync(body, agent, state)
+
+
+class Loop:
+    """A loop body with its stop rules: what `@loop(...)` returns. Call it with (agent, state)."""
+
+    __slots__ = ("body", "limit", "until")
+
+    def __init__(self, body: LoopBody, *, until: Iterable[Until] = (), limit: int = DEFAULT_LIMIT):
+        if not callable(body):
+            raise TypeError(f"@loop decorates a function body(agent, state), got {body!r}.")
+        until = tuple(until)
+        for fn in until:
+            if not callable(fn):
+                raise TypeError(f"@loop(until=[...]) takes functions of the state, got {fn!r}.")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"@loop(limit=...) must be an integer >= 1, got {limit!r}.")
+        self.body = body
+        self.until = until
+        self.limit = limit
+
+    def __repr__(self) -> str:
+        names = [getattr(fn, "__name__", repr(fn)) for fn in self.until]
+        body = getattr(self.body, "__name__", self.body)
+        return f"Loop({body!r}, until={names}, limit={self.limit})"
+
+    async def __call__(self, agent: Agent, state: State) -> None:
+        turns = 0
+        while self._should_continue(state, turns):
+            await run_body(self.body, agent, state)
+            turns += 1
+
+    def _should_continue(self, state: State, turns: int) -> bool:
+        if state.stopped is not None or state.finished:
+            return False
+        for fn in self.until:
+            if fn(state):
+                state._record_stop(StoppedByUntil(getattr(fn, "__name__", repr(fn))))
+                return False
+        if turns >= self.limit:
+            state._record_stop(StoppedByLimit(self.limit))
+            return False
+        return True
+
+
+def loop(*, until: Iterable[Until] = (), limit: int = DEFAULT_LIMIT) -> Callable[[LoopBody], Loop]:
+    """Turn ``def body(agent, state)`` (or ``async def``) into a loop with stop rules.
+
+    Example:
+        ```python
+        @loop(until=[waiting_for_user], limit=10)
+        async def my_loop(agent, state):
+            await agent.athink(state)
+            if state.pending_calls:
+                await agent.ause_tools(state)
+        ```
+    """
+    until = tuple(until)
+
+    def decorate(body: LoopBody) -> Loop:
+        return Loop(body, until=until, limit=limit)
+
+    return decorate
+
+
+async def _default_body(agent: Agent, state: State) -> None:
+    await agent.athink(state)
+    if state.pending_calls:
+        await agent.ause_tools(state)
+
+
+default_loop = Loop(_default_body, until=(waiting_for_user,), limit=DEFAULT_LIMIT)
