@@ -25,7 +25,7 @@ from ._messages import Message, ToolCall
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
 from ._reporting import Reporter
-from ._state import RESERVED, State
+from ._state import RESERVED, State, is_interruption
 from ._sync import run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
@@ -323,7 +323,7 @@ class Agent:
 
     def _close_after(self, state: State, error: BaseException) -> None:
         if state.pending_calls:
-            if isinstance(error, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+            if is_interruption(error):
                 state._close_pending("interrupted", "(interrupted by user)")
             else:
                 state._close_pending("aborted", f"(aborted: {type(error).__name__})")

@@ -30,6 +30,7 @@ from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
 from ._permissions import Denied, decide
 from ._reply import Usage
+from ._state import is_interruption
 from ._stopped import StoppedByPermission
 from ._tools import Tool, ToolInputError
 
@@ -99,7 +100,7 @@ class _Turn:
                 await self.run_call(call)
         except BaseException as error:
             with anyio.CancelScope(shield=True):
-                if isinstance(error, anyio.get_cancelled_exc_class()):
+                if is_interruption(error):
                     self.state._close_pending("interrupted", INTERRUPTED)
                 else:
                     self.state._close_pending("aborted", f"(aborted: {type(error).__name__})")

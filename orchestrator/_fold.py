@@ -95,8 +95,8 @@ class Seq(Generic[_T]):
     def to_tuple(self) -> tuple[_T, ...]:
         """The items as a tuple, built once per sequence."""
         if self._tuple is None:
-            items = self._items
-            self._tuple = tuple(items) if len(items) == self._len else tuple(items[: self._len])
+            # One slice, atomic under the GIL: another thread may append to the backing list.
+            self._tuple = tuple(self._items[: self._len])
         return self._tuple
 
 

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeAlias
 from ._json import FrozenList, freeze
 from ._messages import Message, ToolCall, ToolResultBlock
 from ._reply import Reply, Usage
-from ._stopped import Stopped
+from ._stopped import AnyStopped
 
 __all__ = (
     "AskEntry",
@@ -217,7 +217,7 @@ class ErrorEntry(_Entry):
 class StopEntry(_Entry):
     """Something decided that the run stops: the `Stopped` value."""
 
-    content: Stopped
+    content: AnyStopped
     kind: Literal["stop"] = field(default="stop", init=False)
 
 

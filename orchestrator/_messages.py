@@ -12,7 +12,9 @@ import mimetypes
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import Field
 
 from ._json import freeze
 
@@ -118,7 +120,8 @@ class ToolCall:
         object.__setattr__(self, "args", freeze(self.args, f"ToolCall({self.name!r}).args"))
 
 
-ResultContent: TypeAlias = "TextBlock | Image"
+# Discriminated by `kind`, so a stored block always decodes to its own class.
+ResultContent: TypeAlias = Annotated["TextBlock | Image", Field(discriminator="kind")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +129,7 @@ class ToolResultBlock:
     """The result of the tool call `call_id`: text and images, flagged when it is an error."""
 
     call_id: str
-    content: tuple[TextBlock | Image, ...]
+    content: tuple[ResultContent, ...]
     is_error: bool = False
     kind: Literal["tool_result"] = field(default="tool_result", init=False, repr=False)
 
@@ -179,6 +182,7 @@ class RawBlock:
 
 Block: TypeAlias = TextBlock | Image | ToolCall | ToolResultBlock | ReasoningBlock | RawBlock
 _BLOCK_TYPES = (TextBlock, Image, ToolCall, ToolResultBlock, ReasoningBlock, RawBlock)
+AnyBlock: TypeAlias = Annotated[Block, Field(discriminator="kind")]
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +193,7 @@ class Message:
     """
 
     role: Literal["user", "assistant"]
-    content: tuple[Block, ...] = ()
+    content: tuple[AnyBlock, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in ("user", "assistant"):

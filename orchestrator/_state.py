@@ -7,9 +7,11 @@ value without locking.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import difflib
 import re
+import sys
 import threading
 import uuid
 from collections.abc import Generator, Iterable, Mapping
@@ -17,7 +19,6 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Never, cast
 
-import anyio
 import anyio.lowlevel
 import pydantic_core
 
@@ -90,9 +91,17 @@ def _unknown_keywords(kwargs: Mapping[str, object]) -> TypeError:
     )
 
 
+def is_interruption(error: BaseException) -> bool:
+    """Whether `error` is a cancellation (asyncio or trio) or Ctrl+C, also outside a loop."""
+    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+        return True
+    trio: Any = sys.modules.get("trio")
+    return trio is not None and isinstance(error, trio.Cancelled)
+
+
 def error_text(error: BaseException) -> str:
     """How an exception is recorded: ``"TypeName: message"``."""
-    if isinstance(error, anyio.get_cancelled_exc_class() | KeyboardInterrupt):
+    if is_interruption(error):
         return f"{type(error).__name__}: interrupted"
     message = str(error)
     return f"{type(error).__name__}: {message}" if message else type(error).__name__
@@ -149,6 +158,7 @@ class State:
     __slots__ = (
         "__weakref__",
         "_children",
+        "_children_store",
         "_compacting",
         "_folded",
         "_handlers",
@@ -191,6 +201,7 @@ class State:
         self._lock = threading.RLock()
         self._schema = None if schema is None else Schema.parse(schema, RESERVED)
         self._store: Any = None
+        self._children_store: Any = None  # a fork opens children from its original's store
         self._children: dict[str, State] = {}
         self._compacting = False
         self._running = False
@@ -516,6 +527,7 @@ class State:
             copy._folded = value
             copy._schema = self._schema
             copy._store = None
+            copy._children_store = self._store or self._children_store
             copy._children = self._children
             copy._compacting = False
             copy._running = False
@@ -540,12 +552,15 @@ class State:
                 " it. A grandchild opens from its parent: state.child(a).child(b)."
             )
         found = self._children.get(child_id)
-        if found is None and self._store is None:
+        if found is None and self._child_store() is None:
             raise ValueError(
                 f"The child {child_id!r} is not in memory and this State has no store to load it"
                 " from: open it with store.load(child_id) from the store its run used."
             )
         return found
+
+    def _child_store(self) -> Any:
+        return self._store if self._store is not None else self._children_store
 
     def child(self, child_id: str) -> State:
         """The subagent State `child_id`, which a tool call of this State started.
@@ -559,7 +574,7 @@ class State:
         found = self._find_child(child_id)
         if found is not None:
             return found
-        store = self._store
+        store = self._child_store()
         if getattr(store, "async_only", False):
             raise TypeError(
                 f"The store bound to this State ({type(store).__name__}) works only"
@@ -573,7 +588,7 @@ class State:
         found = self._find_child(child_id)
         if found is not None:
             return found
-        return cast("State", await self._store.aload(child_id))
+        return cast("State", await self._child_store().aload(child_id))
 
     def restore(self, snapshot: StateSnapshot) -> None:
         """Go back to `snapshot`, taken earlier from this State.
@@ -829,6 +844,28 @@ class State:
     def _end_run(self) -> None:
         self._running = False
         self._recorded = None
+
+    def _recover(self) -> tuple[HistoryEntry, ...]:
+        """Close a turn that a crash cut off, as a store does on load; returns the new entries.
+
+        A request that was waiting on the model is taken back (an `error` entry), and each
+        pending call gets an ``unknown`` result: the tool may or may not have run, so it is never
+        run again on its own.
+        """
+        with self._lock:
+            start = len(self._folded.entries)
+            if self._folded.waiting:
+                self._record_error(
+                    "Interrupted: the process stopped while the model was being waited on;"
+                    " the request was taken back."
+                )
+            if self._folded.pending:
+                self._close_pending(
+                    "unknown",
+                    "(unknown: the process stopped while this call was open; the tool may or may"
+                    " not have run. Check its effects before running it again.)",
+                )
+            return self._entries_from(start)
 
     def _bind_store(self, store: Any) -> None:
         self._store = store

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import Field
 
 from ._json import freeze
 from ._messages import ToolCall
@@ -23,6 +25,7 @@ class StoppedByFinish:
     """`finish()` was called; `answer` is what it was given (frozen JSON, or None)."""
 
     answer: Any = None
+    kind: Literal["finish"] = field(default="finish", init=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "answer", freeze(self.answer, "the answer"))
@@ -39,6 +42,7 @@ class StoppedByUntil:
     """The `until` function `name` returned true before a turn."""
 
     name: str
+    kind: Literal["until"] = field(default="until", init=False, repr=False)
 
     def __str__(self) -> str:
         return f"stopped: {self.name} returned true"
@@ -49,6 +53,7 @@ class StoppedByLimit:
     """The loop ran `turns` turns, its limit, in this call."""
 
     turns: int
+    kind: Literal["limit"] = field(default="limit", init=False, repr=False)
 
     def __str__(self) -> str:
         return f"stopped: reached the limit of {self.turns} turns"
@@ -60,9 +65,11 @@ class StoppedByPermission:
 
     call: ToolCall
     permission: str
+    kind: Literal["permission"] = field(default="permission", init=False, repr=False)
 
     def __str__(self) -> str:
         return f"stopped: {self.permission} denied the call {self.call.name} ({self.call.id})"
 
 
 Stopped: TypeAlias = StoppedByFinish | StoppedByUntil | StoppedByLimit | StoppedByPermission
+AnyStopped: TypeAlias = Annotated[Stopped, Field(discriminator="kind")]

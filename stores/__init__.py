@@ -1,6 +1,13 @@
-"""stores: persistence backends for orchestrator States (memory, JSONL files, SQLite, aiosqlite).
+"""stores: where orchestrator States are kept.
 
-The backends land with the stores issue; this package holds their shared protocols and codec.
+`Store` (sync) and `AsyncStore` (async) are the two protocols; the backends are `MemoryStore`,
+`FileStore` (JSONL files), `SQLiteStore` (sqlite3) and `AioSQLiteStore` (aiosqlite).
 """
 
-__all__: tuple[str, ...] = ()
+from ._base import AsyncStore as AsyncStore
+from ._base import StateInfo as StateInfo
+from ._base import Store as Store
+from ._base import info_of as info_of
+from ._codec import FORMAT_VERSION as FORMAT_VERSION
+
+__all__ = ("FORMAT_VERSION", "AsyncStore", "StateInfo", "Store", "info_of")

@@ -1,0 +1,109 @@
+"""What every store is: the `Store` and `AsyncStore` protocols and `StateInfo`.
+
+The two protocols have the same method names, the async ones prefixed with ``a``. A backend
+implements one or both. `save` writes only the entries not yet stored (idempotent by `seq`), so
+storage grows with the history, never with snapshots.
+"""
+
+from __future__ import annotations
+
+import builtins
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from orchestrator import State, Stopped, Usage
+
+__all__ = ("AsyncStore", "StateInfo", "Store", "info_of")
+
+TITLE_LENGTH = 200
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateInfo:
+    """What a store knows of a State without loading it: what `list` returns."""
+
+    id: str
+    parent_id: str | None = None
+    parent_call_id: str | None = None
+    title: str = ""  # the first user message, cut to 200 characters
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    turn: int = 0
+    stopped: Stopped | None = None
+    finished: bool = False
+    usage: Usage = field(default_factory=Usage)
+    entries: int = 0
+
+
+def info_of(state: State) -> StateInfo:
+    """The `StateInfo` of `state` as it is now."""
+    snapshot = state.snapshot()
+    title = ""
+    for message in snapshot.messages:
+        if message.role == "user" and not message.tool_results and message.text:
+            title = message.text[:TITLE_LENGTH]
+            break
+    return StateInfo(
+        id=state.id,
+        parent_id=state.parent_id,
+        parent_call_id=state.parent_call_id,
+        title=title,
+        created_at=snapshot.created_at,
+        updated_at=snapshot.updated_at,
+        turn=snapshot.turn,
+        stopped=snapshot.stopped,
+        finished=snapshot.finished,
+        usage=snapshot.usage,
+        entries=len(snapshot.history),
+    )
+
+
+@runtime_checkable
+class Store(Protocol):
+    """A store used from sync code (its methods block)."""
+
+    def save(self, state: State) -> None:
+        """Write the entries of `state` not stored yet, and its info; bind it to this store."""
+        ...
+
+    def load(self, state_id: str) -> State:
+        """The State saved under `state_id`, bound to this store; `LookupError` if absent.
+
+        A turn that was cut off is closed: a request waiting on the model is taken back and each
+        pending call gets an ``unknown`` result (the tool may or may not have run).
+        """
+        ...
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        ...
+
+    def delete(self, state_id: str) -> None:
+        """Forget the State `state_id` (nothing happens if it is absent)."""
+        ...
+
+
+@runtime_checkable
+class AsyncStore(Protocol):
+    """A store used from async code: the same methods as `Store`, awaited, prefixed ``a``."""
+
+    async def asave(self, state: State) -> None:
+        """Write the entries of `state` not stored yet, and its info; bind it to this store."""
+        ...
+
+    async def aload(self, state_id: str) -> State:
+        """The State saved under `state_id`, bound to this store; `LookupError` if absent."""
+        ...
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        ...
+
+    async def adelete(self, state_id: str) -> None:
+        """Forget the State `state_id` (nothing happens if it is absent)."""
+        ...
