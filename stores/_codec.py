@@ -3,7 +3,7 @@
 Every backend writes an entry as the JSON text `encode_entry` gives and reads it back with
 `decode_entry`. The format version is stored beside the entries (`FORMAT_VERSION`); a store
 refuses data written in another version, naming both. JSON text never holds a raw newline, so
-one entry is one line; split on ``b"\\n"`` only (U+2028 may appear raw inside strings).
+one entry is one line; split on the newline byte only (U+2028 may appear raw inside strings).
 """
 
 from __future__ import annotations
