@@ -7,10 +7,11 @@ variant.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import re
 from collections.abc import Iterable
-from typing import Any, TypeVar, overload
+from typing import Any, TypeVar, cast, overload
 
 import anyio
 import anyio.to_thread
@@ -26,6 +27,7 @@ from ._permissions import Permission, check_permissions
 from ._reply import Reply
 from ._reporting import Reporter
 from ._state import RESERVED, State, is_interruption
+from ._subagents import AgentTool
 from ._sync import run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
@@ -33,6 +35,20 @@ from .models import Model, Request
 from .models._base import resolve_model
 
 __all__ = ("Agent",)
+
+# The reporter of the run in progress: children that have none of their own report to it.
+_run_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
+    "orchestrator_run_reporter", default=None
+)
+
+
+def _as_iterable(tools: Any) -> Iterable[Any]:
+    if isinstance(tools, str | bytes) or not isinstance(tools, Iterable):
+        raise TypeError(
+            f"tools must be a list of tools (functions, @tool objects, Agents), got {tools!r}."
+        )
+    return cast("Iterable[Any]", tools)
+
 
 _T = TypeVar("_T")
 _log = get_log("agent")
@@ -114,7 +130,9 @@ class Agent:
         if description is not None and not isinstance(description, str):
             raise TypeError(f"description must be a str, got {type(description).__name__}.")
         self._description = description
-        self._tools = as_tool_list(tools)
+        self._tools = as_tool_list(
+            AgentTool(item) if isinstance(item, Agent) else item for item in _as_iterable(tools)
+        )
         self._tools_by_name = {tool.name: tool for tool in self._tools}
         self._specs = tuple(tool.spec for tool in self._tools)
         self._schema = (
@@ -267,6 +285,7 @@ class Agent:
         self._require_unfinished(state, "run")
         state._begin_run()
         error: BaseException | None = None
+        reporter_token = _run_reporter.set(self._reporter_for(state))
         try:
             if self._schema is not None:
                 state._bind_schema(self._schema)
@@ -275,14 +294,16 @@ class Agent:
             self._report("on_run_start", state)
             _log.info("state.run.started", state_id=state.id, agent=self._name)
             await self._run_loop(state)
+            await self._save(state)
         except BaseException as exc:
             error = exc
             with anyio.CancelScope(shield=True):
                 self._close_after(state, exc)
-                await self._save(state)
+                await self._save_after(state, exc)
             raise
         finally:
             state._end_run()
+            _run_reporter.reset(reporter_token)
             _log.info(
                 "state.run.finished",
                 state_id=state.id,
@@ -290,7 +311,6 @@ class Agent:
                 error=None if error is None else repr(error),
             )
             self._report("on_run_end", state, error)
-        await self._save(state)
         return state.answer
 
     def _start(self, state: State) -> None:
@@ -308,6 +328,10 @@ class Agent:
             parent.child_ids.append(state.id)
             parent.children.append(state)
             parent.state._add_child(state)
+            if self._store is None and state._store is None:
+                inherited = parent.agent._store_for(parent.state)
+                if inherited is not None:
+                    state._bind_store(inherited)
             self._report("on_child_start", parent.state, parent.call, state)
 
     async def _run_loop(self, state: State) -> None:
@@ -356,7 +380,7 @@ class Agent:
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
                 state._record_error(exc, again=True)
-                await self._save(state)
+                await self._save_after(state, exc)
             raise
         state._record_reply(reply)
         _log.debug(
@@ -444,18 +468,31 @@ class Agent:
         """The sync twin of `acompact`."""
         run_sync(self.acompact, state, name="compact")
 
+    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
+        """This agent as a tool: the model passes a task, a child State runs it.
+
+        The tool's result is the child's answer. `name` and `description` default to the
+        agent's own, and one of each is needed.
+        """
+        return AgentTool(self, name=name, description=description)
+
     # -- plumbing --------------------------------------------------------------------------------
 
     def _reporter_for(self, state: State) -> Reporter | None:
-        return self._reporter
+        return self._reporter if self._reporter is not None else _run_reporter.get()
 
     def _report(self, hook: str, *args: Any) -> None:
-        reporter = self._reporter
+        reporter = self._reporter if self._reporter is not None else _run_reporter.get()
         if reporter is not None:
             getattr(reporter, hook)(*args)
 
+    def _store_for(self, state: State) -> Any:
+        """Where `state` is saved: this agent's store, else the store it was loaded from."""
+        return self._store if self._store is not None else state._store
+
     async def _save(self, state: State) -> None:
-        store = self._store
+        """Save `state` at a save point; a sync store runs in a worker thread."""
+        store = self._store_for(state)
         if store is None:
             return
         asave = getattr(store, "asave", None)
@@ -463,3 +500,11 @@ class Agent:
             await asave(state)
         else:
             await anyio.to_thread.run_sync(store.save, state)
+
+    async def _save_after(self, state: State, error: BaseException) -> None:
+        """Save after `error`; a failing save is attached to it as a note, `error` wins."""
+        try:
+            await self._save(state)
+        except Exception as save_error:  # the original error is what the caller must see
+            error.add_note(f"Saving State {state.id} afterwards failed too: {save_error!r}")
+            _log.warning("state.save.failed", state_id=state.id, error=repr(save_error))

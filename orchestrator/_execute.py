@@ -30,7 +30,7 @@ from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
 from ._permissions import Denied, decide
 from ._reply import Usage
-from ._state import is_interruption
+from ._state import error_text, is_interruption
 from ._stopped import StoppedByPermission
 from ._tools import Tool, ToolInputError
 
@@ -77,6 +77,7 @@ class _Turn:
         self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
         self.slots = anyio.CapacityLimiter(limit) if limit else None
         self.fatal: BaseException | None = None
+        self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
         self.stopped = False
         self.scope: anyio.CancelScope | None = None
 
@@ -101,17 +102,20 @@ class _Turn:
         except BaseException as error:
             with anyio.CancelScope(shield=True):
                 if is_interruption(error):
-                    self.state._close_pending("interrupted", INTERRUPTED)
+                    self.state._close_pending("interrupted", INTERRUPTED, self._links())
                 else:
-                    self.state._close_pending("aborted", f"(aborted: {type(error).__name__})")
-                await self.agent._save(self.state)
+                    text = f"(aborted: {type(error).__name__})"
+                    self.state._close_pending("aborted", text, self._links())
+                await self.agent._save_after(self.state, error)
             raise
         if self.stopped:
-            self.state._close_pending("cancelled", "(cancelled: a permission stopped the run)")
+            text = "(cancelled: a permission stopped the run)"
+            self.state._close_pending("cancelled", text, self._links())
         if self.fatal is not None:
-            self.state._close_pending("aborted", f"(aborted: {type(self.fatal).__name__})")
+            text = f"(aborted: {type(self.fatal).__name__})"
+            self.state._close_pending("aborted", text, self._links())
             with anyio.CancelScope(shield=True):
-                await self.agent._save(self.state)
+                await self.agent._save_after(self.state, self.fatal)
             raise self.fatal
 
     async def run_call(self, call: ToolCall) -> None:
@@ -126,7 +130,7 @@ class _Turn:
         agent._report("on_tool_start", state, call)
         started = time.perf_counter()
         tool = self.tools.get(call.name)
-        context = CallContext(state, call, agent)
+        context = self.contexts[call.id] = CallContext(state, call, agent)
         outcome: Outcome = "done"
         update: dict[str, Any] | None = None
         try:
@@ -166,6 +170,14 @@ class _Turn:
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:
+            if context.children:
+                # A subagent of this call failed: the model gets an error result it can act on.
+                text = f"(a subagent of this call failed: {error_text(error)})"
+                outcome, content, is_error = "error", _text(text), True
+                entry = self._record(call, content, is_error, outcome, context, update)
+                agent._report("on_tool_end", state, call, entry)
+                await agent._save(state)
+                return
             _log.warning(
                 "state.tool.raised",
                 state_id=state.id,
@@ -209,6 +221,13 @@ class _Turn:
         call = functools.partial(tool.call, kwargs)
         return await anyio.to_thread.run_sync(call, limiter=self.threads)
 
+    def _links(self) -> dict[str, tuple[list[str], Usage]]:
+        return {
+            call_id: (context.child_ids, _children_usage(context))
+            for call_id, context in self.contexts.items()
+            if context.child_ids
+        }
+
     def _record(
         self,
         call: ToolCall,
@@ -218,9 +237,7 @@ class _Turn:
         context: CallContext,
         update: dict[str, Any] | None,
     ) -> ToolResultEntry:
-        usage = Usage()
-        for child in context.children:
-            usage = usage + child.usage
+        usage = _children_usage(context)
         return self.state._record_tool_result(
             call,
             ToolResultBlock(call.id, content, is_error),
@@ -238,6 +255,13 @@ class _Turn:
         self.state._record_stop(StoppedByPermission(call, permission or "permissions"))
         if self.scope is not None:
             self.scope.cancel()
+
+
+def _children_usage(context: CallContext) -> Usage:
+    usage = Usage()
+    for child in context.children:
+        usage = usage + child.usage
+    return usage
 
 
 class _Result(Exception):

@@ -752,17 +752,31 @@ class State:
                 self._apply_turn_updates(calls)
             return cast("ToolResultEntry", entry)
 
-    def _close_pending(self, outcome: Outcome, text: str) -> tuple[ToolResultEntry, ...]:
-        """Give every pending call an error result `text` with `outcome`."""
+    def _close_pending(
+        self,
+        outcome: Outcome,
+        text: str,
+        links: Mapping[str, tuple[Iterable[str], Usage]] | None = None,
+    ) -> tuple[ToolResultEntry, ...]:
+        """Give every pending call an error result `text` with `outcome`.
+
+        `links` gives, by call id, the subagent States a call started and what they spent.
+        """
+        links = links or {}
         with self._lock:
-            return tuple(
-                self._record_tool_result(
-                    call,
-                    ToolResultBlock(call.id, (TextBlock(text),), is_error=True),
-                    outcome=outcome,
+            entries: list[ToolResultEntry] = []
+            for call in self._folded.pending:
+                child_ids, usage = links.get(call.id, ((), None))
+                entries.append(
+                    self._record_tool_result(
+                        call,
+                        ToolResultBlock(call.id, (TextBlock(text),), is_error=True),
+                        outcome=outcome,
+                        child_ids=child_ids,
+                        usage=usage,
+                    )
                 )
-                for call in self._folded.pending
-            )
+            return tuple(entries)
 
     def _apply_turn_updates(self, calls: tuple[ToolCall, ...]) -> None:
         """Apply the state updates of the turn that just closed, in request order.
