@@ -1,0 +1,694 @@
+"""The hooks the agent loop records a turn with, and the ordering rules of `State.messages`."""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+import pytest
+
+from orchestrator import (
+    Message,
+    Reply,
+    RunStart,
+    State,
+    StateSnapshot,
+    StoppedByFinish,
+    StoppedByLimit,
+    StoppedByPermission,
+    StoppedByUntil,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    Usage,
+)
+
+# Helpers --------------------------------------------------------------------------------------
+
+
+def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
+    """A tool call whose args go through the library's own freezing."""
+    return ToolCall(call_id, name, cast("Any", args))
+
+
+def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
+    """A text result for the call `call_id`."""
+    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
+
+
+def done(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
+    """Record a `done` result for `tool_call`."""
+    state._record_tool_result(tool_call, block(tool_call.id, text), outcome="done", **kwargs)
+
+
+def assert_unchanged(state: State, before: StateSnapshot) -> None:
+    """The State has exactly the value it had before a rejected call."""
+    assert state.snapshot() == before
+    assert len(state.history) == len(before.history)
+
+
+def assert_replays(state: State) -> None:
+    """A State rebuilt from the history has the same value."""
+    assert State(history=state.history).snapshot() == state.snapshot()
+
+
+def texts(state: State) -> list[str]:
+    """The text of each message, tool results shown as `results:<ids>`."""
+    out: list[str] = []
+    for message in state.messages:
+        if message.tool_results:
+            out.append("results:" + ",".join(b.call_id for b in message.tool_results))
+        elif message.tool_calls:
+            out.append(f"{message.text}->" + ",".join(c.id for c in message.tool_calls))
+        else:
+            out.append(message.text)
+    return out
+
+
+USAGE = Usage(input_tokens=10, output_tokens=2, requests=1, cost=0.5)
+
+
+@pytest.fixture
+def state() -> State:
+    return State(messages=[Message.user("Find the bug")])
+
+
+# think, reply and the turn --------------------------------------------------------------------
+
+
+def test_begin_think_records_a_request_and_counts_the_turn(state: State) -> None:
+    state._begin_think(model="fake-1")
+    entry = state.history[-1]
+    assert entry.kind == "model_request"
+    assert entry.content.model == "fake-1"
+    assert entry.content.message_count == 1
+    assert entry.turn == 1
+    assert state.turn == 1
+    assert state.messages == (Message.user("Find the bug"),)
+    assert_replays(state)
+
+
+def test_a_text_reply_enters_messages_and_becomes_the_answer(state: State) -> None:
+    state._begin_think(model="fake")
+    state._record_reply(Reply(Message.assistant("It is in b.py"), USAGE, "end_turn", "fake"))
+    assert texts(state) == ["Find the bug", "It is in b.py"]
+    assert state.turn == 1
+    assert state.answer == "It is in b.py"
+    assert state.usage == USAGE
+    entry = state.history[-1]
+    assert entry.kind == "model_reply"
+    assert entry.content.stop_reason == "end_turn"
+    assert entry.content.model == "fake"
+    assert entry.turn == 1
+    assert_replays(state)
+
+
+def test_think_while_waiting_or_pending_raises_value_error(state: State) -> None:
+    state._begin_think()
+    waiting = state.snapshot()
+    with pytest.raises(ValueError, match="waited on"):
+        state._begin_think()
+    assert_unchanged(state, waiting)
+    state._record_reply(Reply(Message.assistant("", [call("c1")])))
+    pending = state.snapshot()
+    with pytest.raises(ValueError, match="pending"):
+        state._begin_think()
+    assert_unchanged(state, pending)
+
+
+def test_a_reply_without_a_request_raises_value_error(state: State) -> None:
+    before = state.snapshot()
+    with pytest.raises(ValueError, match="model_reply"):
+        state._record_reply(Reply(Message.assistant("unasked")))
+    assert_unchanged(state, before)
+
+
+def test_record_reply_takes_a_reply_only(state: State) -> None:
+    state._begin_think()
+    before = state.snapshot()
+    with pytest.raises(TypeError, match="Reply"):
+        state._record_reply(cast("Any", Message.assistant("no wrapper")))
+    assert_unchanged(state, before)
+
+
+def test_a_reply_with_two_calls_of_one_id_raises_value_error(state: State) -> None:
+    state._begin_think()
+    before = state.snapshot()
+    with pytest.raises(ValueError, match="same id"):
+        state._record_reply(Reply(Message.assistant("", [call("c1"), call("c1", "other")])))
+    assert_unchanged(state, before)
+
+
+def test_a_finished_state_cannot_think(state: State) -> None:
+    state.finish("done")
+    before = state.snapshot()
+    with pytest.raises(ValueError, match="finished"):
+        state._begin_think()
+    assert_unchanged(state, before)
+
+
+# tool calls and results -----------------------------------------------------------------------
+
+
+def test_calls_are_pending_in_request_order_until_each_has_a_result(state: State) -> None:
+    a, b, c = call("a", "read", path="x"), call("b", "grep"), call("c", "run")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("checking", [a, b, c])))
+    assert state.pending_calls == (a, b, c)
+    done(state, b)
+    assert state.pending_calls == (a, c)
+    done(state, c)
+    assert state.pending_calls == (a,)
+    assert texts(state) == ["Find the bug", "checking->a,b,c"]
+    done(state, a)
+    assert state.pending_calls == ()
+    assert texts(state) == ["Find the bug", "checking->a,b,c", "results:a,b,c"]
+    assert_replays(state)
+
+
+def test_results_enter_as_one_user_message_in_request_order(state: State) -> None:
+    calls = [call(f"c{i}") for i in range(5)]
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", calls)))
+    for index in (3, 0, 4, 2, 1):
+        done(state, calls[index], f"result {index}")
+        assert_replays(state)
+    last = state.messages[-1]
+    assert last.role == "user"
+    assert [b.call_id for b in last.tool_results] == ["c0", "c1", "c2", "c3", "c4"]
+    assert [b.text for b in last.tool_results] == [f"result {i}" for i in range(5)]
+    assert len(state.messages) == 3
+    recorded = [e.call.id for e in state.history if e.kind == "tool_result"]
+    assert recorded == ["c3", "c0", "c4", "c2", "c1"]
+
+
+def test_a_tool_result_entry_keeps_call_outcome_and_child_ids(state: State) -> None:
+    delegate = call("d1", "delegate", task="look")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [delegate])))
+    state._record_tool_result(
+        delegate,
+        block("d1", "failed", is_error=True),
+        outcome="error",
+        child_ids=("kid-1", "kid-2"),
+        usage=Usage(output_tokens=4),
+        state_update=None,
+    )
+    entry = state.history[-1]
+    assert entry.kind == "tool_result"
+    assert entry.call == delegate
+    assert entry.outcome == "error"
+    assert entry.child_ids == ("kid-1", "kid-2")
+    assert entry.late is False
+    assert entry.content.is_error is True
+    assert state.messages[-1].tool_results[0].is_error is True
+
+
+def test_messages_added_while_waiting_go_in_after_the_reply(state: State) -> None:
+    state._begin_think()
+    state.add_message(Message.user("also check c.py"))
+    state.add_message(Message.notice("tests failed"))
+    assert texts(state) == ["Find the bug"]
+    assert_replays(state)
+    state._record_reply(Reply(Message.assistant("ok")))
+    assert texts(state) == ["Find the bug", "ok", "also check c.py", "[notice] tests failed"]
+    assert_replays(state)
+
+
+def test_messages_added_while_waiting_go_in_after_all_the_results(state: State) -> None:
+    a, b = call("a"), call("b")
+    state._begin_think()
+    state.add_message(Message.user("while waiting"))
+    state._record_reply(Reply(Message.assistant("", [a, b])))
+    state.add_message(Message.notice("while pending"))
+    done(state, b)
+    assert texts(state) == ["Find the bug", "->a,b"]
+    state.add_message(Message.user("still pending"))
+    done(state, a)
+    assert texts(state) == [
+        "Find the bug",
+        "->a,b",
+        "results:a,b",
+        "while waiting",
+        "[notice] while pending",
+        "still pending",
+    ]
+    assert_replays(state)
+    kinds = [entry.kind for entry in state.history]
+    assert kinds.count("user") == 2
+    assert kinds.count("notice") == 1
+
+
+def test_messages_between_turns_go_in_at_once(state: State) -> None:
+    state.add_message(Message.user("more"))
+    assert texts(state) == ["Find the bug", "more"]
+
+
+# failed thinks --------------------------------------------------------------------------------
+
+
+# The agent loop records errors inside its event loop, so these tests run in one too.
+
+
+@pytest.mark.anyio
+async def test_a_failed_think_takes_the_turn_back(state: State) -> None:
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("first")))
+    state._begin_think()
+    state.add_message(Message.user("held"))
+    assert state.turn == 2
+    state._record_error(RuntimeError("connection reset"))
+    assert state.turn == 1
+    assert state.answer == "first"
+    assert texts(state) == ["Find the bug", "first", "held"]
+    entry = state.history[-1]
+    assert entry.kind == "error"
+    assert entry.content == "RuntimeError: connection reset"
+    assert_replays(state)
+    state._begin_think()
+    assert state.turn == 2
+    assert state.history[-1].turn == 2
+
+
+def test_record_error_of_an_exception_works_outside_an_event_loop(state: State) -> None:
+    # A sync caller (or a worker thread) records a failure without any event loop running.
+    state._begin_think()
+    state._record_error(RuntimeError("connection reset"))
+    assert state.turn == 0
+    entry = state.history[-1]
+    assert entry.kind == "error"
+    assert entry.content == "RuntimeError: connection reset"
+
+
+def test_record_error_takes_a_message_too(state: State) -> None:
+    state._record_error("Cancelled: by the user")
+    entry = state.history[-1]
+    assert entry.kind == "error"
+    assert entry.content == "Cancelled: by the user"
+    assert state.turn == 0
+
+
+@pytest.mark.anyio
+async def test_an_error_while_calls_are_pending_keeps_them(state: State) -> None:
+    pending = call("a")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [pending])))
+    state._record_error(ValueError("tool crashed"))
+    assert state.pending_calls == (pending,)
+    assert state.turn == 1
+    assert_replays(state)
+
+
+# closing and late results ---------------------------------------------------------------------
+
+
+def test_close_pending_gives_every_pending_call_an_error_result(state: State) -> None:
+    a, b, c = call("a"), call("b"), call("c")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [a, b, c])))
+    done(state, b, "b done")
+    state.add_message(Message.user("stop"))
+    entries = state._close_pending("interrupted", "(interrupted by user)")
+    assert [entry.call.id for entry in entries] == ["a", "c"]
+    assert all(entry.outcome == "interrupted" for entry in entries)
+    assert state.pending_calls == ()
+    results = state.messages[-2].tool_results
+    assert [r.call_id for r in results] == ["a", "b", "c"]
+    assert [r.text for r in results] == ["(interrupted by user)", "b done", "(interrupted by user)"]
+    assert [r.is_error for r in results] == [True, False, True]
+    assert state.messages[-1].text == "stop"
+    assert_replays(state)
+
+
+def test_close_pending_with_nothing_pending_records_nothing(state: State) -> None:
+    before = state.snapshot()
+    assert state._close_pending("aborted", "(aborted)") == ()
+    assert_unchanged(state, before)
+
+
+def test_a_result_for_a_closed_call_is_late_and_leaves_messages(state: State) -> None:
+    slow = call("slow", "run")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [slow]), USAGE))
+    state._close_pending("interrupted", "(interrupted by user)")
+    messages = state.messages
+    state._record_tool_result(
+        slow, block("slow", "finally"), outcome="done", usage=Usage(output_tokens=7)
+    )
+    entry = state.history[-1]
+    assert entry.kind == "tool_result"
+    assert entry.late is True
+    assert state.messages == messages
+    assert state.pending_calls == ()
+    assert state.usage == USAGE + Usage(output_tokens=7)
+    assert_replays(state)
+
+
+def test_a_result_for_a_call_never_requested_is_late(state: State) -> None:
+    stranger = call("nobody-asked")
+    messages = state.messages
+    state._record_tool_result(stranger, block("nobody-asked", "x"), outcome="unknown")
+    entry = state.history[-1]
+    assert entry.kind == "tool_result"
+    assert entry.late is True
+    assert state.messages == messages
+    assert_replays(state)
+
+
+def test_a_result_whose_block_names_another_call_raises_value_error(state: State) -> None:
+    a = call("a")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [a])))
+    before = state.snapshot()
+    with pytest.raises(ValueError, match="tool_result"):
+        state._record_tool_result(a, block("b", "x"), outcome="done")
+    assert_unchanged(state, before)
+
+
+def test_a_non_json_state_update_is_refused_when_recorded(state: State) -> None:
+    a = call("a")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [a])))
+    before = state.snapshot()
+    with pytest.raises(TypeError, match="state_update"):
+        state._record_tool_result(a, block("a", "x"), outcome="done", state_update={"s": {1}})
+    assert_unchanged(state, before)
+    assert state.pending_calls == (a,)
+
+
+# usage ----------------------------------------------------------------------------------------
+
+
+def test_usage_adds_replies_asks_compactions_and_subagents(state: State) -> None:
+    delegate = call("d1", "delegate")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [delegate]), Usage(input_tokens=100)))
+    done(state, delegate, child_ids=("kid",), usage=Usage(input_tokens=20, requests=2))
+    state._record_ask("Is it b.py?", {"yes": True}, Usage(output_tokens=3, requests=1))
+    state._compact("b.py is broken", Usage(input_tokens=5, output_tokens=1, requests=1))
+    assert state.usage == Usage(input_tokens=125, output_tokens=4, requests=4)
+    ask = next(e for e in state.history if e.kind == "ask")
+    assert ask.kind == "ask"
+    assert ask.content.question == "Is it b.py?"
+    assert ask.content.answer == {"yes": True}
+    assert_replays(state)
+
+
+def test_usage_cost_is_summed_when_known(state: State) -> None:
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("a"), Usage(input_tokens=1, cost=0.25)))
+    state._record_ask("q", "a", Usage(output_tokens=1, cost=0.5))
+    assert state.usage == Usage(input_tokens=1, output_tokens=1, cost=0.75)
+
+
+def test_restore_does_not_lower_usage(state: State) -> None:
+    before = state.snapshot()
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("spent"), USAGE))
+    state._record_ask("q", "a", USAGE)
+    spent = state.usage
+    state.restore(before)
+    assert state.usage == spent
+    assert state.usage == USAGE + USAGE
+    assert state.messages == before.messages
+    assert_replays(state)
+
+
+def test_a_non_json_ask_answer_is_refused_when_recorded(state: State) -> None:
+    before = state.snapshot()
+    with pytest.raises(TypeError, match="answer"):
+        state._record_ask("q", {"when": object()}, USAGE)
+    assert_unchanged(state, before)
+
+
+def test_ask_answers_are_recorded_as_json(state: State) -> None:
+    state._record_ask("q", {"pair": (1, 2)}, Usage())
+    entry = state.history[-1]
+    assert entry.kind == "ask"
+    answer: Any = entry.content.answer
+    assert answer == {"pair": [1, 2]}
+    with pytest.raises(TypeError):
+        answer["pair"].append(3)
+
+
+def test_an_ask_does_not_change_the_messages(state: State) -> None:
+    messages = state.messages
+    state._record_ask("q", ["a", 1], Usage())
+    assert state.messages == messages
+    assert state.answer is None
+
+
+# answer and stopped ---------------------------------------------------------------------------
+
+
+def test_answer_ignores_replies_with_tool_calls(state: State) -> None:
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("looking", [call("a")])))
+    assert state.answer is None
+    done(state, call("a"))
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("found it")))
+    assert state.answer == "found it"
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("one more look", [call("b")])))
+    assert state.answer == "found it"
+
+
+def test_a_finish_answer_wins_over_later_replies(state: State) -> None:
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [call("submit", "submit")])))
+    state.finish({"file": "b.py"})
+    done(state, call("submit", "submit"))
+    assert state.answer == {"file": "b.py"}
+    assert state.stopped == StoppedByFinish({"file": "b.py"})
+
+
+def test_record_stop_sets_stopped_without_finishing(state: State) -> None:
+    state._record_stop(StoppedByLimit(3))
+    assert state.stopped == StoppedByLimit(3)
+    assert state.finished is False
+    entry = state.history[-1]
+    assert entry.kind == "stop"
+    assert entry.content == StoppedByLimit(3)
+    state._record_stop(StoppedByUntil("waiting_for_user"))
+    assert state.stopped == StoppedByUntil("waiting_for_user")
+    assert_replays(state)
+
+
+def test_a_permission_stop_does_not_finish(state: State) -> None:
+    denied = call("rm", "shell", cmd="rm -rf /")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [denied])))
+    state._record_tool_result(denied, block("rm", "denied", is_error=True), outcome="denied")
+    state._record_stop(StoppedByPermission(denied, "no_shell"))
+    assert state.stopped == StoppedByPermission(denied, "no_shell")
+    assert state.finished is False
+    state.add_message(Message.user("do not delete things"))
+    state._record_run_start(RunStart())
+    state._begin_think()
+    assert state.turn == 2
+
+
+def test_run_start_resets_stopped(state: State) -> None:
+    state._record_stop(StoppedByLimit(3))
+    state._record_run_start(RunStart(agent="a", model="m", tools=("read",)))
+    assert state.stopped is None
+    entry = state.history[-1]
+    assert entry.kind == "run_start"
+    assert entry.content.tools == ("read",)
+    assert_replays(state)
+
+
+@pytest.mark.anyio
+async def test_an_error_entry_resets_stopped(state: State) -> None:
+    state._record_stop(StoppedByLimit(3))
+    state._record_error(RuntimeError("run failed"))
+    assert state.stopped is None
+    state.finish("x")
+    state._record_error(RuntimeError("after finish"))
+    assert state.stopped is None
+    assert state.finished is True
+    assert_replays(state)
+
+
+def test_run_start_while_waiting_raises_value_error(state: State) -> None:
+    state._begin_think()
+    before = state.snapshot()
+    with pytest.raises(ValueError, match="run_start"):
+        state._record_run_start(RunStart())
+    assert_unchanged(state, before)
+
+
+def test_parent_links_come_from_the_first_run_start(state: State) -> None:
+    state._record_run_start(RunStart(parent_id="boss", parent_call_id="call-7"))
+    state._record_run_start(RunStart(parent_id="other", parent_call_id="call-9"))
+    assert state.parent_id == "boss"
+    assert state.parent_call_id == "call-7"
+    entry = state.history[1]
+    assert entry.kind == "run_start"
+    assert entry.parent_id == "boss"
+    assert entry.parent_call_id == "call-7"
+    rebuilt = State(history=state.history)
+    assert (rebuilt.parent_id, rebuilt.parent_call_id) == ("boss", "call-7")
+
+
+def test_a_first_run_start_without_parent_keeps_none(state: State) -> None:
+    state._record_run_start(RunStart())
+    state._record_run_start(RunStart(parent_id="late", parent_call_id="c"))
+    assert state.parent_id is None
+    assert state.parent_call_id is None
+
+
+def test_parent_links_survive_restore(state: State) -> None:
+    before = state.snapshot()
+    state._record_run_start(RunStart(parent_id="boss", parent_call_id="call-7"))
+    state.restore(before)
+    assert state.parent_id == "boss"
+    assert state.parent_call_id == "call-7"
+
+
+# compaction, runs, stores, children -----------------------------------------------------------
+
+
+def test_compact_records_summary_and_usage(state: State) -> None:
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("long answer")))
+    state._compact("short summary", USAGE)
+    assert len(state.messages) == 2
+    assert state.messages[0] == Message.user("Find the bug")
+    assert "short summary" in state.messages[1].text
+    entry = state.history[-1]
+    assert entry.kind == "context_change"
+    assert entry.content.usage == USAGE
+    assert state.usage == USAGE
+    assert_replays(state)
+
+
+def test_compaction_marks_restore_unavailable_until_it_ends(state: State) -> None:
+    before = state.snapshot()
+    state.add_message(Message.user("more"))
+    with state._compaction():
+        state._compact("summary", USAGE)
+        after = state.snapshot()
+        with pytest.raises(ValueError, match="compaction"):
+            state.restore(before)
+        assert_unchanged(state, after)
+        with pytest.raises(ValueError, match="already under way"), state._compaction():
+            pass
+    state.restore(before)
+    assert state.messages == before.messages
+
+
+def test_compaction_ends_when_its_block_raises(state: State) -> None:
+    before = state.snapshot()
+
+    def fail() -> None:
+        with state._compaction():
+            raise RuntimeError("model failed")
+
+    with pytest.raises(RuntimeError, match="model failed"):
+        fail()
+    state.restore(before)
+    assert state.history[-1].kind == "context_change"
+
+
+def test_one_run_at_a_time(state: State) -> None:
+    before = state.snapshot()
+    state._begin_run()
+    with pytest.raises(ValueError, match="already running"):
+        state._begin_run()
+    state._end_run()
+    state._begin_run()
+    state._end_run()
+    assert_unchanged(state, before)
+
+
+def test_a_fork_of_a_running_state_can_run(state: State) -> None:
+    state._begin_run()
+    copy = state.fork()
+    copy._begin_run()
+    copy._end_run()
+    state._end_run()
+
+
+class _Store:
+    async_only = False
+
+    def __init__(self, **states: State) -> None:
+        self.states = states
+
+    def load(self, state_id: str) -> State:
+        return State(id=state_id, history=self.states[state_id].history)
+
+
+def test_bind_store_lets_child_load_from_it(state: State) -> None:
+    delegate = call("d1", "delegate")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [delegate])))
+    done(state, delegate, child_ids=("kid",))
+    kid = State(id="kid", messages=[Message.user("look")])
+    rebuilt = State(id=state.id, history=state.history)
+    with pytest.raises(ValueError, match="not in memory"):
+        rebuilt.child("kid")
+    rebuilt._bind_store(_Store(kid=kid))
+    assert rebuilt.child("kid").messages == kid.messages
+    state._add_child(kid)
+    assert state.child("kid") is kid
+
+
+def test_add_child_alone_does_not_make_a_child(state: State) -> None:
+    kid = State(id="kid")
+    state._add_child(kid)
+    with pytest.raises(KeyError):
+        state.child("kid")
+
+
+# state updates of tools -----------------------------------------------------------------------
+
+
+def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: State) -> None:
+    first, second = call("first"), call("second")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [first, second])))
+    state._record_tool_result(
+        second, block("second", "2"), outcome="done", state_update={"winner": "second"}
+    )
+    assert "winner" not in state.extra_data
+    state._record_tool_result(
+        first, block("first", "1"), outcome="done", state_update={"winner": "first", "a": [1]}
+    )
+    # The later call in request order wins a replace, whatever order the results came in.
+    assert state.extra_data == {"winner": "second", "a": [1]}
+    assert state.history[-1].kind == "extra_data"
+    assert_replays(state)
+
+
+def test_state_updates_of_late_results_are_not_applied(state: State) -> None:
+    slow = call("slow")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [slow])))
+    state._close_pending("cancelled", "(cancelled)")
+    state._record_tool_result(slow, block("slow", "x"), outcome="done", state_update={"k": 1})
+    assert "k" not in state.extra_data
+    assert_replays(state)
+
+
+# entries --------------------------------------------------------------------------------------
+
+
+def test_entries_are_numbered_and_carry_their_turn(state: State) -> None:
+    a = call("a")
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("", [a])))
+    done(state, a)
+    state._begin_think()
+    state._record_reply(Reply(Message.assistant("done")))
+    history = state.history
+    assert [entry.seq for entry in history] == list(range(len(history)))
+    assert [(entry.kind, entry.turn) for entry in history] == [
+        ("context_change", 0),
+        ("model_request", 1),
+        ("model_reply", 1),
+        ("tool_result", 1),
+        ("model_request", 2),
+        ("model_reply", 2),
+    ]

@@ -1,0 +1,193 @@
+"""The benchmarks still run: each benchmark at a tiny size, and the CLI once with --quick.
+
+No timing is asserted here: the numbers are for `make bench` to print, not for the test suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from benchmarks import __main__ as cli
+from benchmarks.report import Metric, Previous, format_change, load_previous, render, save
+from benchmarks.state_bench import (
+    bench_materialize,
+    bench_memory,
+    bench_recording,
+    bench_replay,
+    best_of,
+)
+from benchmarks.workload import Recorded, build_history, record_turn
+from orchestrator import State
+
+
+@pytest.fixture(scope="module")
+def recorded() -> Recorded:
+    return build_history(300)
+
+
+def check(metrics: list[Metric], keys: set[str]) -> dict[str, Metric]:
+    by_key = {m.key: m for m in metrics}
+    assert set(by_key) == keys
+    for m in metrics:
+        assert isinstance(m.value, float | int)
+        assert math.isfinite(m.value)
+        assert m.value > 0, m
+        assert m.label
+        assert m.unit
+    return by_key
+
+
+def test_record_turn_counts_what_it_records() -> None:
+    state = State()
+    for turn in range(12):
+        before = len(state.history)
+        added = record_turn(state, turn)
+        assert added == len(state.history) - before
+        assert state.pending_calls == ()
+    kinds = {entry.kind for entry in state.history}
+    assert kinds == {"user", "model_request", "model_reply", "tool_result", "extra_data"}
+
+
+def test_build_history_ends_turns_where_it_says(recorded: Recorded) -> None:
+    assert len(recorded.history) >= 300
+    assert list(recorded.turn_ends) == sorted(set(recorded.turn_ends))
+    assert recorded.turn_ends[-1] == len(recorded.history)
+    prefix, next_turn = recorded.closed_prefix(150)
+    assert len(prefix) >= 150
+    assert len(prefix) in recorded.turn_ends
+    state = State(history=prefix)
+    assert state.pending_calls == ()
+    assert state.turn == next_turn
+    with pytest.raises(ValueError, match="fewer than"):
+        recorded.closed_prefix(len(recorded.history) + 1)
+
+
+def test_best_of_takes_the_smallest() -> None:
+    results = iter([3.0, 1.0, 2.0])
+    assert best_of(3, lambda: next(results)) == 1.0
+    with pytest.raises(ValueError, match="at least 1"):
+        best_of(0, lambda: 1.0)
+
+
+def test_bench_replay(recorded: Recorded) -> None:
+    metrics = check(
+        bench_replay(recorded, (100, 200), repeats=1),
+        {
+            "replay.100.seconds",
+            "replay.100.us_per_entry",
+            "replay.200.seconds",
+            "replay.200.us_per_entry",
+            "replay.ratio",
+        },
+    )
+    seconds = metrics["replay.200.seconds"].value
+    assert metrics["replay.200.us_per_entry"].value == pytest.approx(seconds / 200 * 1e6)
+    assert metrics["replay.ratio"].target is not None
+    assert metrics["replay.ratio"].ok is not None
+    assert metrics["replay.200.seconds"].target is None  # only the 100,000 size has a target
+
+
+def test_bench_recording(recorded: Recorded) -> None:
+    metrics = check(
+        bench_recording(recorded, (50, 200), batch=40, repeats=1),
+        {
+            "record.at_50.us_per_entry",
+            "record.user.at_50.us_per_entry",
+            "record.at_200.us_per_entry",
+            "record.user.at_200.us_per_entry",
+            "record.ratio",
+        },
+    )
+    assert metrics["record.ratio"].value == pytest.approx(
+        metrics["record.at_200.us_per_entry"].value / metrics["record.at_50.us_per_entry"].value
+    )
+
+
+def test_bench_memory() -> None:
+    metrics = check(
+        bench_memory(100),
+        {
+            "memory.user.bytes_per_entry",
+            "memory.tool_result.bytes_per_entry",
+            "memory.mix.bytes_per_entry",
+        },
+    )
+    for m in metrics.values():
+        assert 50 < m.value < 100_000, m  # an entry holds real objects, not megabytes
+
+
+def test_bench_materialize(recorded: Recorded) -> None:
+    check(
+        bench_materialize(recorded, 200, repeats=1),
+        {
+            "read.snapshot.at_200.ms",
+            "read.messages.at_200.ms",
+            "read.history.at_200.ms",
+            "read.snapshot_cached.at_200.us",
+        },
+    )
+
+
+def test_results_round_trip_and_table(tmp_path: Path) -> None:
+    path = tmp_path / "results" / "latest.json"
+    assert load_previous(path) is None
+    metrics = [
+        Metric("a", "first", 2.0, "s", target="< 1 s", ok=False),
+        Metric("b", "second", 0.5, "x"),
+    ]
+    save(path, metrics)
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    assert payload["metrics"]["a"] == {"label": "first", "value": 2.0, "unit": "s"}
+    previous = load_previous(path)
+    assert previous is not None
+    assert previous.values == {"a": 2.0, "b": 0.5}
+
+    table = render([Metric("a", "first", 3.0, "s", target="< 1 s", ok=False)], previous)
+    row = next(line for line in table.splitlines() if line.startswith("first"))
+    assert "3.00 s" in row
+    assert "2.00 s" in row
+    assert "+50.0%" in row
+    assert "MISSED" in row
+    assert "none (this run becomes the baseline)" in render(metrics, None)
+
+    path.write_text("{not json", encoding="utf-8")
+    assert load_previous(path) is None
+    assert format_change(1.0, None) == "-"
+    assert format_change(0.9, 1.0) == "-10.0%"
+    assert format_change(1.0000001, 1.0) == "0.0%"
+
+
+def test_cli_quick_compares_with_the_previous_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "latest.json"
+    save(path, [Metric("replay.200.seconds", "replay 200 entries", 1.0, "s")])
+    before = load_previous(path)
+    assert isinstance(before, Previous)
+
+    assert cli.main(["--quick", "--results", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"previous run: {before.created_at}" in out
+    row = next(line for line in out.splitlines() if line.startswith("replay 200 entries "))
+    assert "1.00 s" in row
+    assert "%" in row
+    assert f"saved to {path}" in out
+
+    saved = load_previous(path)
+    assert saved is not None
+    assert {"replay.ratio", "record.ratio", "memory.user.bytes_per_entry"} <= set(saved.values)
+
+
+def test_cli_quick_without_results_never_touches_the_baseline(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    baseline = tmp_path / "latest.json"
+    monkeypatch.setattr(cli, "RESULTS", baseline)
+    monkeypatch.setattr(cli, "QUICK", cli.Config((50, 100), (50, 100), 20, 50, 100, 1))
+    assert cli.main(["--quick"]) == 0
+    assert "(not saved)" in capsys.readouterr().out
+    assert not baseline.exists()

@@ -1,0 +1,53 @@
+"""Every program in examples/ runs to the end and says what it should."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+# Lines each example must print (whole lines, leading and trailing spaces ignored).
+EXPECTED: dict[str, tuple[str, ...]] = {
+    "quickstart.py": (
+        "notes: ['look at refunds', 'check the retry loop']",
+        "refused: 'owner' is not declared; has('owner') is False",
+        "pending: ['read_file', 'run_tests']",
+        "after the first result: pending ['read_file']",
+        "results in request order: call_1, call_2",
+        "3. user brings the results of call_1, call_2",
+        "4. user: Also check the retry loop",
+        "the fork has 5 messages, the original 4",
+        "messages and extra data are back: True",
+        "answer: {'file': 'refunds.py', 'line': 42}  finished: True  turn: 2",
+        "snapshot equal after replay: True",
+    ),
+}
+
+
+def test_examples_exist() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert "quickstart.py" in names
+    assert set(EXPECTED) <= names, f"EXPECTED names a missing example: {set(EXPECTED) - names}"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[path.name for path in EXAMPLES])
+def test_example_runs(path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, f"{path.name} failed:\n{done.stdout}\n{done.stderr}"
+    assert done.stderr == "", f"{path.name} wrote to stderr:\n{done.stderr}"
+    lines = [line.strip() for line in done.stdout.splitlines()]
+    assert lines, f"{path.name} printed nothing"
+    for expected in EXPECTED.get(path.name, ()):
+        assert expected in lines, f"{path.name} did not print {expected!r}:\n{done.stdout}"
