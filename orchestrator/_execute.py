@@ -99,31 +99,48 @@ class _Turn:
                 if self.fatal is not None or self.stopped:
                     break
                 await self.run_call(call)
-        except BaseException as error:
+        except BaseException as error:  # a cancellation from outside: run_call keeps the rest
             with anyio.CancelScope(shield=True):
-                if is_interruption(error):
-                    self.state._close_pending("interrupted", INTERRUPTED, self._links())
-                else:
-                    text = f"(aborted: {type(error).__name__})"
-                    self.state._close_pending("aborted", text, self._links())
+                self._close(error)
                 await self.agent._save_after(self.state, error)
             raise
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
             self.state._close_pending("cancelled", text, self._links())
         if self.fatal is not None:
-            text = f"(aborted: {type(self.fatal).__name__})"
-            self.state._close_pending("aborted", text, self._links())
             with anyio.CancelScope(shield=True):
+                self._close(self.fatal)
                 await self.agent._save_after(self.state, self.fatal)
             raise self.fatal
 
-    async def run_call(self, call: ToolCall) -> None:
-        if self.slots is None:
-            await self._run_call(call)
+    def _close(self, error: BaseException) -> None:
+        """Close the calls still pending after `error`: interrupted, or aborted."""
+        if is_interruption(error):
+            self.state._close_pending("interrupted", INTERRUPTED, self._links())
         else:
-            async with self.slots:
+            text = f"(aborted: {type(error).__name__})"
+            self.state._close_pending("aborted", text, self._links())
+
+    async def run_call(self, call: ToolCall) -> None:
+        """Run one call; an exception other than a cancellation is kept, never raised here.
+
+        Keeping it (in `fatal`) lets the turn wait for the calls still running and re-raise the
+        same object afterwards, instead of a task group's exception group. Ctrl+C (or any
+        BaseException) also cancels the calls still running.
+        """
+        try:
+            if self.slots is None:
                 await self._run_call(call)
+            else:
+                async with self.slots:
+                    await self._run_call(call)
+        except anyio.get_cancelled_exc_class():
+            raise
+        except BaseException as error:
+            if self.fatal is None:
+                self.fatal = error
+            if not isinstance(error, Exception) and self.scope is not None:
+                self.scope.cancel()
 
     async def _run_call(self, call: ToolCall) -> None:
         state, agent = self.state, self.agent
@@ -145,9 +162,7 @@ class _Turn:
             try:
                 kwargs = tool.bind(call.args, state)
             except ToolInputError as error:
-                raise _Result(
-                    "input_error", f"Invalid arguments for {call.name}: {error}"
-                ) from None
+                raise _Result("input_error", str(error)) from None
             value = await self._invoke(tool, kwargs, context)
             try:
                 converted = tool.convert(value)
@@ -206,20 +221,23 @@ class _Turn:
         token = current_call.set(context)
         try:
             if timeout is None:
-                return await self._call(tool, kwargs)
+                return await self._call(tool, kwargs, timed=False)
             with anyio.move_on_after(timeout):
-                return await self._call(tool, kwargs)
+                return await self._call(tool, kwargs, timed=True)
             raise _Result("error", f"(timed out after {timeout:g} s)")
         finally:
             current_call.reset(token)
 
-    async def _call(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
+    async def _call(self, tool: Tool, kwargs: dict[str, Any], *, timed: bool) -> Any:
         if tool.is_async:
             return await tool.acall(kwargs)
         if self.threads is None:
             self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or DEFAULT_THREADS)
         call = functools.partial(tool.call, kwargs)
-        return await anyio.to_thread.run_sync(call, limiter=self.threads)
+        # A sync tool with a timeout is left to finish in its worker thread when the time is up
+        # (Python cannot stop a thread): its result is dropped. Without a timeout we wait for
+        # it, so nothing runs on after the turn.
+        return await anyio.to_thread.run_sync(call, limiter=self.threads, abandon_on_cancel=timed)
 
     def _links(self) -> dict[str, tuple[list[str], Usage]]:
         return {

@@ -9,10 +9,11 @@ successive values, and tuples are only built when somebody reads them.
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar, cast, overload
 
 from ._history import (
     ENTRY_TYPES,
@@ -43,11 +44,12 @@ class Inconsistent(ValueError):
     """An entry cannot follow the ones before it."""
 
 
-class Seq(Generic[_T]):
+class Seq(Sequence[_T]):
     """An immutable sequence that appends in O(1) by sharing its backing list.
 
     Appending to the longest sequence of a backing list extends that list in place; appending to
-    a shorter one (an older value, after a restore) copies its prefix first.
+    a shorter one (an older value, after a restore) copies its prefix first. It is also a cheap
+    read-only view: a model request holds the messages as a `Seq`, not a copy.
     """
 
     __slots__ = ("_items", "_len", "_tuple")
@@ -67,7 +69,9 @@ class Seq(Generic[_T]):
         """A new sequence with `item` at the end; this one is unchanged."""
         with _GROW:
             items = self._items
-            if len(items) != self._len:
+            if self._len == 0:
+                items = []  # never grow a list shared by every empty sequence
+            elif len(items) != self._len:
                 items = items[: self._len]
             items.append(item)
         return Seq(items, self._len + 1)
@@ -81,6 +85,37 @@ class Seq(Generic[_T]):
 
     def __len__(self) -> int:
         return self._len
+
+    @overload
+    def __getitem__(self, index: int) -> _T: ...
+    @overload
+    def __getitem__(self, index: slice) -> tuple[_T, ...]: ...
+    def __getitem__(self, index: int | slice) -> _T | tuple[_T, ...]:
+        if isinstance(index, slice):
+            return self.to_tuple()[index]
+        size = self._len
+        if index < 0:
+            index += size
+        if not 0 <= index < size:
+            raise IndexError("sequence index out of range")
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[_T]:
+        # islice stops at our length even if the backing list grows meanwhile.
+        return itertools.islice(self._items, self._len)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Seq | tuple | list):
+            items = cast("Sequence[object]", other)
+            return len(items) == self._len and all(
+                a is b or a == b for a, b in zip(self, items, strict=True)
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"Seq({list(self)!r})"
 
     def last(self) -> _T:
         """The last item; the sequence must not be empty."""

@@ -14,7 +14,7 @@ import re
 import sys
 import threading
 import uuid
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Generator, Iterable, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, Never, cast
@@ -251,11 +251,14 @@ class State:
                 )
         return cast("tuple[Message, ...]", items)
 
-    def _check_schema_data(self, data: Mapping[str, Any]) -> dict[str, Any]:
-        assert self._schema is not None
+    def _check_schema_data(
+        self, data: Mapping[str, Any], schema: Schema | None = None
+    ) -> dict[str, Any]:
+        schema = schema or self._schema
+        assert schema is not None
         checked: dict[str, Any] = {}
         for key, value in data.items():
-            field = self._schema.fields.get(key)
+            field = schema.fields.get(key)
             if field is not None:
                 checked[key] = field.validate(thaw(value))
         return checked
@@ -671,8 +674,8 @@ class State:
 
     # -- hooks for the agent loop and the stores (library use only) ------------------------------
 
-    def _begin_think(self, *, model: str | None = None) -> tuple[Message, ...]:
-        """Record a model request; returns the messages the request must carry."""
+    def _begin_think(self, *, model: str | None = None) -> Sequence[Message]:
+        """Record a model request; returns the messages the request must carry (a view)."""
         with self._lock:
             if self._folded.finished:
                 raise ValueError(
@@ -680,7 +683,7 @@ class State:
                     " or start a new State from state.messages."
                 )
             self._require_closed_turn("think")
-            messages = self._folded.messages.to_tuple()
+            messages = self._folded.messages
             self._record(ModelRequestEntry, ModelRequest(model=model, message_count=len(messages)))
             return messages
 
@@ -887,7 +890,7 @@ class State:
     def _bind_schema(self, schema: Schema) -> None:
         with self._lock:
             if self._schema is None:
-                self._check_schema_data(self._folded.extra_data)
+                self._check_schema_data(self._folded.extra_data, schema)
                 self._schema = schema
             elif self._schema != schema:
                 raise ValueError(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -19,10 +19,13 @@ TextCallback = Callable[[str], None]
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """One model request: the instructions, the messages the model sees, and the tool specs."""
+    """One model request: the instructions, the messages the model sees, and the tool specs.
+
+    `messages` is a read-only sequence (compare it with a tuple or list, index and iterate it).
+    """
 
     system: str | None
-    messages: tuple[Message, ...]
+    messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
 
 
