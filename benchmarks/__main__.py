@@ -1,0 +1,129 @@
+"""Run the benchmarks: ``python -m benchmarks`` (or ``make bench``).
+
+Prints a table of the results next to the previous run's (``benchmarks/results/latest.json``),
+then saves this run there. ``--quick`` runs everything at a tiny size, to check that it works.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .agent_bench import bench_fanout, bench_parallel_tools, bench_subagents, bench_turns
+from .report import Metric, load_previous, render, save
+from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
+from .workload import build_history
+
+RESULTS = Path(__file__).parent / "results" / "latest.json"
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The sizes a run measures at."""
+
+    replay_sizes: tuple[int, ...]
+    record_points: tuple[int, ...]
+    record_batch: int
+    memory_count: int
+    read_size: int
+    repeats: int
+    turn_counts: tuple[int, ...] = (200, 2_000)
+    fanout: int = 1_000
+
+    @property
+    def history_size(self) -> int:
+        """How many entries the shared recorded history needs."""
+        return max(*self.replay_sizes, *self.record_points, self.read_size)
+
+
+FULL = Config(
+    replay_sizes=(10_000, 100_000),
+    record_points=(1_000, 100_000),
+    record_batch=1_000,
+    memory_count=5_000,
+    read_size=100_000,
+    repeats=5,
+)
+QUICK = Config(
+    replay_sizes=(200, 2_000),
+    record_points=(200, 2_000),
+    record_batch=200,
+    memory_count=200,
+    read_size=2_000,
+    repeats=2,
+    turn_counts=(20, 200),
+    fanout=20,
+)
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run(config: Config) -> list[Metric]:
+    """Run every benchmark at the sizes of `config`."""
+    _progress(f"recording a history of {config.history_size:,} entries ...")
+    start = time.perf_counter()
+    recorded = build_history(config.history_size)
+    elapsed = time.perf_counter() - start
+    size = len(recorded.history)
+    metrics = [
+        Metric(
+            "record.build.us_per_entry",
+            f"record {size:,} entries from empty, per entry",
+            elapsed / size * 1e6,
+            "µs",
+        )
+    ]
+    _progress("replay ...")
+    metrics += bench_replay(recorded, config.replay_sizes, config.repeats)
+    _progress("recording as history grows ...")
+    metrics += bench_recording(recorded, config.record_points, config.record_batch, config.repeats)
+    _progress("memory ...")
+    metrics += bench_memory(config.memory_count)
+    _progress("reads after a change ...")
+    metrics += bench_materialize(recorded, config.read_size, config.repeats)
+    _progress("agent loop: turns ...")
+    metrics += bench_turns(config.turn_counts, config.repeats)
+    _progress("agent loop: parallel tools ...")
+    metrics += bench_parallel_tools(config.repeats)
+    _progress("subagents ...")
+    metrics += bench_subagents(config.repeats)
+    metrics += bench_fanout(config.fanout)
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmarks, print the table and save the results; return the exit code."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes, to check that it runs")
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="the JSON file to compare with and write (default: benchmarks/results/latest.json;"
+        " none with --quick, so a quick run never replaces the real baseline)",
+    )
+    parser.add_argument("--no-save", action="store_true", help="compare, but do not write")
+    args = parser.parse_args(argv)
+    results: Path | None = args.results if args.results is not None or args.quick else RESULTS
+    previous = load_previous(results) if results is not None else None
+    started = time.perf_counter()
+    metrics = run(QUICK if args.quick else FULL)
+    print(render(metrics, previous))
+    print(f"\n{len(metrics)} results in {time.perf_counter() - started:.1f} s", end="")
+    if results is None or args.no_save:
+        print(" (not saved)")
+    else:
+        save(results, metrics)
+        shown = results.relative_to(Path.cwd()) if results.is_relative_to(Path.cwd()) else results
+        print(f", saved to {shown}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,213 @@
+"""Agent loop benchmarks: framework overhead per turn, parallel tool calls, subagents.
+
+All run on `FakeModel` (zero latency), so what is measured is the framework.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import anyio
+
+from orchestrator import Agent, Loop, Message, State, tool, waiting_for_user
+from orchestrator.testing import FakeModel, tool_call
+
+from .report import Metric
+
+__all__ = ("bench_fanout", "bench_parallel_tools", "bench_subagents", "bench_turns")
+
+
+def _timed(run: Callable[[], Awaitable[Any]], repeats: int) -> float:
+    """The best wall time of `repeats` runs of the async `run`, in seconds."""
+    best = float("inf")
+    for _ in range(repeats):
+        gc.collect()
+
+        async def once() -> float:
+            start = time.perf_counter()
+            await run()
+            return time.perf_counter() - start
+
+        best = min(best, anyio.run(once))
+    return best
+
+
+async def _default_body(agent: Agent, state: State) -> None:
+    await agent.athink(state)
+    if state.pending_calls:
+        await agent.ause_tools(state)
+
+
+def bench_turns(turn_counts: Sequence[int], repeats: int) -> list[Metric]:
+    """Framework overhead per turn: one tool call per turn, no store."""
+
+    @tool
+    async def noop(x: int) -> str:
+        """Do nothing."""
+        return "ok"
+
+    metrics: list[Metric] = []
+    per_turn: list[float] = []
+    for turns in turn_counts:
+
+        async def run(turns: int = turns) -> None:
+            model = FakeModel([tool_call("noop", x=i) for i in range(turns)] + ["done"])
+            body = Loop(_default_body, until=[waiting_for_user], limit=turns + 1)
+            await Agent(model, tools=[noop], loop=body).arun("go")
+
+        seconds = _timed(run, repeats)
+        us = seconds / turns * 1e6
+        per_turn.append(us)
+        metrics.append(
+            Metric(
+                f"loop.turn.{turns}.us",
+                f"overhead per turn, {turns:,} turns of one tool call",
+                us,
+                "µs",
+                "< 100 µs",
+                us < 100,
+            )
+        )
+    if len(per_turn) >= 2:
+        ratio = per_turn[-1] / per_turn[0]
+        metrics.append(
+            Metric(
+                "loop.turn.ratio",
+                f"per-turn cost at {turn_counts[-1]:,} / at {turn_counts[0]:,} turns",
+                ratio,
+                "x",
+                "about 1 (flat)",
+                ratio < 1.5,
+            )
+        )
+    return metrics
+
+
+def bench_parallel_tools(repeats: int) -> list[Metric]:
+    """One turn of many tool calls that each sleep 10 ms: wall time of `use_tools`."""
+
+    @tool
+    async def nap() -> str:
+        """Sleep 10 ms."""
+        await anyio.sleep(0.01)
+        return "ok"
+
+    @tool
+    def sync_nap() -> str:
+        """Sleep 10 ms in a worker thread."""
+        time.sleep(0.01)
+        return "ok"
+
+    cases: list[tuple[str, str, int, Any, int | None, float]] = [
+        ("tools.async.50.ms", "50 async tools sleeping 10 ms, one turn", 50, nap, None, 15),
+        ("tools.async.1000.ms", "1,000 async tools sleeping 10 ms, one turn", 1000, nap, None, 100),
+        (
+            "tools.sync.50.ms",
+            "50 sync tools sleeping 10 ms, max_concurrency=50",
+            50,
+            sync_nap,
+            50,
+            30,
+        ),
+    ]
+    metrics: list[Metric] = []
+    for key, label, count, fn, limit, target in cases:
+
+        async def run(count: int = count, fn: Any = fn, limit: int | None = limit) -> float:
+            model = FakeModel([[tool_call(fn.name) for _ in range(count)]])
+            agent = Agent(model, tools=[fn], max_concurrency=limit)
+            state = State(messages=[Message.user("go")])
+            await agent.athink(state)
+            start = time.perf_counter()
+            await agent.ause_tools(state)
+            return time.perf_counter() - start
+
+        best = min(anyio.run(run) for _ in range(repeats))
+        ms = best * 1000
+        metrics.append(Metric(key, label, ms, "ms", f"< {target:g} ms", ms < target))
+    return metrics
+
+
+def bench_subagents(repeats: int) -> list[Metric]:
+    """20 children under one parent, each 5 turns of one async tool sleeping 10 ms."""
+
+    @tool
+    async def nap() -> str:
+        """Sleep 10 ms."""
+        await anyio.sleep(0.01)
+        return "ok"
+
+    async def run() -> None:
+        def child_model() -> FakeModel:
+            return FakeModel([tool_call("nap") for _ in range(5)] + ["child done"])
+
+        @tool
+        async def delegate(task: str) -> str:
+            """Run a child agent."""
+            body = Loop(_default_body, until=[waiting_for_user], limit=10)
+            return str(await Agent(child_model(), tools=[nap], loop=body).arun(task))
+
+        calls = [tool_call("delegate", task=f"part {i}") for i in range(20)]
+        await Agent(FakeModel([calls, "all done"]), tools=[delegate]).arun("go")
+
+    ms = _timed(run, repeats) * 1000
+    return [
+        Metric(
+            "subagents.20x5.ms",
+            "20 children x 5 turns of a 10 ms async tool",
+            ms,
+            "ms",
+            "< 70 ms",
+            ms < 70,
+        )
+    ]
+
+
+def bench_fanout(children: int) -> list[Metric]:
+    """`children` concurrent children, each 3 turns with one async tool call: time and memory."""
+
+    @tool
+    async def step() -> str:
+        """One step."""
+        await anyio.lowlevel.checkpoint()
+        return "ok"
+
+    async def run() -> None:
+        @tool
+        async def delegate(task: str) -> str:
+            """Run a child agent."""
+            model = FakeModel([tool_call("step"), tool_call("step"), tool_call("step"), "done"])
+            return str(await Agent(model, tools=[step]).arun(task))
+
+        calls = [tool_call("delegate", task=f"part {i}") for i in range(children)]
+        await Agent(FakeModel([calls, "all done"]), tools=[delegate]).arun("go")
+
+    gc.collect()
+    tracemalloc.start()
+    start = time.perf_counter()
+    anyio.run(run)
+    seconds = time.perf_counter() - start
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return [
+        Metric(
+            f"subagents.fanout.{children}.s",
+            f"{children:,} concurrent children x 3 turns, no store (under tracemalloc)",
+            seconds,
+            "s",
+            "< 3 s",
+            seconds < 3,
+        ),
+        Metric(
+            f"subagents.fanout.{children}.peak_mb",
+            f"{children:,} concurrent children, peak traced memory",
+            peak / 1e6,
+            "MB",
+            "< 300 MB",
+            peak / 1e6 < 300,
+        ),
+    ]

@@ -1,0 +1,110 @@
+"""Quick start: a State, its typed data, one turn, snapshots, fork, restore, finish and replay.
+
+The Agent that drives a State comes in a later release. Here one turn is played by hand through
+the hooks its loop uses (`_begin_think`, `_record_reply`, `_record_tool_result`), so no model and
+no network are needed. Run it with ``make demo`` or ``python examples/quickstart.py``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from orchestrator import (
+    Message,
+    Reply,
+    State,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    Usage,
+    merge_lists,
+)
+
+
+def describe(message: Message) -> str:
+    """One line for a message: who, and what it holds."""
+    if message.tool_calls:
+        return f"assistant asks for {', '.join(c.id for c in message.tool_calls)}"
+    if message.tool_results:
+        return f"user brings the results of {', '.join(r.call_id for r in message.tool_results)}"
+    return f"{message.role}: {message.text}"
+
+
+def show(state: State) -> None:
+    for number, message in enumerate(state.messages, 1):
+        print(f"   {number}. {describe(message)}")
+
+
+def result(call: ToolCall, text: str) -> ToolResultBlock:
+    return ToolResultBlock(call.id, (TextBlock(text),))
+
+
+def main() -> None:
+    print("1. A State with a first message, free-form extra data and a typed key")
+    state = State(
+        id="quickstart",
+        messages=[Message.user("Find the bug in the payments service")],
+        extra_data={"repo": "payments"},
+        schema={"notes": {"type": list[str]}},
+    )
+    print(f"   id={state.id} messages={len(state.messages)} repo={state.extra_data['repo']}")
+
+    print("2. Typed data: list keys merge with merge_lists, values are validated")
+    state.set("notes", ["look at refunds"])
+    state.set("notes", "check the retry loop")  # a single item is appended too
+    print(f"   notes: {list(state.get('notes'))}")
+    print(f"   merge_lists(['a'], 'b') == {merge_lists(['a'], 'b')}")
+    try:
+        state.set("notes", [{"not": "a string"}])
+    except ValueError as error:
+        print(f"   refused: {str(error).split(' (')[0]}")
+    try:
+        state.set("owner", "me")
+    except KeyError:
+        print(f"   refused: 'owner' is not declared; has('owner') is {state.has('owner')}")
+
+    print("3. One turn: the model asks for two tools; their results come back out of order")
+    state._begin_think(model="fake")
+    read = ToolCall("call_1", "read_file", {"path": "refunds.py"})
+    test = ToolCall("call_2", "run_tests", {"suite": "refunds"})
+    usage = Usage(input_tokens=120, output_tokens=30, requests=1)
+    state._record_reply(Reply(Message.assistant("Let me look.", [read, test]), usage))
+    print(f"   pending: {[call.name for call in state.pending_calls]}")
+    state._record_tool_result(test, result(test, "2 failed"), outcome="done")
+    state.add_message(Message.user("Also check the retry loop"))  # arrives mid-turn: held
+    print(f"   after the first result: pending {[c.name for c in state.pending_calls]}")
+    state._record_tool_result(read, result(read, "def refund(): ..."), outcome="done")
+    results = state.messages[-2].tool_results
+    print(f"   results in request order: {', '.join(r.call_id for r in results)}")
+    show(state)
+
+    print("4. Snapshot, fork and restore")
+    before = state.snapshot()
+    attempt = state.fork()
+    attempt.add_message(Message.user("Try rewriting the module instead"))
+    print(f"   the fork has {len(attempt.messages)} messages, the original {len(state.messages)}")
+    state.add_message(Message.notice("The tests were flaky"))
+    state.set("notes", "flaky tests?")
+    state.restore(before)
+    print(f"   restored: {len(state.messages)} messages, notes {list(state.get('notes'))}")
+    back = state.messages == before.messages and state.extra_data == before.extra_data
+    print(f"   messages and extra data are back: {back}")
+    print(f"   the history keeps all {len(state.history)} entries, the restore included")
+
+    print("5. The model answers in text, and the run finishes with a JSON answer")
+    state._begin_think(model="fake")
+    state._record_reply(Reply(Message.assistant("refunds.py retries twice."), usage))
+    state.finish({"file": "refunds.py", "line": 42})
+    print(f"   answer: {dict(state.answer)}  finished: {state.finished}  turn: {state.turn}")
+    print(f"   stopped: {state.stopped}")
+    print(f"   usage: {state.usage.input_tokens} in, {state.usage.output_tokens} out")
+
+    print("6. Replay: the history alone rebuilds the same value")
+    kinds = Counter(entry.kind for entry in state.history)
+    print(f"   {len(state.history)} entries: {dict(kinds)}")
+    copy = State(history=state.history)
+    print(f"   snapshot equal after replay: {copy.snapshot() == state.snapshot()}")
+
+
+if __name__ == "__main__":
+    main()
