@@ -25,7 +25,7 @@ from ._loop import Loop, LoopBody, default_loop, run_body
 from ._messages import Message, ToolCall
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
-from ._reporting import Reporter
+from ._reporting import Reporter, thinking
 from ._state import RESERVED, State, is_interruption
 from ._subagents import AgentTool
 from ._sync import run_sync
@@ -375,6 +375,7 @@ class Agent:
             if reporter is not None:
                 reporter.on_text(state, chunk)
 
+        token = thinking.set((state, reporter))
         try:
             reply = self._check_reply(await self._model.respond(request, on_text=on_text))
         except BaseException as exc:
@@ -382,6 +383,8 @@ class Agent:
                 state._record_error(exc, again=True)
                 await self._save_after(state, exc)
             raise
+        finally:
+            thinking.reset(token)
         state._record_reply(reply)
         _log.debug(
             "state.think.finished",

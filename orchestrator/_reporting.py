@@ -7,6 +7,7 @@ where they hang.
 
 from __future__ import annotations
 
+import contextvars
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -15,7 +16,20 @@ if TYPE_CHECKING:
     from ._reply import Reply
     from ._state import State
 
-__all__ = ("Reporter",)
+__all__ = ("Reporter", "report_retry", "thinking")
+
+# The State whose think is waiting on the model, and the reporter that sees it: a provider
+# reports its retries through `report_retry` without knowing either.
+thinking: contextvars.ContextVar[tuple[State, Reporter | None] | None] = contextvars.ContextVar(
+    "orchestrator_thinking", default=None
+)
+
+
+def report_retry(attempt: int, delay: float, error: BaseException) -> None:
+    """Tell the reporter of the think in progress that the model request is retried."""
+    current = thinking.get()
+    if current is not None and current[1] is not None:
+        current[1].on_retry(current[0], attempt, delay, error)
 
 
 class Reporter:
@@ -32,6 +46,9 @@ class Reporter:
 
     def on_think_end(self, state: State, reply: Reply) -> None:
         """The model replied and the reply is recorded."""
+
+    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
+        """The model request failed with `error` and is tried again (`attempt`) after `delay` s."""
 
     def on_tool_start(self, state: State, call: ToolCall) -> None:
         """A tool call is about to run."""
