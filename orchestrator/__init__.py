@@ -3,6 +3,8 @@
 An `Agent` runs a `State`, one conversation's record folded from an append-only history.
 """
 
+import typing as _typing
+
 from ._agent import Agent as Agent
 from ._errors import AuthError as AuthError
 from ._errors import ContextTooLongError as ContextTooLongError
@@ -65,12 +67,26 @@ from ._tools import tool as tool
 from ._typed import merge_lists as merge_lists
 from ._typed import replace_values as replace_values
 
+if _typing.TYPE_CHECKING:
+    from ._console import ConsoleReporter as ConsoleReporter
+
+
+def __getattr__(name: str) -> _typing.Any:
+    # ConsoleReporter imports rich, which a library user who never draws should not pay for.
+    if name == "ConsoleReporter":
+        from ._console import ConsoleReporter
+
+        return ConsoleReporter
+    raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
+
+
 __all__ = (
     "Agent",
     "AskEntry",
     "AskRecord",
     "AuthError",
     "Block",
+    "ConsoleReporter",
     "ContextChange",
     "ContextChangeEntry",
     "ContextTooLongError",
