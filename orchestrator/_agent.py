@@ -369,6 +369,8 @@ class Agent:
         self._report("on_think_start", state)
         messages = state._begin_think(model=self._model.name)
         request = Request(system=self._instructions, messages=messages, tools=self._specs)
+        # Saved before the wait, so a crash during it is recovered: the request is taken back.
+        await self._save_or_take_back(state)
         reporter = self._reporter_for(state)
 
         def on_text(chunk: str) -> None:
@@ -503,6 +505,16 @@ class Agent:
             await asave(state)
         else:
             await anyio.to_thread.run_sync(store.save, state)
+
+    async def _save_or_take_back(self, state: State) -> None:
+        """Save a recorded request; if that fails (or is cancelled), take the request back."""
+        try:
+            await self._save(state)
+        except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                state._record_error(error, again=True)
+                await self._save_after(state, error)
+            raise
 
     async def _save_after(self, state: State, error: BaseException) -> None:
         """Save after `error`; a failing save is attached to it as a note, `error` wins."""

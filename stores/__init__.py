@@ -1,13 +1,30 @@
 """stores: where orchestrator States are kept.
 
 `Store` (sync) and `AsyncStore` (async) are the two protocols; the backends are `MemoryStore`,
-`FileStore` (JSONL files), `SQLiteStore` (sqlite3) and `AioSQLiteStore` (aiosqlite).
+`FileStore` (JSONL files), `SQLiteStore` (sqlite3) and `AioSQLiteStore` (aiosqlite, async
+only). `stores.contract` is the test suite every backend passes, for third-party ones too.
 """
 
+from ._aiosqlite import AioSQLiteStore as AioSQLiteStore
 from ._base import AsyncStore as AsyncStore
 from ._base import StateInfo as StateInfo
 from ._base import Store as Store
 from ._base import info_of as info_of
 from ._codec import FORMAT_VERSION as FORMAT_VERSION
+from ._file import FileStore as FileStore
+from ._memory import MemoryStore as MemoryStore
+from ._offload import ThreadedAsync as ThreadedAsync
+from ._sqlite import SQLiteStore as SQLiteStore
 
-__all__ = ("FORMAT_VERSION", "AsyncStore", "StateInfo", "Store", "info_of")
+__all__ = (
+    "FORMAT_VERSION",
+    "AioSQLiteStore",
+    "AsyncStore",
+    "FileStore",
+    "MemoryStore",
+    "SQLiteStore",
+    "StateInfo",
+    "Store",
+    "ThreadedAsync",
+    "info_of",
+)

@@ -37,25 +37,30 @@ class StateInfo:
 
 
 def info_of(state: State) -> StateInfo:
-    """The `StateInfo` of `state` as it is now."""
-    snapshot = state.snapshot()
+    """The `StateInfo` of `state` as it is now.
+
+    It reads the folded value and builds no tuple, so a save that calls it on every turn does
+    not cost more as the history grows.
+    """
+    folded = state._folded
+    messages = folded.messages
     title = ""
-    for message in snapshot.messages:
+    for message in messages:
         if message.role == "user" and not message.tool_results and message.text:
             title = message.text[:TITLE_LENGTH]
             break
     return StateInfo(
         id=state.id,
-        parent_id=state.parent_id,
-        parent_call_id=state.parent_call_id,
+        parent_id=folded.parent_id,
+        parent_call_id=folded.parent_call_id,
         title=title,
-        created_at=snapshot.created_at,
-        updated_at=snapshot.updated_at,
-        turn=snapshot.turn,
-        stopped=snapshot.stopped,
-        finished=snapshot.finished,
-        usage=snapshot.usage,
-        entries=len(snapshot.history),
+        created_at=folded.at_first,
+        updated_at=folded.at_last,
+        turn=folded.turn,
+        stopped=folded.stopped,
+        finished=folded.finished,
+        usage=folded.usage,
+        entries=len(folded.entries),
     )
 
 

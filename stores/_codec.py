@@ -46,7 +46,8 @@ def decode_entry(data: str | bytes, *, state_id: str, index: int) -> HistoryEntr
     if entry.seq != index:
         raise ValueError(
             f"State {state_id!r}: history entry {index} says it is entry {entry.seq}; the"
-            " stored history is out of order or has a gap."
+            " stored history is out of order or has a gap. Restore the store from a backup, or"
+            " delete the State."
         )
     return entry
 

@@ -420,12 +420,12 @@ async def test_the_scenario_saves_at_each_save_point() -> None:
     state = State(messages=[Message.user("Go")])
     agent = Agent(FakeModel(_scenario_script()), tools=_scenario_tools(), store=store)
     assert await agent.arun(state) == "All done."
-    # run start, reply 1, three results, reply 2, run end.
-    assert store.saves == 7
+    # run start, request 1, reply 1, three results, request 2, reply 2, run end.
+    assert store.saves == 9
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("block_at", range(1, 8))
+@pytest.mark.parametrize("block_at", range(1, 10))
 async def test_cancel_at_every_save_point(block_at: int) -> None:
     store = GateStore(block_at)
     state = State(messages=[Message.user("Go")])

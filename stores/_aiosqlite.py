@@ -1,0 +1,252 @@
+"""`AioSQLiteStore`: States in one SQLite file, through `aiosqlite`, for asyncio apps.
+
+It runs the same plans as `SQLiteStore` (`stores._sql`), driven with awaits. aiosqlite runs on
+asyncio only: under trio, use `SQLiteStore`, whose async methods work on both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import os
+import sqlite3
+from types import TracebackType
+from typing import Any, ClassVar, NoReturn, Self, TypeVar
+
+import aiosqlite
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from orchestrator import State
+
+from ._base import StateInfo
+from ._sql import (
+    ROLLBACK,
+    Operation,
+    Plan,
+    Query,
+    QueryMany,
+    Work,
+    create_private,
+    delete_plan,
+    list_plan,
+    load_plan,
+    not_a_store,
+    open_plan,
+    save_plan,
+)
+
+__all__ = ("AioSQLiteStore",)
+
+_T = TypeVar("_T")
+
+
+class AioSQLiteStore:
+    """States kept in one SQLite file, used with ``await`` on asyncio.
+
+    It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
+    file format, WAL, busy timeout, append-only saves), run by aiosqlite's thread. Its sync
+    methods raise `TypeError`: from sync code, or under trio, use `SQLiteStore`. Close it with
+    `await store.aclose()`, or use ``async with``.
+
+    Example:
+        ```python
+        async with AioSQLiteStore("runs.db") as store:
+            agent = Agent(model=model, store=store)
+            await agent.arun(state)
+            again = await store.aload(state.id)
+        ```
+    """
+
+    async_only: ClassVar[bool] = True
+    """Only the async methods work (`State.child` tells users to call `achild`)."""
+    asyncio_only: ClassVar[bool] = True
+    """It works on asyncio only, not on trio."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Use the SQLite file at `path`; it is created on first use if it does not exist."""
+        self._path = os.fspath(path)
+        self._where = f"SQLite store {self._path!r}"
+        self._lock = anyio.Lock()
+        self._connection: aiosqlite.Connection | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"AioSQLiteStore({self._path!r})"
+
+    @property
+    def path(self) -> str:
+        """The path of the SQLite file."""
+        return self._path
+
+    # -- the AsyncStore methods ---------------------------------------------------------------
+
+    async def asave(self, state: State) -> None:
+        """Write the entries of `state` not stored yet and its info; bind it to this store.
+
+        Raises:
+            TypeError: `state` is not a State, or this is not asyncio.
+            ValueError: The store holds a different history under this id (load it instead),
+                or the file has another format version.
+        """
+        _require_asyncio("asave")
+        await self._run(save_plan(state, self))
+
+    async def aload(self, state_id: str) -> State:
+        """The State saved under `state_id`, bound to this store.
+
+        A turn a crash cut off is closed (see `stores.Store.load`); the entries that adds are
+        written by the next save.
+
+        Raises:
+            LookupError: No State has this id.
+            TypeError: This is not asyncio.
+            ValueError: `state_id` is not a valid id, an entry is damaged (the message names the
+                State and the entry's index), or the file has another format version.
+        """
+        _require_asyncio("aload")
+        return await self._run(load_plan(state_id, self, self._where))
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        _require_asyncio("alist")
+        return await self._run(list_plan(parent_id, limit, self._where))
+
+    async def adelete(self, state_id: str) -> None:
+        """Forget the State `state_id` (nothing happens if it is absent)."""
+        _require_asyncio("adelete")
+        await self._run(delete_plan(state_id))
+
+    # -- sync methods: refused ----------------------------------------------------------------
+
+    def save(self, state: State) -> NoReturn:
+        """Refused: use ``await store.asave(state)``, or `SQLiteStore` from sync code."""
+        _sync_refused("save")
+
+    def load(self, state_id: str) -> NoReturn:
+        """Refused: use ``await store.aload(state_id)``, or `SQLiteStore` from sync code."""
+        _sync_refused("load")
+
+    def list(self, *, parent_id: str | None = None, limit: int | None = None) -> NoReturn:
+        """Refused: use ``await store.alist()``, or `SQLiteStore` from sync code."""
+        _sync_refused("list")
+
+    def delete(self, state_id: str) -> NoReturn:
+        """Refused: use ``await store.adelete(state_id)``, or `SQLiteStore` from sync code."""
+        _sync_refused("delete")
+
+    # -- closing ------------------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Close the connection; the store cannot be used afterwards. Closing twice is fine."""
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                self._closed = True
+                if self._connection is not None:
+                    connection, self._connection = self._connection, None
+                    await connection.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- running plans ------------------------------------------------------------------------
+
+    async def _run(self, plan: Plan[_T]) -> _T:
+        """Carry out `plan`, one at a time; roll back if it fails.
+
+        The plan runs shielded, so a cancellation never leaves a write half-done: it is raised
+        when the plan has ended.
+        """
+        try:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        except BaseException:
+            plan.close()
+            raise
+        result: builtins.list[_T] = []  # set in the shielded scope, which swallows nothing
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                connection = await self._connect()
+                try:
+                    result.append(await _drive(plan, connection))
+                except BaseException:
+                    if connection.in_transaction:
+                        await connection.execute(ROLLBACK)
+                    raise
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return result[0]
+
+    async def _connect(self) -> aiosqlite.Connection:
+        if self._connection is not None:
+            return self._connection
+        if self._closed:
+            raise ValueError(
+                f"{self!r} is closed: open a new AioSQLiteStore to use the file again."
+            )
+        await anyio.to_thread.run_sync(create_private, self._path)
+        connection = await aiosqlite.connect(self._path, isolation_level=None)
+        try:
+            await _drive(open_plan(self._where), connection)
+        except sqlite3.OperationalError:
+            await connection.close()
+            raise
+        except sqlite3.DatabaseError as error:  # e.g. "file is not a database"
+            await connection.close()
+            raise not_a_store(self._path, error) from None
+        except BaseException:
+            await connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+
+async def _drive(plan: Plan[_T], connection: aiosqlite.Connection) -> _T:
+    """The async twin of `stores._sql.run_plan`: carry out each operation with ``await``."""
+    try:
+        operation = next(plan)
+        while True:
+            operation = plan.send(await _execute(connection, operation))
+    except StopIteration as done:
+        return done.value
+    finally:
+        plan.close()
+
+
+async def _execute(connection: aiosqlite.Connection, operation: Operation) -> Any:
+    if isinstance(operation, Query):
+        return builtins.list(await connection.execute_fetchall(operation.sql, operation.params))
+    if isinstance(operation, QueryMany):
+        await connection.executemany(operation.sql, operation.rows)
+        return None
+    assert isinstance(operation, Work)
+    if operation.heavy:
+        return await anyio.to_thread.run_sync(operation.func)
+    return operation.func()
+
+
+def _require_asyncio(method: str) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        raise TypeError(
+            f"AioSQLiteStore.{method}() was called outside asyncio (under trio?): aiosqlite runs"
+            " on asyncio only. Use SQLiteStore(path) instead: its async methods work on asyncio"
+            " and trio, with the same file format."
+        ) from None
+
+
+def _sync_refused(method: str) -> NoReturn:
+    raise TypeError(
+        f"AioSQLiteStore works only asynchronously: use `await store.a{method}(...)` in async"
+        f" code. From sync code, use SQLiteStore(path) instead (same file format)."
+    )

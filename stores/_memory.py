@@ -1,0 +1,282 @@
+"""`MemoryStore`, and the bookkeeping every backend shares to continue a stored history.
+
+The shared part (`Tail`, `continuation`, `rebuild`, `select`) is written once here, next to the
+simplest backend that uses it: what a save may write, how a load rebuilds and recovers a State,
+and how `list` orders and filters.
+
+The save rule: a save only ever adds entries. The State saved must continue the stored history:
+it holds at least the stored entries, and its entry at the stored end is the stored last entry
+(compared by identity, else by its encoded bytes, so the check costs one entry, not the whole
+history). Anything else (another State under an id that is taken, an older copy that has fewer
+entries) raises `ValueError` telling to `load` the stored State, or to save under a new id.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import anyio.lowlevel
+
+from orchestrator import HistoryEntry, State
+from orchestrator._state import validate_id
+
+from ._base import StateInfo, info_of
+from ._codec import decode_entry, encode_entry
+
+__all__ = (
+    "MemoryStore",
+    "Tail",
+    "check_list_args",
+    "check_state",
+    "continuation",
+    "rebuild",
+    "select",
+)
+
+
+def _digest(line: bytes) -> bytes:
+    return hashlib.blake2b(line, digest_size=16).digest()
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The end of a stored history: enough to check cheaply that a save continues it.
+
+    `count` entries are stored; `digest` is the hash of the last one's encoded line; `entry` is
+    that entry as an object, when this process has it (a State loaded or saved here holds the
+    same object, so the usual check is one identity test).
+    """
+
+    count: int = 0
+    digest: bytes = b""
+    entry: HistoryEntry | None = None
+
+    @classmethod
+    def of(cls, count: int, last_line: bytes, entry: HistoryEntry | None = None) -> Tail:
+        """The tail of a history of `count` entries whose last is encoded as `last_line`."""
+        return cls(count, _digest(last_line), entry)
+
+    def holding(self, state: State) -> Tail:
+        """This tail, with the last stored entry taken from `state` (which holds them all)."""
+        if self.count == 0:
+            return self
+        return Tail(self.count, self.digest, state._entries_from(self.count - 1)[0])
+
+
+def check_state(state: object) -> State:
+    """`state` if it is a State; a `TypeError` saying what a store saves otherwise."""
+    if not isinstance(state, State):
+        raise TypeError(f"A store saves State objects, got {type(state).__name__}.")
+    return state
+
+
+def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
+    """The encoded entries of `state` that come after `tail`, and the tail once they are written.
+
+    Only the new entries are encoded (plus, at most, the stored last one to compare it).
+
+    Raises:
+        ValueError: `state` does not continue the stored history (see the module docstring).
+    """
+    if tail.count == 0:
+        entries = state._entries_from(0)
+        if not entries:
+            return (), tail
+        lines = tuple(encode_entry(entry) for entry in entries)
+        return lines, Tail.of(len(entries), lines[-1], entries[-1])
+    entries = state._entries_from(tail.count - 1)
+    if not entries:
+        raise ValueError(
+            f"State {state.id!r} cannot be saved: the store holds {tail.count} entries under this"
+            " id and this State has fewer, so it is an older copy or another State. Load the"
+            f" stored one with store.load({state.id!r}) and continue that one, or save this one"
+            " under a new id (state.fork())."
+        )
+    boundary = entries[0]
+    if boundary is not tail.entry and _digest(encode_entry(boundary)) != tail.digest:
+        raise ValueError(
+            f"State {state.id!r} cannot be saved: the store already holds a State with this id"
+            f" whose history is different (entry {tail.count - 1} differs), and a save only adds"
+            " entries to the history it continues. Load the stored one with"
+            f" store.load({state.id!r}) and continue that one, or save this one under a new id"
+            " (state.fork())."
+        )
+    new = entries[1:]
+    if not new:
+        return (), Tail(tail.count, tail.digest, boundary)
+    lines = tuple(encode_entry(entry) for entry in new)
+    return lines, Tail.of(tail.count + len(new), lines[-1], new[-1])
+
+
+def rebuild(state_id: str, lines: Sequence[bytes | str]) -> State:
+    """The State whose encoded entries are `lines`, not yet recovered or bound.
+
+    Raises:
+        ValueError: An entry is damaged or out of place (the message names the State and the
+            entry's index), or the entries do not replay into a State.
+    """
+    entries = [decode_entry(line, state_id=state_id, index=i) for i, line in enumerate(lines)]
+    try:
+        return State._from_entries(state_id, entries)
+    except (ValueError, TypeError) as error:
+        raise ValueError(
+            f"State {state_id!r}: the stored history cannot be replayed ({error}). Restore the"
+            " store from a backup, or delete the State."
+        ) from None
+
+
+def check_list_args(parent_id: str | None, limit: int | None) -> None:
+    """Check the arguments of `list`: a valid id or None, and a count >= 0 or None."""
+    if parent_id is not None:
+        validate_id(parent_id, "parent_id")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise TypeError(f"limit must be an int or None, got {type(limit).__name__}.")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 (or None for all), got {limit}.")
+
+
+_OLDEST = datetime.min
+
+
+def _updated(info: StateInfo) -> datetime:
+    at = info.updated_at
+    if at is None:
+        return _OLDEST
+    return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
+
+
+def select(
+    infos: Iterable[StateInfo], *, parent_id: str | None, limit: int | None
+) -> builtins.list[StateInfo]:
+    """What `list` returns: the States picked and ordered.
+
+    Only children of `parent_id` (all if None), most recently updated first (ties by id), at
+    most `limit` of them.
+    """
+    chosen = [info for info in infos if parent_id is None or info.parent_id == parent_id]
+    chosen.sort(key=lambda info: info.id)
+    chosen.sort(key=_updated, reverse=True)
+    return chosen if limit is None else chosen[:limit]
+
+
+@dataclass(slots=True)
+class _Saved:
+    lines: builtins.list[bytes]
+    info: StateInfo
+    tail: Tail
+
+
+class MemoryStore:
+    """Keeps States in this process, encoded exactly as the other backends store them.
+
+    A loaded State is a new object rebuilt from the stored entries, as with every backend, so
+    tests written against a `MemoryStore` hold for the others. It implements `Store` and
+    `AsyncStore` without threads, and is thread-safe. Everything is lost when it is dropped.
+
+    Example:
+        ```python
+        store = MemoryStore()
+        agent = Agent(FakeModel(["Hi!"]), store=store)
+        state = State(messages=[Message.user("Hello")])
+        agent.run(state)
+        assert store.load(state.id).answer == "Hi!"
+        ```
+    """
+
+    __slots__ = ("_lock", "_states")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._states: dict[str, _Saved] = {}
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore states={len(self._states)}>"
+
+    def save(self, state: State) -> None:
+        """Store the entries of `state` not stored yet and its info; bind it to this store.
+
+        Raises:
+            TypeError: `state` is not a State.
+            ValueError: Another history is stored under `state.id` (load it to continue it).
+        """
+        state = check_state(state)
+        with self._lock:
+            saved = self._states.get(state.id)
+            info = info_of(state)  # before the entries: it never claims more than stored
+            lines, tail = continuation(state, Tail() if saved is None else saved.tail)
+            if saved is None:
+                self._states[state.id] = _Saved(list(lines), info, tail)
+            else:
+                if lines:
+                    saved.lines.extend(lines)
+                    saved.info = info
+                saved.tail = tail
+        state._bind_store(self)
+
+    def load(self, state_id: str) -> State:
+        """The State saved under `state_id`, recovered if a turn was cut off, bound to this store.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` is not a valid id, or a stored entry is damaged.
+        """
+        validate_id(state_id, "state_id")
+        with self._lock:
+            saved = self._states.get(state_id)
+            if saved is None:
+                raise LookupError(
+                    f"No State {state_id!r} in this MemoryStore: save it first, or pick an id"
+                    " from store.list()."
+                )
+            lines = tuple(saved.lines)
+        state = rebuild(state_id, lines)
+        if lines:
+            with self._lock:
+                saved = self._states.get(state_id)
+                if saved is not None and saved.tail.count == len(lines):
+                    saved.tail = saved.tail.holding(state)
+        state._recover()
+        state._bind_store(self)
+        return state
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        check_list_args(parent_id, limit)
+        with self._lock:
+            infos = [saved.info for saved in self._states.values()]
+        return select(infos, parent_id=parent_id, limit=limit)
+
+    def delete(self, state_id: str) -> None:
+        """Forget the State `state_id` (nothing happens if it is absent)."""
+        validate_id(state_id, "state_id")
+        with self._lock:
+            self._states.pop(state_id, None)
+
+    async def asave(self, state: State) -> None:
+        """The async twin of `save` (no thread: the work is in memory)."""
+        await anyio.lowlevel.checkpoint()
+        self.save(state)
+
+    async def aload(self, state_id: str) -> State:
+        """The async twin of `load`."""
+        await anyio.lowlevel.checkpoint()
+        return self.load(state_id)
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The async twin of `list`."""
+        await anyio.lowlevel.checkpoint()
+        return self.list(parent_id=parent_id, limit=limit)
+
+    async def adelete(self, state_id: str) -> None:
+        """The async twin of `delete`."""
+        await anyio.lowlevel.checkpoint()
+        self.delete(state_id)

@@ -1,0 +1,439 @@
+"""The SQL of both SQLite backends, written once: schema, statements, plans and row mapping.
+
+`SQLiteStore` (sqlite3, sync) and `AioSQLiteStore` (aiosqlite, async) run the same *plans*. A
+plan is a generator that yields the operations of one store call in order, each a `Query`, a
+`QueryMany` or a `Work` (CPU work the async driver may move off the event loop), and receives
+each one's result; its return value is the call's result. The sync driver (`run_plan`) and the
+async one in `stores._aiosqlite` only carry the operations out, like httpx drives one auth flow
+from a sync and an async client. No SQL literal lives outside this module.
+
+The tables::
+
+    meta     (key, value)           the format version, under 'format_version'
+    states   (id, parent_id, ...)   one row per State: what `list` returns, and its entry count
+    entries  (state_id, seq, data)  one row per history entry: the JSON of `encode_entry`
+
+A write runs in ``BEGIN IMMEDIATE``, so it takes the write lock before it reads and never has
+to upgrade a read lock (the upgrade is what fails with "database is locked" under load).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeAlias, TypeVar
+
+import pydantic
+
+from orchestrator import Message, State, Stopped, Usage
+from orchestrator._fold import Folded, Seq
+from orchestrator._state import validate_id
+from orchestrator._stopped import AnyStopped
+
+from ._base import TITLE_LENGTH, StateInfo
+from ._codec import FORMAT_VERSION, check_format, decode_entry
+from ._memory import Tail, check_list_args, check_state, continuation, rebuild
+
+__all__ = (
+    "BUSY_TIMEOUT_MS",
+    "Plan",
+    "Query",
+    "QueryMany",
+    "Work",
+    "create_private",
+    "delete_plan",
+    "list_plan",
+    "load_plan",
+    "not_a_store",
+    "open_plan",
+    "run_plan",
+    "save_plan",
+)
+
+_T = TypeVar("_T")
+
+BUSY_TIMEOUT_MS = 10_000
+"""How long a write waits for another connection's write lock before it fails."""
+
+# -- connection settings (run outside a transaction) ------------------------------------------
+
+SET_BUSY_TIMEOUT = f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}"
+SET_WAL = "PRAGMA journal_mode = WAL"
+# NORMAL in WAL mode: a committed save survives a crash of the process; a power cut may lose
+# the last saves but never damages the file.
+SET_SYNCHRONOUS = "PRAGMA synchronous = NORMAL"
+
+# -- transactions ----------------------------------------------------------------------------
+
+BEGIN_READ = "BEGIN"
+BEGIN_WRITE = "BEGIN IMMEDIATE"
+COMMIT = "COMMIT"
+ROLLBACK = "ROLLBACK"
+
+# -- schema ----------------------------------------------------------------------------------
+
+FORMAT_KEY = "format_version"
+TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)",
+    # Times are integer microseconds since 1970 (UTC), so they sort and compare exactly.
+    """
+    CREATE TABLE IF NOT EXISTS states (
+        id TEXT PRIMARY KEY NOT NULL,
+        parent_id TEXT,
+        parent_call_id TEXT,
+        title TEXT NOT NULL,
+        created_at INTEGER,
+        updated_at INTEGER,
+        turn INTEGER NOT NULL,
+        finished INTEGER NOT NULL,
+        stopped TEXT,
+        usage TEXT NOT NULL,
+        entries INTEGER NOT NULL
+    )
+    """,
+    # The order of `list`: most recently updated first, ties by id.
+    "CREATE INDEX IF NOT EXISTS states_by_update ON states (updated_at DESC, id)",
+    "CREATE INDEX IF NOT EXISTS states_by_parent ON states (parent_id, updated_at DESC, id)",
+    """
+    CREATE TABLE IF NOT EXISTS entries (
+        state_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        PRIMARY KEY (state_id, seq)
+    ) WITHOUT ROWID
+    """,
+)
+SET_FORMAT = "INSERT INTO meta (key, value) VALUES (?, ?)"
+GET_FORMAT = "SELECT value FROM meta WHERE key = ?"
+
+# -- statements ------------------------------------------------------------------------------
+
+LAST_ENTRY = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq DESC LIMIT 1"
+INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, ?)"
+PUT_STATE = """
+    INSERT OR REPLACE INTO states (
+        id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,
+        usage, entries
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+"""
+COUNT_ENTRIES = "SELECT entries FROM states WHERE id = ?"
+ENTRIES = "SELECT data FROM entries WHERE state_id = ? ORDER BY seq"
+_INFO_COLUMNS = (
+    "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
+    " usage, entries"
+)
+LIST_ALL = f"SELECT {_INFO_COLUMNS} FROM states ORDER BY updated_at DESC, id LIMIT ?"
+LIST_CHILDREN = (
+    f"SELECT {_INFO_COLUMNS} FROM states WHERE parent_id = ? ORDER BY updated_at DESC, id LIMIT ?"
+)
+DELETE_ENTRIES = "DELETE FROM entries WHERE state_id = ?"
+DELETE_STATE = "DELETE FROM states WHERE id = ?"
+
+# -- operations and drivers -----------------------------------------------------------------
+
+Row: TypeAlias = tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """Run `sql` with `params`; the plan receives every row (`list[Row]`)."""
+
+    sql: str
+    params: Sequence[Any] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryMany:
+    """Run `sql` once per row of `rows` (``executemany``); the plan receives None."""
+
+    sql: str
+    rows: Sequence[Sequence[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """Call `func()` and send its result; an async driver may run it in a worker thread."""
+
+    func: Callable[[], Any]
+    heavy: bool = False  # worth a thread hop (decoding or encoding many entries)
+
+
+Operation: TypeAlias = Query | QueryMany | Work
+Plan: TypeAlias = Generator[Operation, Any, _T]
+
+# More entries than this are encoded or decoded off the event loop by the async driver.
+HEAVY_ENTRIES = 256
+
+
+def run_plan(plan: Plan[_T], execute: Callable[[Operation], Any]) -> _T:
+    """Drive `plan` to its end with the sync `execute`; return the plan's result.
+
+    An exception from `execute` closes the plan and propagates; the caller rolls back.
+    """
+    try:
+        operation = next(plan)
+        while True:
+            operation = plan.send(execute(operation))
+    except StopIteration as done:
+        return done.value
+    finally:
+        plan.close()
+
+
+# -- plans ----------------------------------------------------------------------------------
+
+
+def open_plan(where: str) -> Plan[None]:
+    """Set the connection up, create the schema in a new file, and check the format version.
+
+    Raises:
+        ValueError: The file holds another format version (both are named), or it is a database
+            of something else.
+    """
+    yield Query(SET_BUSY_TIMEOUT)
+    yield Query(SET_WAL)
+    yield Query(SET_SYNCHRONOUS)
+    yield Query(BEGIN_WRITE)
+    rows: list[Row] = yield Query(TABLES)
+    tables = {row[0] for row in rows}
+    if "meta" in tables:
+        yield from _check_format(where)
+    elif tables:
+        shown = ", ".join(sorted(tables)[:5])
+        raise ValueError(
+            f"{where} is an SQLite database of something else (its tables: {shown}): give the"
+            " path of a store file, or of a file that does not exist yet."
+        )
+    else:
+        for statement in SCHEMA:
+            yield Query(statement)
+        yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
+    yield Query(COMMIT)
+
+
+def _check_format(where: str) -> Plan[None]:
+    rows: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
+    check_format(rows[0][0] if rows else None, where=where)
+
+
+def save_plan(state: State, store: object) -> Plan[None]:
+    """Write the entries of `state` the store does not hold yet, and its `states` row.
+
+    `state` must continue the stored history (`stores._memory.continuation`: its entry at the
+    stored end is the stored last one, checked with one primary-key read).
+
+    Raises:
+        TypeError: `state` is not a State (at once, before any I/O).
+        ValueError: The store holds a different history under this id (load it instead).
+    """
+    return _save(check_state(state), store)
+
+
+def _save(state: State, store: object) -> Plan[None]:
+    folded = state._folded  # one immutable value: the entries written and the row agree
+    size = len(folded.entries)
+    yield Query(BEGIN_WRITE)
+    last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
+    last_line = bytes(last[0][1]) if last else b""
+    tail = Tail.of(last[0][0] + 1, last_line) if last else Tail()
+    lines: tuple[bytes, ...] = yield Work(
+        lambda: _new_lines(state, tail, last_line, size), heavy=size - tail.count > HEAVY_ENTRIES
+    )
+    if lines or not last:
+        rows = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
+        yield QueryMany(INSERT_ENTRY, rows)
+        yield Query(PUT_STATE, _state_row(state.id, folded))
+    yield Query(COMMIT)
+    state._bind_store(store)
+
+
+def _new_lines(state: State, tail: Tail, last_line: bytes, size: int) -> tuple[bytes, ...]:
+    """The encoded entries of `state` after `tail`, up to entry `size` (the row's count)."""
+    try:
+        lines, _ = continuation(state, tail)
+    except ValueError:
+        # The stored last entry may be the same entry, encoded by another library version.
+        boundary = state._entries_from(tail.count - 1)[:1]
+        if not boundary:
+            raise
+        stored = decode_entry(last_line, state_id=state.id, index=tail.count - 1)
+        if stored != boundary[0] or stored.at != boundary[0].at:
+            raise
+        lines, _ = continuation(state, Tail(tail.count, tail.digest, boundary[0]))
+    return lines[: max(0, size - tail.count)]
+
+
+def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
+    """Read the State `state_id` in one read transaction, rebuild it, close a cut-off turn.
+
+    The entries that closing the turn adds are not written here: the next save writes them.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+        LookupError: No State has this id.
+        ValueError: A damaged entry (naming the State and the index), a missing entry, or
+            another format version.
+    """
+    validate_id(state_id, "state_id")
+    return _load(state_id, store, where)
+
+
+def _load(state_id: str, store: object, where: str) -> Plan[State]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    counted: list[Row] = yield Query(COUNT_ENTRIES, (state_id,))
+    if not counted:
+        yield Query(COMMIT)
+        raise LookupError(
+            f"No State {state_id!r} in {where}: check the id, or list the saved ones with"
+            " store.list()."
+        )
+    rows: list[Row] = yield Query(ENTRIES, (state_id,))
+    yield Query(COMMIT)
+    expected: int = counted[0][0]
+    state: State = yield Work(
+        lambda: _rebuild(state_id, expected, rows), heavy=len(rows) > HEAVY_ENTRIES
+    )
+    state._bind_store(store)
+    return state
+
+
+def _rebuild(state_id: str, expected: int, rows: list[Row]) -> State:
+    if len(rows) != expected:
+        raise ValueError(
+            f"State {state_id!r}: the store lists {expected} history entries but holds"
+            f" {len(rows)}; history entry {min(expected, len(rows))} is missing or extra."
+            " Restore the store from a backup, or delete the State."
+        )
+    state = rebuild(state_id, [row[0] for row in rows])
+    state._recover()
+    return state
+
+
+def list_plan(parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:
+    """The `StateInfo` of the saved States, most recently updated first.
+
+    Raises:
+        TypeError, ValueError: `parent_id` is not a valid id, or `limit` is not None or an
+            int >= 0 (at once, before any I/O).
+    """
+    check_list_args(parent_id, limit)
+    return _list(parent_id, -1 if limit is None else limit, where)
+
+
+def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    # A negative LIMIT is no limit in SQLite.
+    query = (
+        Query(LIST_ALL, (count,)) if parent_id is None else Query(LIST_CHILDREN, (parent_id, count))
+    )
+    rows: list[Row] = yield query
+    yield Query(COMMIT)
+    return [_info_of_row(row) for row in rows]
+
+
+def delete_plan(state_id: str) -> Plan[None]:
+    """Forget the State `state_id`; nothing happens if it is absent.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+    """
+    validate_id(state_id, "state_id")
+    return _delete(state_id)
+
+
+def _delete(state_id: str) -> Plan[None]:
+    yield Query(BEGIN_WRITE)
+    yield Query(DELETE_ENTRIES, (state_id,))
+    yield Query(DELETE_STATE, (state_id,))
+    yield Query(COMMIT)
+
+
+# -- files ---------------------------------------------------------------------------------
+
+
+def not_a_store(path: str, error: Exception) -> ValueError:
+    """The error for a file SQLite cannot read as a database (e.g. "file is not a database")."""
+    return ValueError(
+        f"{path!r} cannot be used as a store: {error}. Give the path of a store file, or of a"
+        " file that does not exist yet."
+    )
+
+
+def create_private(path: str) -> None:
+    """Create the file `path` readable by its owner only, if it does not exist yet.
+
+    SQLite gives its ``-wal`` and ``-shm`` files the permissions of the database file.
+    """
+    if path != ":memory:":
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+
+
+# -- row mapping ----------------------------------------------------------------------------
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+_USAGE: pydantic.TypeAdapter[Usage] = pydantic.TypeAdapter(Usage)
+_STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(AnyStopped | None)
+
+
+def _micros(at: datetime | None) -> int | None:
+    if at is None:
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)
+    return (at - _EPOCH) // _MICROSECOND
+
+
+def _datetime(micros: int | None) -> datetime | None:
+    return None if micros is None else _EPOCH + micros * _MICROSECOND
+
+
+def _title(messages: Seq[Message]) -> str:
+    """The first user message's text, cut as `stores.info_of` does."""
+    for index in range(len(messages)):
+        message = messages.get(index)
+        if message.role == "user" and not message.tool_results and message.text:
+            return str(message.text[:TITLE_LENGTH])
+    return ""
+
+
+def _state_row(state_id: str, folded: Folded) -> Row:
+    """The `states` row of a folded value, in O(1): `info_of` would build the whole history."""
+    return (
+        state_id,
+        folded.parent_id,
+        folded.parent_call_id,
+        _title(folded.messages),
+        _micros(folded.at_first),
+        _micros(folded.at_last),
+        folded.turn,
+        int(folded.finished),
+        None if folded.stopped is None else _STOPPED.dump_json(folded.stopped).decode(),
+        _USAGE.dump_json(folded.usage).decode(),
+        len(folded.entries),
+    )
+
+
+def _info_of_row(row: Row) -> StateInfo:
+    (state_id, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[
+        :9
+    ]
+    usage, entries = row[9:]
+    return StateInfo(
+        id=state_id,
+        parent_id=parent_id,
+        parent_call_id=parent_call_id,
+        title=title,
+        created_at=_datetime(created),
+        updated_at=_datetime(updated),
+        turn=turn,
+        stopped=None if stopped is None else _STOPPED.validate_json(stopped),
+        finished=bool(finished),
+        usage=_USAGE.validate_json(usage),
+        entries=entries,
+    )

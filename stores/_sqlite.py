@@ -1,0 +1,212 @@
+"""`SQLiteStore`: States in one SQLite file, through the standard library's `sqlite3`.
+
+The sync methods do the work; `ThreadedAsync` gives the async twins, which run them in a worker
+thread and so work on asyncio and trio. The SQL and the steps of each call are the plans of
+`stores._sql`, shared with `AioSQLiteStore`.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sqlite3
+import threading
+from types import TracebackType
+from typing import Any, Self
+from weakref import WeakKeyDictionary
+
+import anyio
+import anyio.lowlevel
+
+from orchestrator import State
+
+from ._base import StateInfo
+from ._offload import ThreadedAsync
+from ._sql import (
+    ROLLBACK,
+    Operation,
+    Plan,
+    Query,
+    QueryMany,
+    Work,
+    create_private,
+    delete_plan,
+    list_plan,
+    load_plan,
+    not_a_store,
+    open_plan,
+    run_plan,
+    save_plan,
+)
+
+__all__ = ("SQLiteStore",)
+
+# One capacity limiter per store and event loop: a limiter is bound to the loop that used it
+# first, and a sync `agent.run` starts a new loop each time.
+_LIMITERS: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]] = (
+    anyio.lowlevel.RunVar("stores_sqlite_limiters")
+)
+
+
+class SQLiteStore(ThreadedAsync):
+    """States kept in one SQLite file: safe for many threads and several processes.
+
+    Each save appends only the entries not stored yet, in one ``BEGIN IMMEDIATE`` transaction,
+    so a turn costs a few rows however long the State grows. The file is in WAL mode (readers
+    never wait for a writer) with a 10 s busy timeout, so processes that share it wait for
+    each other instead of failing with "database is locked". A committed save survives a crash
+    of the process.
+
+    The methods block; `asave`, `aload`, `alist` and `adelete` run them in a worker thread,
+    one call at a time, and work on asyncio and trio. Close the store when done: `close()` or
+    ``with``, `aclose()` or ``async with``.
+
+    Example:
+        ```python
+        with SQLiteStore("runs.db") as store:
+            agent = Agent(model=model, store=store)
+            agent.run(state)
+            again = store.load(state.id)
+        ```
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        """Use the SQLite file at `path`; it is created on first use if it does not exist."""
+        self._path = os.fspath(path)
+        self._where = f"SQLite store {self._path!r}"
+        self._lock = threading.Lock()
+        self._connection: sqlite3.Connection | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({self._path!r})"
+
+    @property
+    def path(self) -> str:
+        """The path of the SQLite file."""
+        return self._path
+
+    # -- the Store methods --------------------------------------------------------------------
+
+    def save(self, state: State) -> None:
+        """Write the entries of `state` not stored yet and its info; bind it to this store.
+
+        Raises:
+            TypeError: `state` is not a State.
+            ValueError: The store holds a different history under this id (load it instead),
+                or the file has another format version.
+        """
+        self._run(save_plan(state, self))
+
+    def load(self, state_id: str) -> State:
+        """The State saved under `state_id`, bound to this store.
+
+        A turn a crash cut off is closed (see `stores.Store.load`); the entries that adds are
+        written by the next save.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` is not a valid id, an entry is damaged (the message names the
+                State and the entry's index), or the file has another format version.
+        """
+        return self._run(load_plan(state_id, self, self._where))
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        return self._run(list_plan(parent_id, limit, self._where))
+
+    def delete(self, state_id: str) -> None:
+        """Forget the State `state_id` (nothing happens if it is absent)."""
+        self._run(delete_plan(state_id))
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the connection; the store cannot be used afterwards. Closing twice is fine."""
+        with self._lock:
+            self._closed = True
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+
+    async def aclose(self) -> None:
+        """`close` in a worker thread (closing may write the WAL back into the file)."""
+        await self._offload(self.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- running plans ------------------------------------------------------------------------
+
+    def _offload_limiter(self) -> anyio.CapacityLimiter:
+        limiters = _LIMITERS.get(None)
+        if limiters is None:
+            limiters = WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]()
+            _LIMITERS.set(limiters)
+        limiter = limiters.get(self)
+        if limiter is None:
+            limiter = limiters[self] = anyio.CapacityLimiter(1)
+        return limiter
+
+    def _run(self, plan: Plan[Any]) -> Any:
+        """Carry out `plan` on the connection, holding the lock; roll back if it fails."""
+        with self._lock:
+            connection = self._connect()
+            try:
+                return run_plan(plan, lambda operation: _execute(connection, operation))
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute(ROLLBACK)
+                raise
+
+    def _connect(self) -> sqlite3.Connection:
+        if self._connection is not None:
+            return self._connection
+        if self._closed:
+            raise ValueError(f"{self!r} is closed: open a new SQLiteStore to use the file again.")
+        create_private(self._path)
+        connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        try:
+            run_plan(open_plan(self._where), lambda operation: _execute(connection, operation))
+        except sqlite3.OperationalError:
+            connection.close()
+            raise
+        except sqlite3.DatabaseError as error:  # e.g. "file is not a database"
+            connection.close()
+            raise not_a_store(self._path, error) from None
+        except BaseException:
+            connection.close()
+            raise
+        self._connection = connection
+        return connection
+
+
+def _execute(connection: sqlite3.Connection, operation: Operation) -> Any:
+    if isinstance(operation, Query):
+        return connection.execute(operation.sql, operation.params).fetchall()
+    if isinstance(operation, QueryMany):
+        connection.executemany(operation.sql, operation.rows)
+        return None
+    assert isinstance(operation, Work)
+    return operation.func()

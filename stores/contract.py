@@ -1,0 +1,748 @@
+"""The contract every store backend passes, importable to test your own backend.
+
+Subclass `StoreContract` in a test module (its name must start with ``Test``), say which
+protocols your store implements, and give a ``store`` fixture returning a new, empty store::
+
+    import pytest
+    from stores.contract import StoreContract
+
+    class TestMyStore(StoreContract):
+        colours = ("sync", "async")  # it implements Store and AsyncStore
+        asyncio_only = False  # its async methods also work on trio
+
+        @pytest.fixture
+        def store(self, tmp_path):
+            return MyStore(tmp_path / "states")
+
+Each test body is written once and runs in every mode the class declares: ``sync`` calls the
+sync methods from plain code; ``asyncio`` and ``trio`` await the ``a``-methods on an event loop
+of that library (run through `anyio.from_thread.start_blocking_portal`, so one body covers both
+colours). An async store that needs closing on its loop may define ``async def aclose()``; it is
+awaited after each async test. The suite needs pytest, anyio, and trio unless `asyncio_only`.
+
+The save rule every backend follows: a save only adds entries to the history it continues. The
+State saved must hold every stored entry (the stored last entry is compared); another State
+under an id that is taken, or an older copy with fewer entries, raises `ValueError` saying to
+`load` the stored State (or to save under a new id). Saving what is stored writes nothing.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar, Literal, TypeVar, cast
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+import pydantic
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+
+from orchestrator import (
+    Agent,
+    Image,
+    Message,
+    RawBlock,
+    ReasoningBlock,
+    Reply,
+    RunStart,
+    State,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    ToolResultEntry,
+    Usage,
+    UserEntry,
+    tool,
+)
+from orchestrator.testing import FakeModel, tool_call
+
+from ._base import AsyncStore, StateInfo, Store, info_of
+
+__all__ = (
+    "StoreClient",
+    "StoreContract",
+    "crashed_pending",
+    "crashed_waiting",
+    "rich_state",
+)
+
+_T = TypeVar("_T")
+Colour = Literal["sync", "async"]
+Mode = Literal["sync", "asyncio", "trio"]
+
+PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
+_USAGE = Usage(input_tokens=120, output_tokens=30, cache_read_tokens=7, requests=1, cost=0.25)
+
+
+class Notes(pydantic.BaseModel):
+    """The typed data of `rich_state`."""
+
+    items: list[str] = []
+    score: int = 0
+
+
+def _call(call_id: str, name: str, **args: Any) -> ToolCall:
+    return ToolCall(call_id, name, cast("Any", args))
+
+
+def _result(call_id: str, *blocks: TextBlock | Image, is_error: bool = False) -> ToolResultBlock:
+    return ToolResultBlock(call_id, blocks, is_error)
+
+
+def rich_state(state_id: str = "rich") -> State:
+    """A State that has every kind of entry and value a store must keep.
+
+    Messages with images and a U+2028 inside text, a reply with reasoning, raw blocks and
+    parallel tool calls, results with images and errors, a child link, typed data, extra data
+    edits, a notice, a restore, an ask, a compaction, cleared results, and a finish.
+    """
+    state = State(
+        id=state_id,
+        messages=[Message.user("Look at this\u2028screenshot, ünïcode ✓", Image(PNG, "image/png"))],
+        extra_data={"repo": "api", "ids": [1, 2.5, None, True], "nested": {"a": {"b": "c"}}},
+        schema=Notes,
+    )
+    state._record_run_start(RunStart(agent="tester", model="fake", tools=("grep", "look")))
+    state._begin_think(model="fake")
+    grep, look = _call("c1", "grep", q="bug", n=3), _call("c2", "look", path="a.png")
+    reply = Message(
+        "assistant",
+        (
+            ReasoningBlock("I should search."),
+            TextBlock("Let me see."),
+            RawBlock("fake", {"signature": "abc", "n": [1, 2]}),
+            grep,
+            look,
+        ),
+    )
+    state._record_reply(Reply(reply, _USAGE, "tool_use", "fake-1"))
+    state._record_tool_result(
+        grep,
+        _result("c1", TextBlock("found in b.py")),
+        outcome="done",
+        state_update={"items": ["b"]},
+    )
+    state.add_message(Message.notice("the user is watching"))
+    state._record_tool_result(
+        look,
+        _result("c2", TextBlock("it shows"), Image(PNG, "image/jpeg"), is_error=True),
+        outcome="error",
+        child_ids=("rich-child",),
+        usage=Usage(input_tokens=5, requests=2),
+    )
+    state.set("score", 5)
+    before = state.snapshot()
+    state.add_message(Message.user("never mind"))
+    state.restore(before)
+    with state.edit_extra_data() as data:
+        data["k"] = {"a": None, "text": "line\nbreak\u2028sep"}
+        del data["repo"]
+    state._record_ask("Is it fixed?", {"fixed": False, "why": "tests"}, Usage(requests=1))
+    state._begin_think(model="fake")
+    state._record_reply(Reply(Message.assistant("It is in b.py."), _USAGE, "end_turn", "fake-1"))
+    state.clear_tool_results(keep_last=0)
+    state.compact("We found the bug in b.py.")
+    state.finish({"answer": 42, "files": ["b.py"]})
+    return state
+
+
+def crashed_waiting(state_id: str = "waiting") -> State:
+    """A State cut off while its request waited on the model (as a crash leaves it)."""
+    state = State(id=state_id, messages=[Message.user("Summarize the repo")])
+    state._record_run_start(RunStart(agent="tester", model="fake"))
+    state._begin_think(model="fake")
+    return state
+
+
+def crashed_pending(state_id: str = "pending") -> State:
+    """A State cut off with two tool calls open; one other call already has its result."""
+    state = State(id=state_id, messages=[Message.user("Fix the bug")])
+    state._record_run_start(RunStart(agent="tester", model="fake"))
+    state._begin_think(model="fake")
+    calls = (_call("c1", "grep", q="bug"), _call("c2", "edit", path="b.py"), _call("c3", "test"))
+    state._record_reply(Reply(Message.assistant("", calls), _USAGE, "tool_use", "fake"))
+    state._record_tool_result(calls[0], _result("c1", TextBlock("b.py:3")), outcome="done")
+    return state
+
+
+def _dated(state_id: str, at: datetime, *, parent: tuple[str, str] | None = None) -> State:
+    """A State of one user message recorded at `at` (and a run start linking it to `parent`)."""
+    entries: builtins.list[Any] = [
+        UserEntry(seq=0, turn=0, at=at, content=Message.user(f"task of {state_id}"))
+    ]
+    state = State(id=state_id, history=entries)
+    if parent is not None:
+        state._record_run_start(RunStart(parent_id=parent[0], parent_call_id=parent[1]))
+    return state
+
+
+def _assert_same(loaded: State, state: State) -> None:
+    """`loaded` is a new State with the value, history and times of `state`."""
+    assert loaded is not state
+    assert loaded.id == state.id
+    assert loaded.snapshot() == state.snapshot()
+    assert loaded.history == state.history
+    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
+    assert loaded.created_at == state.created_at
+    assert loaded.updated_at == state.updated_at
+    assert loaded.parent_id == state.parent_id
+    assert loaded.parent_call_id == state.parent_call_id
+
+
+@tool
+def echo(text: str) -> str:
+    """Say `text` back."""
+    return text
+
+
+class StoreClient:
+    """The store under test, called through its sync methods or awaited on an event loop.
+
+    Tests call it like a sync store; in an async mode each call awaits the store's
+    ``a``-method on the portal's event loop.
+    """
+
+    def __init__(self, store: Any, portal: BlockingPortal | None) -> None:
+        self.store = store
+        self.portal = portal
+
+    def call(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
+        """Run the coroutine function `func(*args)` on the event loop of this client."""
+        assert self.portal is not None
+        return self.portal.call(func, *args)
+
+    def save(self, state: State) -> None:
+        """`save` or `asave`."""
+        if self.portal is None:
+            self.store.save(state)
+        else:
+            self.call(self.store.asave, state)
+
+    def load(self, state_id: str) -> State:
+        """`load` or `aload`."""
+        if self.portal is None:
+            return cast("State", self.store.load(state_id))
+        return cast("State", self.call(self.store.aload, state_id))
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """`list` or `alist`."""
+        infos: Any
+        if self.portal is None:
+            infos = self.store.list(parent_id=parent_id, limit=limit)
+            return cast("builtins.list[StateInfo]", infos)
+
+        async def alist() -> builtins.list[StateInfo]:
+            infos = await self.store.alist(parent_id=parent_id, limit=limit)
+            return cast("builtins.list[StateInfo]", infos)
+
+        return self.call(alist)
+
+    def delete(self, state_id: str) -> None:
+        """`delete` or `adelete`."""
+        if self.portal is None:
+            self.store.delete(state_id)
+        else:
+            self.call(self.store.adelete, state_id)
+
+    def ids(self, **filters: Any) -> builtins.list[str]:
+        """The ids `list` returns, in its order."""
+        return [info.id for info in self.list(**filters)]
+
+    def run_agent(self, agent: Agent, state: State) -> Any:
+        """`agent.run(state)`, or `await agent.arun(state)` on the loop."""
+        if self.portal is None:
+            return agent.run(state)
+        return self.call(agent.arun, state)
+
+    def child(self, state: State, child_id: str) -> State:
+        """`state.child(child_id)`, or `await state.achild(child_id)` on the loop."""
+        if self.portal is None:
+            return state.child(child_id)
+        return self.call(state.achild, child_id)
+
+    def concurrently(self, workers: int, rounds: Callable[[int], Iterator[State]]) -> None:
+        """Run the workers ``0 .. workers-1`` at the same time and wait for them all.
+
+        Worker `i` saves each State that `rounds(i)` yields (the generator changes the States
+        between its yields). Sync: every worker is a thread calling `save`. Async: even workers
+        are tasks awaiting `asave`, odd ones are threads awaiting `asave` on the loop from
+        outside it.
+        """
+        errors: builtins.list[BaseException] = []
+        store = self.store
+        if self.portal is None:
+
+            def run(i: int) -> None:
+                try:
+                    for state in rounds(i):
+                        store.save(state)
+                except BaseException as error:  # re-raised below, in the test's thread
+                    errors.append(error)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
+            return
+
+        def in_thread(i: int) -> None:
+            for state in rounds(i):
+                anyio.from_thread.run(store.asave, state)
+
+        async def in_task(i: int) -> None:
+            for state in rounds(i):
+                await store.asave(state)
+
+        async def main() -> None:
+            async with anyio.create_task_group() as group:
+                for i in range(workers):
+                    if i % 2:
+                        group.start_soon(anyio.to_thread.run_sync, in_thread, i)
+                    else:
+                        group.start_soon(in_task, i)
+
+        self.call(main)
+
+
+class StoreContract:
+    """The tests every store passes. Subclass it as ``Test<YourStore>`` with a `store` fixture.
+
+    Class attributes say what the store can do (the suite parametrizes by them; it never skips):
+    `colours` lists the protocols it implements, ``"sync"`` (`stores.Store`) and/or ``"async"``
+    (`stores.AsyncStore`); `asyncio_only` says its async methods work on asyncio only.
+    """
+
+    colours: ClassVar[tuple[Colour, ...]] = ("sync", "async")
+    asyncio_only: ClassVar[bool] = False
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    @classmethod
+    def modes(cls) -> list[Mode]:
+        """The modes each test runs in: ``sync``, then the event loops the store works on."""
+        modes: list[Mode] = []
+        if "sync" in cls.colours:
+            modes.append("sync")
+        if "async" in cls.colours:
+            modes.append("asyncio")
+            if not cls.asyncio_only:
+                modes.append("trio")
+        if not modes:
+            raise TypeError(f"{cls.__name__}.colours must name 'sync', 'async' or both.")
+        return modes
+
+    def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:
+        """Run each test that takes `mode` once per mode of `modes()`."""
+        if "mode" in metafunc.fixturenames:
+            metafunc.parametrize("mode", self.modes())
+
+    @pytest.fixture
+    def store(self) -> Any:
+        """A new, empty store: override this fixture in your subclass."""
+        raise NotImplementedError(
+            f"{type(self).__name__} must define a `store` fixture returning a new, empty store."
+        )
+
+    @pytest.fixture
+    def client(self, store: Any, mode: Mode) -> Iterator[StoreClient]:
+        """The store, called in `mode`; an async store's ``aclose`` is awaited at the end."""
+        if mode == "sync":
+            yield StoreClient(store, None)
+            return
+        with start_blocking_portal(mode) as portal:
+            yield StoreClient(store, portal)
+            aclose = getattr(store, "aclose", None)
+            if aclose is not None:
+                portal.call(aclose)
+
+    # -- the protocols ---------------------------------------------------------------------------
+
+    def test_implements_the_declared_protocols(self, store: Any) -> None:
+        """The store is a `Store` and/or an `AsyncStore`, as `colours` says.
+
+        An async-only store's sync methods, if it has them, raise `TypeError` naming their
+        async twins.
+        """
+        if "sync" in self.colours:
+            assert isinstance(store, Store)
+        else:
+            # An async-only store's sync methods, if it has them, point at the async ones.
+            for name in ("save", "load", "list", "delete"):
+                method = getattr(store, name, None)
+                if method is None:
+                    continue
+                args: tuple[Any, ...] = () if name == "list" else ("x",)
+                if name == "save":
+                    args = (State(id="x"),)
+                with pytest.raises(TypeError, match=f"a{name}"):
+                    method(*args)
+        if "async" in self.colours:
+            assert isinstance(store, AsyncStore)
+
+    # -- round trips -----------------------------------------------------------------------------
+
+    def test_a_rich_state_round_trips(self, client: StoreClient) -> None:
+        """A State with every kind of entry loads back as a new State of equal value and history."""
+        state = rich_state()
+        client.save(state)
+        _assert_same(client.load(state.id), state)
+
+    def test_saves_after_every_entry_round_trip(self, client: StoreClient) -> None:
+        """Saving after each entry (the history growing one at a time) stores the same history."""
+        state = rich_state()
+        for size in range(1, len(state.history) + 1):
+            prefix = State(id="grown", history=state.history[:size])
+            client.save(prefix)
+            loaded = client.load("grown")
+            if prefix._folded.open_turn:  # cut off mid-turn: the load closed the turn
+                assert loaded.history[:size] == prefix.history
+                assert not loaded._folded.open_turn
+            else:
+                _assert_same(loaded, prefix)
+        assert client.list()[0].entries == len(state.history)
+
+    def test_an_empty_state_round_trips(self, client: StoreClient) -> None:
+        """A State with no entries can be saved and loaded."""
+        state = State(id="empty")
+        client.save(state)
+        loaded = client.load("empty")
+        assert loaded.history == ()
+        assert loaded.snapshot() == state.snapshot()
+        assert client.ids() == ["empty"]
+
+    def test_a_loaded_state_continues_and_round_trips(self, client: StoreClient) -> None:
+        """A loaded State takes new entries and saves them after the stored ones."""
+        state = rich_state()
+        client.save(state)
+        loaded = client.load(state.id)
+        loaded.restore(loaded.snapshot())
+        loaded.add_message(Message.user("one more thing"))
+        client.save(loaded)
+        _assert_same(client.load(state.id), loaded)
+
+    # -- idempotent saves ------------------------------------------------------------------------
+
+    def test_saving_again_writes_nothing_new(self, client: StoreClient) -> None:
+        """Saving a State that is stored writes nothing."""
+        state = rich_state()
+        client.save(state)
+        client.save(state)
+        client.save(state)
+        assert [info.entries for info in client.list()] == [len(state.history)]
+        assert len(client.load(state.id).history) == len(state.history)
+
+    def test_a_state_grown_by_three_entries_writes_three(self, client: StoreClient) -> None:
+        """A save writes only the entries added since the last save."""
+        state = State(id="grows", messages=[Message.user("one")])
+        client.save(state)
+        for text in ("two", "three", "four"):
+            state.add_message(Message.user(text))
+        client.save(state)
+        assert client.list()[0].entries == 4
+        loaded = client.load("grows")
+        assert [entry.seq for entry in loaded.history] == [0, 1, 2, 3]
+        _assert_same(loaded, state)
+
+    def test_an_unchanged_copy_saves_as_a_no_op(self, client: StoreClient) -> None:
+        """Two loaded copies of one State, unchanged, both save without error or new entries."""
+        client.save(rich_state())
+        first, second = client.load("rich"), client.load("rich")
+        client.save(first)
+        client.save(second)
+        assert client.list()[0].entries == len(first.history)
+
+    # -- binding ---------------------------------------------------------------------------------
+
+    def test_save_binds_the_state_to_the_store(self, client: StoreClient) -> None:
+        """After `save`, the State is bound to the store."""
+        state = State(messages=[Message.user("hi")])
+        client.save(state)
+        assert state._store is client.store
+
+    def test_load_binds_the_state_to_the_store(self, client: StoreClient) -> None:
+        """A loaded State is bound to the store it came from."""
+        client.save(State(id="bound", messages=[Message.user("hi")]))
+        assert client.load("bound")._store is client.store
+
+    def test_children_open_from_the_store_of_a_loaded_parent(self, client: StoreClient) -> None:
+        """`child`/`achild` of a loaded parent load the child from the same store."""
+        parent = State(id="parent", messages=[Message.user("delegate")])
+        parent._begin_think(model="fake")
+        call = _call("c1", "helper", task="look")
+        parent._record_reply(Reply(Message.assistant("", [call])))
+        child = _dated("kid", datetime.now(UTC), parent=("parent", "c1"))
+        parent._record_tool_result(
+            call, _result("c1", TextBlock("done")), outcome="done", child_ids=("kid",)
+        )
+        client.save(child)
+        client.save(parent)
+        opened = client.child(client.load("parent"), "kid")
+        _assert_same(opened, child)
+        assert opened._store is client.store
+        assert opened.parent_id == "parent"
+
+    # -- lookups and ids -------------------------------------------------------------------------
+
+    def test_a_missing_id_raises_lookup_error(self, client: StoreClient) -> None:
+        """Loading an id that was never saved raises `LookupError` naming it."""
+        with pytest.raises(LookupError, match="nothing-here"):
+            client.load("nothing-here")
+
+    def test_a_bad_id_raises_value_error(self, client: StoreClient) -> None:
+        """An id that is not valid (``../x``) raises `ValueError`, and nothing is created."""
+        for bad in ("../x", "a/b", "", "x" * 129):
+            with pytest.raises(ValueError, match="not valid"):
+                client.load(bad)
+            with pytest.raises(ValueError, match="not valid"):
+                client.delete(bad)
+        assert client.list() == []
+
+    # -- list ------------------------------------------------------------------------------------
+
+    def test_list_is_most_recently_updated_first(self, client: StoreClient) -> None:
+        """`list` orders by `updated_at`, newest first; a State saved again moves up."""
+        base = datetime(2024, 5, 1, tzinfo=UTC)
+        old, new, mid = (
+            _dated(name, base + timedelta(hours=h))
+            for name, h in (("old", 1), ("new", 3), ("mid", 2))
+        )
+        for state in (old, new, mid):
+            client.save(state)
+        assert client.ids() == ["new", "mid", "old"]
+        old.add_message(Message.user("back again"))  # recorded now: the newest
+        client.save(old)
+        assert client.ids() == ["old", "new", "mid"]
+
+    def test_list_gives_the_info_of_each_state(self, client: StoreClient) -> None:
+        """`list` gives each State's `StateInfo`, equal to `info_of` the State saved."""
+        states = [
+            rich_state(),
+            crashed_pending(),
+            _dated("kid", datetime.now(UTC), parent=("p", "c")),
+        ]
+        for state in states:
+            client.save(state)
+        by_id = {info.id: info for info in client.list()}
+        assert by_id == {state.id: info_of(state) for state in states}
+        rich = by_id["rich"]
+        assert rich.finished
+        assert rich.title == "Look at this\u2028screenshot, ünïcode ✓"
+        assert rich.entries == len(states[0].history)
+        assert (by_id["kid"].parent_id, by_id["kid"].parent_call_id) == ("p", "c")
+
+    def test_list_filters_by_parent_id(self, client: StoreClient) -> None:
+        """`list(parent_id=)` gives only the children of that State, newest first."""
+        base = datetime(2024, 5, 1, tzinfo=UTC)
+        states = [
+            _dated("a1", base + timedelta(minutes=1), parent=("a", "c1")),
+            _dated("b1", base + timedelta(minutes=2), parent=("b", "c1")),
+            _dated("a2", base + timedelta(minutes=3), parent=("a", "c2")),
+            _dated("a", base + timedelta(minutes=4)),
+        ]
+        for state in states:
+            client.save(state)
+        assert client.ids(parent_id="a") == ["a2", "a1"]
+        assert client.ids(parent_id="b") == ["b1"]
+        assert client.ids(parent_id="nobody") == []
+        assert client.ids(parent_id="a", limit=1) == ["a2"]
+        assert [info.parent_call_id for info in client.list(parent_id="a")] == ["c2", "c1"]
+
+    def test_list_limit(self, client: StoreClient) -> None:
+        """`list(limit=n)` gives the first `n`."""
+        base = datetime(2024, 5, 1, tzinfo=UTC)
+        for i in range(5):
+            client.save(_dated(f"s{i}", base + timedelta(seconds=i)))
+        assert client.ids(limit=2) == ["s4", "s3"]
+        assert client.ids(limit=5) == ["s4", "s3", "s2", "s1", "s0"]
+        assert client.ids(limit=50) == ["s4", "s3", "s2", "s1", "s0"]
+        assert client.ids(limit=0) == []
+
+    # -- delete ----------------------------------------------------------------------------------
+
+    def test_delete_forgets_the_state(self, client: StoreClient) -> None:
+        """A deleted State cannot be loaded and is not listed; the others stay."""
+        kept, gone = State(id="kept", messages=[Message.user("a")]), rich_state("gone")
+        client.save(kept)
+        client.save(gone)
+        client.delete("gone")
+        with pytest.raises(LookupError):
+            client.load("gone")
+        assert client.ids() == ["kept"]
+        _assert_same(client.load("kept"), kept)
+
+    def test_delete_of_a_missing_id_is_fine(self, client: StoreClient) -> None:
+        """Deleting an id that is not stored does nothing."""
+        client.delete("never-saved")
+        client.save(State(id="once", messages=[Message.user("a")]))
+        client.delete("once")
+        client.delete("once")
+        assert client.list() == []
+
+    def test_an_id_can_be_used_again_after_delete(self, client: StoreClient) -> None:
+        """After a delete, a new State may be saved under the same id."""
+        first = rich_state("reused")
+        client.save(first)
+        client.delete("reused")
+        second = State(id="reused", messages=[Message.user("a new start")])
+        client.save(second)
+        second.add_message(Message.user("and more"))
+        client.save(second)
+        _assert_same(client.load("reused"), second)
+
+    # -- the save rule ---------------------------------------------------------------------------
+
+    def test_another_history_under_a_taken_id_is_refused(self, client: StoreClient) -> None:
+        """Saving a different State under a stored id raises `ValueError` pointing at `load`."""
+        first = State(id="taken", messages=[Message.user("first")])
+        client.save(first)
+        other = State(id="taken", messages=[Message.user("second")])
+        other.add_message(Message.user("more"))
+        with pytest.raises(ValueError, match=r"taken.*load"):
+            client.save(other)
+        _assert_same(client.load("taken"), first)
+        assert client.list()[0].entries == 1
+
+    def test_an_older_copy_is_refused(self, client: StoreClient) -> None:
+        """Saving a copy that is behind the stored history, or diverged, raises `ValueError`."""
+        client.save(State(id="copied", messages=[Message.user("start")]))
+        ahead, behind = client.load("copied"), client.load("copied")
+        ahead.add_message(Message.user("ahead"))
+        client.save(ahead)
+        with pytest.raises(ValueError, match=r"copied.*load"):
+            client.save(behind)
+        behind.add_message(Message.user("diverged"))
+        behind.add_message(Message.user("further"))
+        with pytest.raises(ValueError, match=r"copied.*load"):
+            client.save(behind)
+        _assert_same(client.load("copied"), ahead)
+
+    # -- crash recovery --------------------------------------------------------------------------
+
+    def test_a_request_waiting_on_the_model_is_taken_back(self, client: StoreClient) -> None:
+        """A request cut off while waiting on the model is taken back on load; the State runs on."""
+        state = crashed_waiting()
+        stored = len(state.history)
+        client.save(state)
+        loaded = client.load(state.id)
+        assert loaded.history[:stored] == state.history
+        added = loaded.history[stored:]
+        assert [entry.kind for entry in added] == ["error"]
+        assert "taken back" in str(added[0].content)
+        assert loaded.turn == 0
+        assert loaded.messages == state.messages
+        assert client.list()[0].entries == stored  # loading writes nothing
+        self._check_saved_once(client, loaded, stored + 1)
+        answer = client.run_agent(Agent(FakeModel(["Done."]), store=client.store), loaded)
+        assert answer == "Done."
+        _assert_same(client.load(state.id), loaded)
+
+    def test_pending_calls_get_an_unknown_result(self, client: StoreClient) -> None:
+        """Calls cut off without a result get an ``unknown`` result on load, never a re-run."""
+        state = crashed_pending()
+        stored = len(state.history)
+        client.save(state)
+        loaded = client.load(state.id)
+        assert loaded.history[:stored] == state.history
+        added = loaded.history[stored:]
+        assert all(isinstance(entry, ToolResultEntry) for entry in added)
+        results = cast("list[ToolResultEntry]", list(added))
+        assert [(entry.call.id, entry.outcome) for entry in results] == [
+            ("c2", "unknown"),
+            ("c3", "unknown"),
+        ]
+        for entry in results:
+            assert entry.content.is_error
+            assert "may or may not have run" in entry.content.text
+        assert loaded.pending_calls == ()
+        assert [block.call_id for block in loaded.messages[-1].tool_results] == ["c1", "c2", "c3"]
+        self._check_saved_once(client, loaded, stored + 2)
+        agent = Agent(FakeModel(["I will check b.py first."]), store=client.store)
+        assert client.run_agent(agent, loaded) == "I will check b.py first."
+        _assert_same(client.load(state.id), loaded)
+
+    def test_a_cut_off_state_left_by_an_agent_runs_on(self, client: StoreClient) -> None:
+        """An Agent runs a recovered State on to an answer, saving it through the store."""
+        state = crashed_pending("agent-run")
+        client.save(state)
+        loaded = client.load("agent-run")
+        model = FakeModel([tool_call("echo", text="again"), "All done."])
+        answer = client.run_agent(Agent(model, tools=[echo], store=client.store), loaded)
+        assert answer == "All done."
+        again = client.load("agent-run")
+        _assert_same(again, loaded)
+        assert [entry.outcome for entry in again.history if isinstance(entry, ToolResultEntry)] == [
+            "done",
+            "unknown",
+            "unknown",
+            "done",
+        ]
+
+    @staticmethod
+    def _check_saved_once(client: StoreClient, loaded: State, size: int) -> None:
+        """The recovered entries are saved by the next save, and a load does not add them again."""
+        assert len(loaded.history) == size
+        client.save(loaded)
+        assert client.list()[0].entries == size
+        for _ in range(2):
+            again = client.load(loaded.id)
+            _assert_same(again, loaded)
+            client.save(again)
+        assert client.list()[0].entries == size
+
+    # -- concurrency -----------------------------------------------------------------------------
+
+    def test_concurrent_saves_of_many_states(self, client: StoreClient) -> None:
+        """Many threads (and tasks) save many States, new and growing, at once; nothing is lost."""
+        workers, rounds = 8, 6
+        own = [
+            State(id=f"worker-{i}", messages=[Message.user(f"task {i}")]) for i in range(workers)
+        ]
+        shared = State(id="shared", messages=[Message.user("everyone writes here")])
+
+        def work(i: int) -> Iterator[State]:
+            for r in range(rounds):
+                own[i].add_message(Message.user(f"worker {i} round {r}"))
+                yield own[i]
+                shared.add_message(Message.user(f"shared by {i} round {r}"))
+                yield shared
+                state = State(id=f"new-{i}-{r}", messages=[Message.user("fresh")])
+                yield state
+                state.add_message(Message.user("grown"))
+                yield state
+
+        client.concurrently(workers, work)
+        for state in [*own, shared]:
+            _assert_same(client.load(state.id), state)
+        infos = client.list()
+        assert len(infos) == workers + 1 + workers * rounds
+        assert {info.id: info.entries for info in infos}["shared"] == 1 + workers * rounds
+        assert all(
+            client.load(f"new-{i}-{r}").messages[-1].text == "grown"
+            for i in range(workers)
+            for r in range(rounds)
+        )
+
+    def test_saves_of_one_state_while_it_records(self, client: StoreClient) -> None:
+        """Workers recording into one State and saving it at once store all its entries in order."""
+        state = State(id="busy", messages=[Message.user("go")])
+        lock = threading.Lock()
+
+        def work(i: int) -> Iterator[State]:
+            for r in range(20):
+                with lock:  # several workers record into one State, like parallel tool calls
+                    state.add_message(Message.user(f"{i}.{r}"))
+                yield state
+
+        client.concurrently(6, work)
+        client.save(state)
+        _assert_same(client.load("busy"), state)
+        assert client.list()[0].entries == 1 + 6 * 20

@@ -1,0 +1,51 @@
+"""Every backend of `stores` passes the one contract suite (`stores.contract`).
+
+The SQLite backends are imported inside their fixtures, so this file works before they exist.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stores._file import FileStore
+from stores._memory import MemoryStore
+from stores.contract import StoreContract
+
+
+class TestMemoryStore(StoreContract):
+    @pytest.fixture
+    def store(self) -> MemoryStore:
+        return MemoryStore()
+
+
+class TestFileStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> FileStore:
+        return FileStore(tmp_path / "states")
+
+
+def _backend(module: str, name: str, path: Path) -> Any:
+    return getattr(importlib.import_module(module), name)(path)
+
+
+class TestSQLiteStore(StoreContract):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Any:
+        store = _backend("stores._sqlite", "SQLiteStore", tmp_path / "states.db")
+        yield store
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
+
+
+class TestAioSQLiteStore(StoreContract):
+    colours = ("async",)
+    asyncio_only = True
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Any:
+        return _backend("stores._aiosqlite", "AioSQLiteStore", tmp_path / "states.db")

@@ -1,0 +1,405 @@
+"""`FileStore` beyond the contract: the files it writes, and what it does with damaged ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import threading
+from pathlib import Path
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from orchestrator import Message, State
+from stores import AsyncStore, Store
+from stores._file import INFO, LOG, FileStore
+from stores._offload import ThreadedAsync
+from stores.contract import crashed_pending, rich_state
+
+
+def mode_of(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def lines_of(path: Path) -> list[bytes]:
+    return path.read_bytes().split(b"\n")
+
+
+def files_under(path: Path) -> dict[str, bytes]:
+    return {
+        str(item.relative_to(path)): item.read_bytes()
+        for item in sorted(path.rglob("*"))
+        if item.is_file()
+    }
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "states"
+
+
+@pytest.fixture
+def store(root: Path) -> FileStore:
+    return FileStore(root)
+
+
+# Files ----------------------------------------------------------------------------------------
+
+
+def test_a_state_is_a_folder_with_a_log_and_an_info_file(store: FileStore, root: Path) -> None:
+    assert isinstance(store, Store)
+    assert isinstance(store, AsyncStore)
+    assert repr(store) == f"FileStore({str(root)!r})"
+    assert store.path == root
+    state = rich_state()
+    store.save(state)
+    assert sorted(os.listdir(root)) == ["rich"]
+    assert sorted(os.listdir(root / "rich")) == [INFO, LOG]
+    log = lines_of(root / "rich" / LOG)
+    assert log[-1] == b""  # every line ends with a newline
+    assert len(log) - 1 == len(state.history)
+    assert [json.loads(line)["seq"] for line in log[:-1]] == list(range(len(state.history)))
+    info = json.loads((root / "rich" / INFO).read_bytes())
+    assert info["format"] == 1
+    assert (info["id"], info["entries"], info["finished"]) == ("rich", len(state.history), True)
+
+
+def test_files_are_0600_and_folders_0700(store: FileStore, root: Path) -> None:
+    old = os.umask(0)  # even with a permissive umask
+    try:
+        state = State(id="private", messages=[Message.user("secret")])
+        store.save(state)
+        state.add_message(Message.user("more"))
+        store.save(state)
+    finally:
+        os.umask(old)
+    assert mode_of(root) == 0o700
+    assert mode_of(root / "private") == 0o700
+    assert mode_of(root / "private" / LOG) == 0o600
+    assert mode_of(root / "private" / INFO) == 0o600
+
+
+def test_a_save_appends_only_the_new_lines(store: FileStore, root: Path) -> None:
+    state = State(id="grows", messages=[Message.user("one")])
+    store.save(state)
+    log = root / "grows" / LOG
+    first = log.read_bytes()
+    store.save(state)
+    assert log.read_bytes() == first
+    for text in ("two", "three", "four"):
+        state.add_message(Message.user(text))
+    store.save(state)
+    data = log.read_bytes()
+    assert data.startswith(first)
+    assert data[len(first) :].count(b"\n") == 3
+    assert json.loads((root / "grows" / INFO).read_bytes())["entries"] == 4
+
+
+def test_line_separators_inside_text_survive(store: FileStore, root: Path) -> None:
+    text = "a\u2028b\u2029c\x85d\re\nf\x0bg\x0ch\x1c"
+    state = State(id="seps", messages=[Message.user(text)])
+    state.add_message(Message.user("after"))
+    store.save(state)
+    assert len(lines_of(root / "seps" / LOG)) == 3
+    loaded = FileStore(root).load("seps")
+    assert [message.text for message in loaded.messages] == [text, "after"]
+
+
+def test_nothing_is_created_before_the_first_save(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "not" / "yet")
+    assert store.list() == []
+    with pytest.raises(LookupError, match="'nope'"):
+        store.load("nope")
+    store.delete("nope")
+    assert os.listdir(tmp_path) == []
+
+
+def test_leftovers_of_an_interrupted_create_or_delete_are_ignored(
+    store: FileStore, root: Path
+) -> None:
+    store.save(State(id="real", messages=[Message.user("hi")]))
+    (root / ".new-real-0123").mkdir()
+    (root / ".del-gone-0123").mkdir()
+    (root / "stray-file").write_text("not a state")
+    (root / "empty-folder").mkdir()
+    assert [info.id for info in store.list()] == ["real"]
+
+
+# Torn last lines ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "torn",
+    [b'{"seq":3,"turn":1,"at":"2024-', b"\x00\x00\x00\x00", b'{"seq":3}', b" "],
+    ids=["half-line", "zeros", "valid-json-no-newline", "blank"],
+)
+def test_a_torn_last_line_is_ignored_then_cut_on_the_next_append(
+    store: FileStore, root: Path, torn: bytes
+) -> None:
+    state = State(id="torn", messages=[Message.user("one")])
+    state.add_message(Message.user("two"))
+    state.add_message(Message.user("three"))
+    store.save(state)
+    log = root / "torn" / LOG
+    clean = log.read_bytes()
+    with log.open("ab") as file:
+        file.write(torn)
+    for reader in (store, FileStore(root)):  # with and without what the store remembers
+        loaded = reader.load("torn")
+        assert loaded.snapshot() == state.snapshot()
+        assert log.read_bytes() == clean + torn  # loading writes nothing
+    loaded.add_message(Message.user("four"))
+    FileStore(root).save(loaded)
+    data = log.read_bytes()
+    assert data.startswith(clean)
+    assert torn not in data[len(clean) :]
+    assert data.count(b"\n") == 4
+    assert FileStore(root).load("torn").snapshot() == loaded.snapshot()
+
+
+def test_the_same_store_cuts_a_torn_line_left_after_its_own_save(
+    store: FileStore, root: Path
+) -> None:
+    state = State(id="torn", messages=[Message.user("one")])
+    store.save(state)
+    with (root / "torn" / LOG).open("ab") as file:
+        file.write(b'{"seq":1,"tu')
+    state.add_message(Message.user("two"))
+    store.save(state)
+    assert store.load("torn").snapshot() == state.snapshot()
+    assert (root / "torn" / LOG).read_bytes().count(b"\n") == 2
+
+
+# Damaged data: a clear error, and nothing else touched ----------------------------------------
+
+
+def damage_line(root: Path, state_id: str, index: int, line: bytes) -> None:
+    log = root / state_id / LOG
+    lines = lines_of(log)
+    lines[index] = line
+    log.write_bytes(b"\n".join(lines))
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"us', "entry 2 is damaged"),
+        (b"not json at all", "entry 2 is damaged"),
+        (b"", "entry 2 is damaged"),
+        (b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"alien"}', "entry 2 is damaged"),
+        (
+            b'{"seq":7,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"user","content":'
+            b'{"role":"user","content":[{"kind":"text","text":"x"}]}}',
+            "entry 2 says it is entry 7",
+        ),
+    ],
+    ids=["truncated", "not-json", "empty", "unknown-kind", "wrong-seq"],
+)
+def test_a_bad_line_raises_value_error_naming_the_state_and_index(
+    store: FileStore, root: Path, line: bytes, message: str
+) -> None:
+    bad, good = rich_state("bad"), rich_state("good")
+    store.save(bad)
+    store.save(good)
+    damage_line(root, "bad", 2, line)
+    before = files_under(root)
+    for reader in (store, FileStore(root)):
+        with pytest.raises(ValueError, match=rf"State 'bad': history {message}") as caught:
+            reader.load("bad")
+        if "damaged" in message:
+            assert "backup" in str(caught.value)
+    assert files_under(root) == before
+    # The others work as before.
+    assert FileStore(root).load("good").snapshot() == good.snapshot()
+    good.add_message(Message.user("still fine"))
+    FileStore(root).save(good)
+    assert FileStore(root).load("good").snapshot() == good.snapshot()
+    assert {info.id for info in FileStore(root).list()} == {"bad", "good"}
+    FileStore(root).delete("bad")
+    assert [info.id for info in FileStore(root).list()] == ["good"]
+
+
+def test_a_damaged_last_line_stops_a_save_and_changes_nothing(store: FileStore, root: Path) -> None:
+    state = crashed_pending("hurt")
+    store.save(state)
+    count = len(state.history)
+    damage_line(root, "hurt", count - 1, b'{"seq": "oops"}')
+    with (root / "hurt" / LOG).open("ab") as file:
+        file.write(b'{"seq": 9')  # and a torn line after it: not cut by a failing save
+    before = files_under(root)
+    state.add_message(Message.user("more"))
+    with pytest.raises(ValueError, match=rf"State 'hurt': history entry {count - 1} is damaged"):
+        FileStore(root).save(state)
+    assert files_under(root) == before
+
+
+def test_a_damaged_info_file_is_a_clear_error(store: FileStore, root: Path) -> None:
+    store.save(State(id="hurt", messages=[Message.user("a")]))
+    store.save(State(id="good", messages=[Message.user("b")]))
+    for text, problem in (
+        (b"{not json", "damaged"),
+        (b"[1]", "not a JSON object"),
+        (b'{"format": 1, "id": 5}', "damaged"),
+    ):
+        (root / "hurt" / INFO).write_bytes(text)
+        with pytest.raises(ValueError, match=rf"State 'hurt'.*{problem}.*delete the State"):
+            FileStore(root).load("hurt")
+        with pytest.raises(ValueError, match="State 'hurt'"):
+            FileStore(root).list()
+    assert FileStore(root).load("good").messages[0].text == "b"
+
+
+def test_a_missing_log_is_a_clear_error(store: FileStore, root: Path) -> None:
+    store.save(State(id="half", messages=[Message.user("a")]))
+    (root / "half" / LOG).unlink()
+    with pytest.raises(ValueError, match=r"State 'half'.*log.jsonl is missing"):
+        store.load("half")
+
+
+@pytest.mark.parametrize(
+    ("found", "words"),
+    [(0, "older"), (2, "newer orchestrator: upgrade"), (None, "older or unknown"), ("1", "older")],
+)
+def test_another_format_version_is_refused_naming_both(
+    store: FileStore, root: Path, found: object, words: str
+) -> None:
+    state = State(id="versioned", messages=[Message.user("a")])
+    store.save(state)
+    store.save(State(id="current", messages=[Message.user("b")]))
+    info = json.loads((root / "versioned" / INFO).read_bytes())
+    if found is None:
+        del info["format"]
+    else:
+        info["format"] = found
+    (root / "versioned" / INFO).write_text(json.dumps(info))
+    before = files_under(root)
+    pattern = rf"State 'versioned'.*format version {found!r}.*reads version 1; .*{words}"
+    with pytest.raises(ValueError, match=pattern):
+        FileStore(root).load("versioned")
+    state.add_message(Message.user("more"))
+    with pytest.raises(ValueError, match=pattern):
+        FileStore(root).save(state)
+    with pytest.raises(ValueError, match=pattern):
+        FileStore(root).list()
+    assert files_under(root) == before
+    assert FileStore(root).load("current").messages[0].text == "b"
+
+
+# Ids ------------------------------------------------------------------------------------------
+
+
+def test_an_id_with_dot_dot_is_refused_and_nothing_outside_is_touched(
+    tmp_path: Path, root: Path, store: FileStore
+) -> None:
+    outside = tmp_path / "x"
+    outside.mkdir()
+    (outside / INFO).write_text(json.dumps({"format": 1, "id": "x"}))
+    (outside / LOG).write_text("")
+    store.save(State(id="inside", messages=[Message.user("a")]))
+    before = files_under(tmp_path)
+    for bad in ("../x", "..", "x/../../x", "/tmp/x", "x\x00"):
+        with pytest.raises(ValueError, match="not valid"):
+            store.load(bad)
+        with pytest.raises(ValueError, match="not valid"):
+            store.delete(bad)
+        with pytest.raises(ValueError, match="not valid"):
+            store.list(parent_id=bad)
+        with pytest.raises(ValueError, match="not valid"):
+            State(id=bad)
+    assert files_under(tmp_path) == before
+    assert sorted(os.listdir(tmp_path)) == ["states", "x"]
+
+
+# Several store objects on one folder ----------------------------------------------------------
+
+
+def test_a_store_notices_what_another_store_appended(root: Path) -> None:
+    first, second = FileStore(root), FileStore(root)
+    state = State(id="shared", messages=[Message.user("a")])
+    first.save(state)
+    copy = second.load("shared")
+    copy.add_message(Message.user("from the second"))
+    second.save(copy)
+    state.add_message(Message.user("from the first"))
+    with pytest.raises(ValueError, match=r"'shared'.*different.*load"):
+        first.save(state)  # its history diverged from what the second saved
+    again = first.load("shared")
+    again.add_message(Message.user("continued"))
+    first.save(again)
+    assert second.load("shared").snapshot() == again.snapshot()
+
+
+def test_a_store_notices_a_state_deleted_and_made_again_by_another(root: Path) -> None:
+    first, second = FileStore(root), FileStore(root)
+    old = State(id="reborn", messages=[Message.user("old")])
+    first.save(old)
+    second.delete("reborn")
+    new = State(id="reborn", messages=[Message.user("new")])
+    second.save(new)
+    old.add_message(Message.user("more"))
+    with pytest.raises(ValueError, match="'reborn'"):
+        first.save(old)
+    assert first.load("reborn").snapshot() == new.snapshot()
+
+
+# The async twins ------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_the_async_twins_run_the_sync_methods_in_a_worker_thread(root: Path) -> None:
+    threads: list[threading.Thread] = []
+
+    class Watched(FileStore):
+        def save(self, state: State) -> None:
+            threads.append(threading.current_thread())
+            super().save(state)
+
+    store = Watched(root)
+    state = State(id="away", messages=[Message.user("hi")])
+    await store.asave(state)
+    assert len(threads) == 1
+    assert threads[0] is not threading.current_thread()
+    assert (await store.aload("away")).snapshot() == state.snapshot()
+    assert [info.id for info in await store.alist(limit=1)] == ["away"]
+    await store.adelete("away")
+    assert await store.alist() == []
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_asave_finishes_its_write_then_raises(root: Path) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    class Slow(FileStore):
+        def save(self, state: State) -> None:
+            started.set()
+            release.wait()
+            super().save(state)
+
+    store = Slow(root)
+    state = State(id="slow", messages=[Message.user("hi")])
+    scope = anyio.CancelScope()
+    after_save: list[bool] = []
+
+    async def save() -> None:
+        with scope:
+            await store.asave(state)
+            after_save.append(True)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(save)
+        await anyio.to_thread.run_sync(started.wait)
+        scope.cancel()  # while the write runs in its thread
+        release.set()
+    assert scope.cancelled_caught
+    assert after_save == []
+    assert FileStore(root).load("slow").snapshot() == state.snapshot()
+
+
+def test_a_threaded_async_class_must_define_the_sync_methods() -> None:
+    with pytest.raises(TypeError, match=r"Half.*does not define list, delete"):
+
+        class Half(ThreadedAsync):  # pyright: ignore[reportUnusedClass]
+            def save(self, state: State) -> None: ...
+            def load(self, state_id: str) -> State: ...

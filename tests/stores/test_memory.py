@@ -1,0 +1,139 @@
+"""`MemoryStore` beyond the contract: it keeps encoded entries, and its async side has no thread."""
+
+from __future__ import annotations
+
+import threading
+
+import anyio
+import pytest
+
+from orchestrator import Message, RunStart, State
+from stores import AsyncStore, StateInfo, Store, info_of
+from stores._codec import decode_entry
+from stores._memory import MemoryStore
+from stores.contract import crashed_pending, crashed_waiting, rich_state
+
+
+def test_it_is_both_a_store_and_an_async_store() -> None:
+    store = MemoryStore()
+    assert isinstance(store, Store)
+    assert isinstance(store, AsyncStore)
+    assert repr(store) == "<MemoryStore states=0>"
+
+
+def test_it_keeps_encoded_entries_not_the_live_state() -> None:
+    store = MemoryStore()
+    state = rich_state()
+    store.save(state)
+    state._bind_store(None)
+    lines = store._states["rich"].lines
+    assert all(isinstance(line, bytes) for line in lines)
+    assert [decode_entry(line, state_id="rich", index=i) for i, line in enumerate(lines)] == list(
+        state.history
+    )
+    state.restore(state.snapshot())  # recorded after the save: not in the store
+    loaded = store.load("rich")
+    assert loaded is not state
+    assert len(loaded.history) == len(state.history) - 1
+    assert loaded.history[0] is not state.history[0]
+
+
+def test_a_damaged_entry_raises_value_error_naming_the_state_and_index() -> None:
+    store = MemoryStore()
+    store.save(rich_state("hurt"))
+    store.save(State(id="fine", messages=[Message.user("ok")]))
+    store._states["hurt"].lines[3] = b'{"seq": 3, "kind": "nope"'
+    with pytest.raises(ValueError, match=r"'hurt'.*entry 3 is damaged"):
+        store.load("hurt")
+    store._states["hurt"].lines[3] = store._states["hurt"].lines[4]
+    with pytest.raises(ValueError, match=r"'hurt'.*entry 3 says it is entry 4"):
+        store.load("hurt")
+    assert store.load("fine").messages[0].text == "ok"
+    assert {info.id for info in store.list()} == {"hurt", "fine"}
+
+
+def test_a_history_that_does_not_replay_raises_value_error_naming_the_state() -> None:
+    store = MemoryStore()
+    state = State(id="odd", messages=[Message.user("a")])
+    state._begin_think()
+    store.save(state)
+    lines = store._states["odd"].lines
+    lines.append(lines[1].replace(b'"seq":1', b'"seq":2'))  # a second request while waiting
+    with pytest.raises(ValueError, match=r"State 'odd': the stored history cannot be replayed"):
+        store.load("odd")
+
+
+def test_bad_arguments_raise_with_what_to_pass() -> None:
+    store = MemoryStore()
+    with pytest.raises(TypeError, match="State objects"):
+        store.save("not a state")  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match=">= 0"):
+        store.list(limit=-1)
+    with pytest.raises(TypeError, match="limit must be an int"):
+        store.list(limit="2")  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match=r"parent_id '\.\./x' is not valid"):
+        store.list(parent_id="../x")
+    with pytest.raises(TypeError, match="state_id must be a str"):
+        store.load(3)  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.anyio
+async def test_the_async_methods_run_on_the_loop_thread_without_workers() -> None:
+    threads: list[threading.Thread] = []
+
+    class Watched(MemoryStore):
+        def save(self, state: State) -> None:
+            threads.append(threading.current_thread())
+            super().save(state)
+
+    store = Watched()
+    state = State(id="here", messages=[Message.user("hi")])
+    await store.asave(state)
+    assert threads == [threading.current_thread()]
+    assert (await store.aload("here")).messages == state.messages
+    assert [info.id for info in await store.alist()] == ["here"]
+    await store.adelete("here")
+    assert await store.alist() == []
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_asave_saves_nothing() -> None:
+    store = MemoryStore()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.asave(State(id="never", messages=[Message.user("hi")]))
+    assert scope.cancelled_caught
+    assert store.list() == []
+
+
+def test_the_info_a_save_keeps_is_what_info_of_gives() -> None:
+    kid = State(id="kid")
+    kid._record_run_start(RunStart(parent_id="p", parent_call_id="c"))
+    notice_first = State(id="notice", messages=[Message.notice("n"), Message.user("u" * 300)])
+    for state in (rich_state(), crashed_pending(), crashed_waiting(), State(), kid, notice_first):
+        assert info_of(state) == _info_from_snapshot(state)
+        store = MemoryStore()
+        store.save(state)
+        (listed,) = store.list()
+        assert listed == info_of(state)
+
+
+def _info_from_snapshot(state: State) -> StateInfo:
+    """The info as the public snapshot tells it: what the O(1) info_of must agree with."""
+    snap = state.snapshot()
+    titles = [
+        m.text for m in snap.messages if m.role == "user" and not m.tool_results and m.text
+    ]
+    return StateInfo(
+        id=state.id,
+        parent_id=state.parent_id,
+        parent_call_id=state.parent_call_id,
+        title=titles[0][:200] if titles else "",
+        created_at=snap.created_at,
+        updated_at=snap.updated_at,
+        turn=snap.turn,
+        stopped=snap.stopped,
+        finished=snap.finished,
+        usage=snap.usage,
+        entries=len(snap.history),
+    )
