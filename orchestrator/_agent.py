@@ -366,8 +366,8 @@ class Agent:
             ValueError: The State is finished, calls are pending, or a request is waiting.
         """
         self._require_unfinished(state, "think")
-        self._report("on_think_start", state)
         messages = state._begin_think(model=self._model.name)
+        self._report("on_think_start", state)
         request = Request(system=self._instructions, messages=messages, tools=self._specs)
         # Saved before the wait, so a crash during it is recovered: the request is taken back.
         await self._save_or_take_back(state)
