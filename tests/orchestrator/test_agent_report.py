@@ -149,9 +149,8 @@ async def test_reporter_events_of_a_two_turn_run_with_tools_come_in_order() -> N
     events = reporter.events
     assert events[:4] == [
         ("run_start", s, None),
-        ("think_start", s, 1)(  # the request is recorded: its turn counts,
-            "text", s, "Let me look."
-        ),
+        ("think_start", s, 1),  # the request is recorded: its turn counts
+        ("text", s, "Let me look."),
         ("think_end", s, 1),
     ]
     assert sorted(events[4:6]) == [("tool_start", s, "a"), ("tool_start", s, "b")]
