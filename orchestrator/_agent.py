@@ -18,7 +18,7 @@ import anyio.to_thread
 
 from ._ask import ask as _ask
 from ._ask import compact as _compact
-from ._execute import current_call, run_tools
+from ._execute import CallContext, current_call, run_tools
 from ._history import RunStart
 from ._logs import get_log
 from ._loop import Loop, LoopBody, default_loop, run_body
@@ -37,8 +37,8 @@ from .models._base import resolve_model
 __all__ = ("Agent",)
 
 # The reporter of the run in progress: children that have none of their own report to it.
-_run_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
-    "orchestrator_run_reporter", default=None
+_run_reporters: contextvars.ContextVar[tuple[Reporter, ...]] = contextvars.ContextVar(
+    "orchestrator_run_reporters", default=()
 )
 
 
@@ -285,11 +285,12 @@ class Agent:
         self._require_unfinished(state, "run")
         state._begin_run()
         error: BaseException | None = None
-        reporter_token = _run_reporter.set(self._reporter_for(state))
+        reporter_token = _run_reporters.set(self._reporters())
+        link: CallContext | None = None
         try:
             if self._schema is not None:
                 state._bind_schema(self._schema)
-            self._start(state)
+            link = self._start(state)
             await self._save(state)
             self._report("on_run_start", state)
             _log.info("state.run.started", state_id=state.id, agent=self._name)
@@ -297,13 +298,15 @@ class Agent:
             await self._save(state)
         except BaseException as exc:
             error = exc
+            if link is not None:
+                link.failures.append(exc)  # the parent's call tells a child's failure apart
             with anyio.CancelScope(shield=True):
                 self._close_after(state, exc)
                 await self._save_after(state, exc)
             raise
         finally:
             state._end_run()
-            _run_reporter.reset(reporter_token)
+            _run_reporters.reset(reporter_token)
             _log.info(
                 "state.run.finished",
                 state_id=state.id,
@@ -313,7 +316,11 @@ class Agent:
             self._report("on_run_end", state, error)
         return state.answer
 
-    def _start(self, state: State) -> None:
+    def _start(self, state: State) -> CallContext | None:
+        """Record the run's start; link `state` to the tool call running it, if any.
+
+        Returns the call's context when `state` became its child.
+        """
         parent = current_call.get()
         link = parent is not None and parent.state is not state and not state._folded.linked
         start = RunStart(
@@ -333,6 +340,8 @@ class Agent:
                 if inherited is not None:
                     state._bind_store(inherited)
             self._report("on_child_start", parent.state, parent.call, state)
+            return parent
+        return None
 
     async def _run_loop(self, state: State) -> None:
         body = self._loop
@@ -371,13 +380,13 @@ class Agent:
         request = Request(system=self._instructions, messages=messages, tools=self._specs)
         # Saved before the wait, so a crash during it is recovered: the request is taken back.
         await self._save_or_take_back(state)
-        reporter = self._reporter_for(state)
+        reporters = self._reporters()
 
         def on_text(chunk: str) -> None:
-            if reporter is not None:
+            for reporter in reporters:
                 reporter.on_text(state, chunk)
 
-        token = thinking.set((state, reporter))
+        token = thinking.set((state, reporters))
         try:
             reply = self._check_reply(await self._model.respond(request, on_text=on_text))
         except BaseException as exc:
@@ -483,12 +492,19 @@ class Agent:
 
     # -- plumbing --------------------------------------------------------------------------------
 
-    def _reporter_for(self, state: State) -> Reporter | None:
-        return self._reporter if self._reporter is not None else _run_reporter.get()
+    def _reporters(self) -> tuple[Reporter, ...]:
+        """This agent's reporter, then those of the runs it runs inside.
+
+        So a child reports to its parent's reporter too.
+        """
+        inherited = _run_reporters.get()
+        own = self._reporter
+        if own is None or any(own is reporter for reporter in inherited):
+            return inherited
+        return (own, *inherited)
 
     def _report(self, hook: str, *args: Any) -> None:
-        reporter = self._reporter if self._reporter is not None else _run_reporter.get()
-        if reporter is not None:
+        for reporter in self._reporters():
             getattr(reporter, hook)(*args)
 
     def _store_for(self, state: State) -> Any:

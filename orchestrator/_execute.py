@@ -55,6 +55,7 @@ class CallContext:
     agent: Agent
     child_ids: list[str] = field(default_factory=list[str])
     children: list[State] = field(default_factory=list["State"])
+    failures: list[BaseException] = field(default_factory=list[BaseException])  # of children
 
 
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -185,7 +186,7 @@ class _Turn:
         except anyio.get_cancelled_exc_class():
             raise
         except Exception as error:
-            if context.children:
+            if any(error is failure for failure in context.failures):
                 # A subagent of this call failed: the model gets an error result it can act on.
                 text = f"(a subagent of this call failed: {error_text(error)})"
                 outcome, content, is_error = "error", _text(text), True

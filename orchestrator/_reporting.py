@@ -20,16 +20,18 @@ __all__ = ("Reporter", "report_retry", "thinking")
 
 # The State whose think is waiting on the model, and the reporter that sees it: a provider
 # reports its retries through `report_retry` without knowing either.
-thinking: contextvars.ContextVar[tuple[State, Reporter | None] | None] = contextvars.ContextVar(
-    "orchestrator_thinking", default=None
+thinking: contextvars.ContextVar[tuple[State, tuple[Reporter, ...]] | None] = (
+    contextvars.ContextVar("orchestrator_thinking", default=None)
 )
 
 
 def report_retry(attempt: int, delay: float, error: BaseException) -> None:
     """Tell the reporter of the think in progress that the model request is retried."""
     current = thinking.get()
-    if current is not None and current[1] is not None:
-        current[1].on_retry(current[0], attempt, delay, error)
+    if current is not None:
+        state, reporters = current
+        for reporter in reporters:
+            reporter.on_retry(state, attempt, delay, error)
 
 
 class Reporter:

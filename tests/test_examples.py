@@ -26,6 +26,17 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "answer: {'file': 'refunds.py', 'line': 42}  finished: True  turn: 2",
         "snapshot equal after replay: True",
     ),
+    "parallel_agents.py": (
+        "answer: Refunds are retried without an idempotency key.",
+        "- code_reader: 'refund(' found in payments/refund.py:42",
+        "- log_reader: payments: 17 x TimeoutError in refund()",
+        "- test_runner: refunds: 2 failed (test_refund_retry, test_refund_twice)",
+        "peak tools running at once: 3",
+        "states in the tree: 4",
+        "reopened code_reader from runs.db with achild: code_reader: 'refund(' found in"
+        " payments/refund.py:42",
+        "same as the State that ran: True; its parent is the lead: True",
+    ),
 }
 
 

@@ -1,0 +1,501 @@
+"""`OpenAIModel`: Chat Completions through the official ``openai`` SDK.
+
+Any server that speaks the Chat Completions API works through `base_url`: OpenAI itself, vLLM,
+Ollama, the llama.cpp server, OpenRouter. The SDK is an optional extra
+(``pip install 'orchestrator[openai]'``), imported when a model is built, never when the library
+is. Every request streams; its events are read from the SDK's streaming response.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+
+from .._json import thaw
+from .._messages import (
+    Block,
+    Image,
+    Message,
+    RawBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+)
+from .._reply import Reply, Usage
+from ._base import Request, TextCallback
+from ._price import Price
+from ._retry import (
+    Failure,
+    Progress,
+    Provider,
+    RetryPolicy,
+    Settings,
+    SSEEvent,
+    StreamBroken,
+    as_dict,
+    as_int,
+    missing_sdk,
+    parse_tool_args,
+    read_events,
+    run_with_retries,
+    shared_ssl_context,
+)
+
+if TYPE_CHECKING:
+    import openai
+
+    from .._tools import ToolSpec
+
+__all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
+
+OPENAI_URL = "https://api.openai.com/v1"
+_RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+# Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning.
+_REASONING_FIELDS = ("reasoning_content", "reasoning")
+_KEPT = frozenset({"role", "content", "tool_calls", "name", "tool_call_id"})
+
+
+def _import_openai():  # the module, so pyright knows the SDK's types
+    try:
+        import openai
+    except ImportError as error:
+        raise missing_sdk("openai", extra="openai", owner="OpenAIModel") from error
+    return openai
+
+
+# -- request mapping (pure) ------------------------------------------------------------------------
+
+
+def _image_part(image: Image) -> dict[str, Any]:
+    url = f"data:{image.media_type};base64,{image.to_base64()}"
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """A single text part as a plain string (every server takes it), else the parts."""
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return cast("str", parts[0]["text"])
+    return parts
+
+
+def _user(message: Message) -> list[dict[str, Any]]:
+    """A user message: its tool results as ``tool`` messages, then the rest as one user message.
+
+    Tool messages carry text only, so a result's images follow in the user message.
+    """
+    out: list[dict[str, Any]] = []
+    parts: list[dict[str, Any]] = []
+    for block in message.content:
+        if isinstance(block, ToolResultBlock):
+            images = [item for item in block.content if isinstance(item, Image)]
+            text = block.text or ("(the result is the images below)" if images else "")
+            if block.is_error:
+                text = f"Error: {text}"
+            out.append({"role": "tool", "tool_call_id": block.call_id, "content": text})
+            if images:
+                parts.append({"type": "text", "text": f"Images from tool call {block.call_id}:"})
+                parts.extend(_image_part(image) for image in images)
+        elif isinstance(block, TextBlock):
+            if block.text:
+                parts.append({"type": "text", "text": block.text})
+        elif isinstance(block, Image):
+            parts.append(_image_part(block))
+    if parts:
+        out.append({"role": "user", "content": _content(parts)})
+    return out
+
+
+def _assistant(message: Message, provider: str | None) -> dict[str, Any]:
+    """An assistant message; `provider` set echoes its reasoning fields back (same server)."""
+    text = message.text
+    entry: dict[str, Any] = {"role": "assistant", "content": text or None}
+    calls = [
+        {
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(thaw(call.args))},
+        }
+        for call in message.tool_calls
+    ]
+    if calls:
+        entry["tool_calls"] = calls
+    else:
+        entry["content"] = text
+    for block in message.content:
+        if isinstance(block, RawBlock) and block.provider == provider:
+            for key, value in as_dict(thaw(block.data)).items():
+                if key not in _KEPT:
+                    entry[key] = value
+    return entry
+
+
+def _loop_start(messages: Sequence[Message]) -> int:
+    """Where the current tool loop starts: just after the last user message with content."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        if message.role == "user" and any(
+            isinstance(block, TextBlock | Image) for block in message.content
+        ):
+            return index + 1
+    return 0
+
+
+def chat_messages(request: Request, provider: str) -> list[dict[str, Any]]:
+    """The Chat Completions ``messages`` for `request`.
+
+    Reasoning kept in `RawBlock`s of `provider` goes back only within the current tool loop
+    (after the last user message), which is what servers that want it back expect, and servers
+    that refuse it never see (they see no tool loop).
+    """
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    start = _loop_start(request.messages)
+    for index, message in enumerate(request.messages):
+        if message.role == "assistant":
+            out.append(_assistant(message, provider if index >= start else None))
+        else:
+            out.extend(_user(message))
+    return out
+
+
+def chat_tools(specs: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    """The Chat Completions ``tools`` for these specs."""
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": thaw(spec.input_schema),
+            },
+        }
+        for spec in specs
+    ]
+
+
+# -- reading the stream (sans-I/O) -----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Call:
+    id: str = ""
+    name: str = ""
+    args: list[str] = field(default_factory=list[str])
+
+
+class _ChatStream:
+    """Accumulates ``chat.completion.chunk`` events into a `Reply`."""
+
+    def __init__(self, provider: str, model: str) -> None:
+        self.provider = provider
+        self.model = model
+        self.text: list[str] = []
+        self.reasoning: dict[str, list[str]] = {}
+        self.calls: dict[int, _Call] = {}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.error: StreamBroken | None = None
+
+    def handle(self, event: SSEEvent) -> str | None:
+        """Take one event; return the text it adds, for ``on_text``."""
+        data = event.data.strip()
+        if self.error is not None or not data or data == "[DONE]":
+            return None
+        chunk = as_dict(json.loads(data))
+        error = chunk.get("error")
+        if error:
+            code = as_dict(error).get("code")
+            status = code if isinstance(code, int) and 400 <= code < 600 else 500
+            self.error = StreamBroken("sent an error event", status=status, body=chunk)
+            return None
+        if isinstance(chunk.get("model"), str) and chunk["model"]:
+            self.model = chunk["model"]
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = as_dict(chunk["usage"])
+        added: list[str] = []
+        choices: object = chunk.get("choices")
+        for choice in cast("list[Any]", choices) if isinstance(choices, list) else []:
+            choice = as_dict(choice)
+            if as_int(choice.get("index")) != 0:
+                continue
+            delta = as_dict(choice.get("delta"))
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                self.text.append(content)
+                added.append(content)
+            for name in _REASONING_FIELDS:
+                part = delta.get(name)
+                if isinstance(part, str) and part:
+                    self.reasoning.setdefault(name, []).append(part)
+            calls: object = delta.get("tool_calls")
+            for call in cast("list[Any]", calls) if isinstance(calls, list) else []:
+                self._call_delta(as_dict(call))
+            if isinstance(choice.get("finish_reason"), str):
+                self.finish = choice["finish_reason"]
+        return "".join(added) or None
+
+    def _call_delta(self, delta: dict[str, Any]) -> None:
+        index = delta.get("index")
+        call_id = delta.get("id")
+        if not isinstance(index, int) or isinstance(index, bool):
+            # A server that leaves out the index: a new id starts a new call.
+            known = {call.id for call in self.calls.values()}
+            new = not self.calls or (isinstance(call_id, str) and call_id not in known)
+            index = len(self.calls) if new else max(self.calls)
+        call = self.calls.setdefault(index, _Call())
+        if isinstance(call_id, str) and call_id and not call.id:
+            call.id = call_id
+        function = as_dict(delta.get("function"))
+        name = function.get("name")
+        if isinstance(name, str) and name and not call.name:
+            call.name = name
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            call.args.append(arguments)
+        elif isinstance(arguments, dict):
+            call.args.append(json.dumps(arguments))
+
+    def reply(self, price: Price | None) -> Reply:
+        """The reply, once the stream has ended.
+
+        Raises:
+            StreamBroken: The stream carried an error, or ended before the reply was complete.
+        """
+        if self.error is not None:
+            raise self.error
+        if self.finish is None:
+            raise StreamBroken("ended the stream before the reply was complete")
+        blocks: list[Block] = []
+        reasoning = {name: "".join(parts) for name, parts in self.reasoning.items()}
+        if reasoning:
+            blocks.append(ReasoningBlock(next(iter(reasoning.values()))))
+            blocks.append(RawBlock(self.provider, reasoning))
+        if self.text:
+            blocks.append(TextBlock("".join(self.text)))
+        for _, call in sorted(self.calls.items()):
+            call_id = call.id or f"call_{uuid.uuid4().hex[:24]}"
+            blocks.append(ToolCall(call_id, call.name, parse_tool_args("".join(call.args))))
+        return Reply(
+            Message("assistant", tuple(blocks)),
+            self._usage(price),
+            stop_reason=self.finish,
+            model=self.model,
+        )
+
+    def _usage(self, price: Price | None) -> Usage:
+        usage = self.usage
+        input_tokens = as_int(usage.get("prompt_tokens"))
+        output_tokens = as_int(usage.get("completion_tokens"))
+        details = as_dict(usage.get("prompt_tokens_details"))
+        # OpenAI reports cached_tokens; DeepSeek reports prompt_cache_hit_tokens.
+        cached = as_int(details.get("cached_tokens")) or as_int(
+            usage.get("prompt_cache_hit_tokens")
+        )
+        cost = None
+        if price is not None:
+            cost = price.cost(
+                input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached
+            )
+        return Usage(
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cached,
+            requests=1,
+            cost=cost,
+        )
+
+
+# -- the model -------------------------------------------------------------------------------------
+
+
+class OpenAIModel:
+    """A model served through the Chat Completions API, on the official ``openai`` SDK.
+
+    Works with OpenAI and with any compatible server through `base_url` (vLLM, Ollama, the
+    llama.cpp server, OpenRouter). Constructing one touches no network and needs no key: the key
+    is read when the first request is made. Each request streams (text goes to ``on_text`` as it
+    arrives), and is retried with backoff on rate limits, server errors and connection errors
+    while nothing has streamed yet.
+
+    Args:
+        name: The model name the server knows, e.g. ``"gpt-4o"``.
+        base_url: The API root, e.g. ``"http://localhost:8000/v1"``; OpenAI's when left out (or
+            the ``OPENAI_BASE_URL`` environment variable).
+        api_key: The API key. Left out, it is read from the `api_key_env` variable; a server at
+            a custom `base_url` that needs no key then gets a placeholder.
+        api_key_env: The environment variable that holds the key (``OPENAI_API_KEY``).
+        price: Prices per million tokens; when given, `Usage.cost` is filled in.
+        context_window: How many tokens fit in one request, when you know it.
+        max_tokens: A cap on the reply's tokens (``max_completion_tokens`` for OpenAI).
+        temperature: The sampling temperature.
+        params: More request fields, sent as they are (``{"reasoning_effort": "low"}``).
+        headers: Extra HTTP headers for every request.
+        retry: The retry policy (`RetryPolicy()` when left out).
+
+    Raises:
+        ImportError: The ``openai`` package is not installed; the message names the command.
+        TypeError: An argument has the wrong type.
+        ValueError: An argument has a wrong value.
+
+    Example:
+        ```python
+        agent = Agent(OpenAIModel("gpt-4o-mini", price=Price(input=0.15, output=0.6)))
+        local = OpenAIModel("qwen2.5", base_url="http://localhost:8000/v1")
+        ```
+    """
+
+    __slots__ = ("_settings",)
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        price: Price | None = None,
+        context_window: int | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        params: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        _import_openai()
+        resolved = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
+        self._settings = Settings.parse(
+            "OpenAIModel",
+            name=name,
+            base_url=resolved.rstrip("/"),
+            api_key=api_key,
+            api_key_env=api_key_env,
+            price=price,
+            context_window=context_window,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            params=params,
+            headers=headers,
+            retry=retry,
+            reserved=_RESERVED,
+        )
+
+    @property
+    def name(self) -> str:
+        """The model name sent to the server."""
+        return self._settings.name
+
+    @property
+    def context_window(self) -> int | None:
+        """How many tokens fit in one request, or None when unknown."""
+        return self._settings.context_window
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to."""
+        return self._settings.base_url
+
+    @property
+    def price(self) -> Price | None:
+        """The prices `Usage.cost` is computed from, or None."""
+        return self._settings.price
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy."""
+        return self._settings.retry
+
+    @property
+    def _official(self) -> bool:
+        return self._settings.base_url == OPENAI_URL
+
+    @property
+    def _provider_id(self) -> str:
+        """Whose `RawBlock`s this model sends back: OpenAI's, or this server's."""
+        return "openai" if self._official else f"openai@{self._settings.base_url}"
+
+    def __repr__(self) -> str:
+        where = "" if self._official else f", base_url={self._settings.base_url!r}"
+        return f"OpenAIModel({self._settings.name!r}{where})"
+
+    def _provider(self) -> Provider:
+        label = "OpenAI" if self._official else "The OpenAI-compatible server"
+        settings = self._settings
+        return Provider(
+            label, settings.name, settings.base_url, settings.api_key_env, "OpenAIModel"
+        )
+
+    def request_body(self, request: Request) -> dict[str, Any]:
+        """The JSON body a request sends (without streaming options); for tests and debugging."""
+        settings = self._settings
+        body: dict[str, Any] = {
+            "model": settings.name,
+            "messages": chat_messages(request, self._provider_id),
+        }
+        if request.tools:
+            body["tools"] = chat_tools(request.tools)
+        if settings.max_tokens is not None:
+            body["max_completion_tokens" if self._official else "max_tokens"] = settings.max_tokens
+        if settings.temperature is not None:
+            body["temperature"] = settings.temperature
+        return body
+
+    async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
+        """Send `request` and stream the reply.
+
+        Raises:
+            AuthError: No API key is set, or the server refused it.
+            RateLimitError: The server kept refusing for now, after the retries.
+            ContextTooLongError: The request does not fit the model's context window.
+            ProviderError: Any other failure, a reply that broke off mid-stream included.
+        """
+        sdk = _import_openai()
+        provider = self._provider()
+        key = self._settings.key(provider, placeholder=not self._official)
+        provider = provider.with_secret(key)
+        body = self.request_body(request)
+        context = await shared_ssl_context()
+        client = sdk.AsyncOpenAI(
+            api_key=key.reveal(),
+            base_url=self._settings.base_url,
+            max_retries=0,
+            default_headers=dict(self._settings.headers),
+            http_client=sdk.DefaultAsyncHttpxClient(verify=context),
+        )
+
+        async def send(progress: Progress) -> Reply:
+            stream = _ChatStream(self._provider_id, self._settings.name)
+            async with client.chat.completions.with_streaming_response.create(
+                **body,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=dict(self._settings.params) or None,
+            ) as response:
+                await read_events(response.http_response, stream.handle, on_text, progress)
+            return stream.reply(self._settings.price)
+
+        def classify(error: Exception) -> Failure | None:
+            if isinstance(error, sdk.APIStatusError):
+                return provider.status_failure(
+                    error.status_code, error.body, error.response.headers, error.request_id
+                )
+            if isinstance(error, sdk.APIConnectionError):
+                return provider.connection_failure(error)
+            return provider.classify(error)
+
+        try:
+            return await run_with_retries(self._settings.retry, provider, send, classify)
+        finally:
+            await _close(client)
+
+
+async def _close(client: openai.AsyncOpenAI) -> None:
+    with anyio.CancelScope(shield=True):
+        await client.close()
