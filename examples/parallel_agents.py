@@ -21,7 +21,7 @@ import anyio
 from orchestrator import Agent, Message, Reply, RunStartEntry, State, Tool, ToolCall, Usage, tool
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from stores._sqlite import SQLiteStore
+from stores import SQLiteStore
 
 SLOW = 0.3  # seconds each specialist's tool takes
 running = peak = 0

@@ -17,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
-PAGES = sorted(DOCS.rglob("*.md"))
+PAGES = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
 
 _FENCE = re.compile(r"^```(?P<info>[^\n`]*)\n(?P<body>.*?)^```[ \t]*$", re.DOTALL | re.MULTILINE)
 
@@ -60,17 +60,18 @@ def test_python_blocks_are_found_in_order() -> None:
 
 
 def test_the_docs_have_code() -> None:
-    names = {page.relative_to(DOCS).as_posix() for page in PAGES}
+    names = {page.relative_to(DOCS).as_posix() for page in PAGES if page.is_relative_to(DOCS)}
     assert {"index.md", "concepts/state.md", "guides/typed-data.md"} <= names
     for name in ("index.md", "concepts/state.md", "guides/typed-data.md"):
         assert python_blocks((DOCS / name).read_text(encoding="utf-8")), f"{name} has no code"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(DOCS).as_posix() for p in PAGES])
-def test_page_blocks_run(page: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_page_blocks_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)  # a block that writes a file (runs.db) writes it here
     where = page.relative_to(ROOT).as_posix()
     # A real module, so dataclasses and pydantic models defined in a block resolve their module.
-    name = "docs_" + re.sub(r"\W", "_", page.relative_to(DOCS).with_suffix("").as_posix())
+    name = "docs_" + re.sub(r"\W", "_", page.relative_to(ROOT).with_suffix("").as_posix())
     module = types.ModuleType(name)
     monkeypatch.setitem(sys.modules, name, module)
     for block in python_blocks(page.read_text(encoding="utf-8")):

@@ -28,10 +28,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from stores._aiosqlite import AioSQLiteStore
-from stores._file import FileStore
-from stores._memory import MemoryStore
-from stores._sqlite import SQLiteStore
+from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])

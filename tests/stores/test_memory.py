@@ -121,9 +121,7 @@ def test_the_info_a_save_keeps_is_what_info_of_gives() -> None:
 def _info_from_snapshot(state: State) -> StateInfo:
     """The info as the public snapshot tells it: what the O(1) info_of must agree with."""
     snap = state.snapshot()
-    titles = [
-        m.text for m in snap.messages if m.role == "user" and not m.tool_results and m.text
-    ]
+    titles = [m.text for m in snap.messages if m.role == "user" and not m.tool_results and m.text]
     return StateInfo(
         id=state.id,
         parent_id=state.parent_id,
