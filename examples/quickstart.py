@@ -1,8 +1,8 @@
 """Quick start: a State, its typed data, one turn, snapshots, fork, restore, finish and replay.
 
-The Agent that drives a State comes in a later release. Here one turn is played by hand through
-the hooks its loop uses (`_begin_think`, `_record_reply`, `_record_tool_result`), so no model and
-no network are needed. Run it with ``make demo`` or ``python examples/quickstart.py``.
+An Agent drives a State for you (see examples/parallel_agents.py). Here one turn is played by
+hand through the hooks its loop uses (`_begin_think`, `_record_reply`, `_record_tool_result`), to
+show what the State does on its own. Run it with ``python examples/quickstart.py``.
 """
 
 from __future__ import annotations
