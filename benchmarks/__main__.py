@@ -16,6 +16,7 @@ from pathlib import Path
 from .agent_bench import bench_fanout, bench_parallel_tools, bench_subagents, bench_turns
 from .report import Metric, load_previous, render, save
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
+from .store_metrics import bench_stores
 from .workload import build_history
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
@@ -33,6 +34,9 @@ class Config:
     repeats: int
     turn_counts: tuple[int, ...] = (200, 2_000)
     fanout: int = 1_000
+    store_append: int = 10_000
+    store_load: int = 100_000
+    store_turns: int = 200
 
     @property
     def history_size(self) -> int:
@@ -57,6 +61,9 @@ QUICK = Config(
     repeats=2,
     turn_counts=(20, 200),
     fanout=20,
+    store_append=300,
+    store_load=1_000,
+    store_turns=20,
 )
 
 
@@ -94,6 +101,8 @@ def run(config: Config) -> list[Metric]:
     _progress("subagents ...")
     metrics += bench_subagents(config.repeats)
     metrics += bench_fanout(config.fanout)
+    _progress("stores ...")
+    metrics += bench_stores(config.store_append, config.store_load, config.store_turns)
     return metrics
 
 
