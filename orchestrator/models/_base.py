@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
@@ -12,7 +14,14 @@ from .._reply import Reply
 if TYPE_CHECKING:
     from .._tools import ToolSpec
 
-__all__ = ("Model", "Request", "TextCallback", "resolve_model")
+__all__ = (
+    "Model",
+    "Request",
+    "TextCallback",
+    "model_from_string",
+    "ollama_base_url",
+    "resolve_model",
+)
 
 TextCallback = Callable[[str], None]
 
@@ -51,7 +60,67 @@ class Model(Protocol):
         ...
 
 
-_PROVIDERS = {"openai": "openai", "anthropic": "anthropic", "ollama": "openai"}
+_PROVIDERS = ("openai", "anthropic", "ollama")
+_OLLAMA_PORT = 11434
+
+
+def ollama_base_url() -> str:
+    """The local Ollama server's OpenAI-compatible root, from ``OLLAMA_HOST`` when it is set."""
+    host = os.environ.get("OLLAMA_HOST", "").strip().rstrip("/")
+    if not host:
+        return f"http://localhost:{_OLLAMA_PORT}/v1"
+    if "://" not in host:
+        host = f"http://{host}"
+    scheme, _, rest = host.partition("://")
+    hostname, colon, port = rest.partition(":")
+    if hostname in ("0.0.0.0", ""):
+        hostname = "localhost"
+    return f"{scheme}://{hostname}:{port if colon and port else _OLLAMA_PORT}/v1"
+
+
+def _string_hint(text: str) -> str:
+    """A 'did you mean' for a model string that is not 'provider:model'."""
+    provider, colon, name = text.partition(":")
+    if colon:
+        close = difflib.get_close_matches(provider.lower(), _PROVIDERS, n=1, cutoff=0.6)
+        return f" Did you mean {close[0] + ':' + name!r}?" if close and name else ""
+    lowered = text.lower()
+    if lowered.startswith(("gpt", "o1", "o3", "o4", "chatgpt")):
+        return f" Did you mean {'openai:' + text!r}?"
+    if lowered.startswith("claude"):
+        return f" Did you mean {'anthropic:' + text!r}?"
+    return ""
+
+
+def model_from_string(text: str) -> Model:
+    """The provider model a string like ``"openai:gpt-4o"`` names.
+
+    ``"openai:<name>"`` is `OpenAIModel`, ``"anthropic:<name>"`` is `AnthropicModel`, and
+    ``"ollama:<name>"`` is `OpenAIModel` at the local Ollama server (``OLLAMA_HOST``, else
+    ``localhost:11434``). For any other server, build ``OpenAIModel(name, base_url=...)``.
+
+    Raises:
+        ValueError: The string names no known provider, or no model.
+        ImportError: The provider's SDK is not installed; the message names the command.
+    """
+    provider, colon, name = text.partition(":")
+    if not colon or provider not in _PROVIDERS or not name.strip():
+        valid = ", ".join(f"'{known}:<model>'" for known in _PROVIDERS)
+        raise ValueError(
+            f"Model string {text!r} is not 'provider:model'. Use one of {valid}"
+            " (e.g. 'openai:gpt-4o'), or pass a Model object such as"
+            " OpenAIModel(name, base_url=...) or orchestrator.testing.FakeModel([...])."
+            + _string_hint(text)
+        )
+    if provider == "anthropic":
+        from ._anthropic import AnthropicModel
+
+        return AnthropicModel(name)
+    from ._openai import OpenAIModel
+
+    if provider == "ollama":
+        return OpenAIModel(name, base_url=ollama_base_url(), api_key="ollama")
+    return OpenAIModel(name)
 
 
 def resolve_model(model: Model | str) -> Model:
@@ -59,20 +128,11 @@ def resolve_model(model: Model | str) -> Model:
 
     Raises:
         TypeError: `model` is neither a `Model` nor a string.
-        ValueError: The string names no known provider, or providers are not available yet.
+        ValueError: The string names no known provider (the message lists them).
+        ImportError: The provider's SDK is not installed; the message names the command.
     """
     if isinstance(model, str):
-        provider, _, name = model.partition(":")
-        if provider not in _PROVIDERS or not name:
-            raise ValueError(
-                f"Model string {model!r} is not 'provider:model'. Use one of"
-                f" {', '.join(p + ':<name>' for p in _PROVIDERS)}, or pass a Model object"
-                " such as orchestrator.testing.FakeModel([...])."
-            )
-        raise ValueError(
-            f"The {provider!r} provider is not available in this version of orchestrator:"
-            " pass a Model object (orchestrator.testing.FakeModel for offline runs)."
-        )
+        return model_from_string(model)
     if not isinstance(model, Model):
         raise TypeError(
             f"Agent(model=...) takes a Model (with name, context_window and async respond) or a"

@@ -31,20 +31,15 @@ from .._messages import (
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price
-from ._retry import (
-    Failure,
-    Progress,
-    Provider,
-    RetryPolicy,
+from ._retry import Failure, Progress, Provider, RetryPolicy, StreamBroken, run_with_retries
+from ._wire import (
     Settings,
     SSEEvent,
-    StreamBroken,
     as_dict,
     as_int,
     missing_sdk,
     parse_tool_args,
     read_events,
-    run_with_retries,
     shared_ssl_context,
 )
 
@@ -57,6 +52,7 @@ __all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
 
 OPENAI_URL = "https://api.openai.com/v1"
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
+_REQUIRED = frozenset({"model", "messages"})
 # Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning.
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 _KEPT = frozenset({"role", "content", "tool_calls", "name", "tool_call_id"})
@@ -426,14 +422,14 @@ class OpenAIModel:
         return f"OpenAIModel({self._settings.name!r}{where})"
 
     def _provider(self) -> Provider:
-        label = "OpenAI" if self._official else "The OpenAI-compatible server"
+        label = "OpenAI" if self._official else "the OpenAI-compatible server"
         settings = self._settings
         return Provider(
             label, settings.name, settings.base_url, settings.api_key_env, "OpenAIModel"
         )
 
     def request_body(self, request: Request) -> dict[str, Any]:
-        """The JSON body a request sends (without streaming options); for tests and debugging."""
+        """The JSON body a request sends, but for the streaming fields: to check what is sent."""
         settings = self._settings
         body: dict[str, Any] = {
             "model": settings.name,
@@ -445,6 +441,7 @@ class OpenAIModel:
             body["max_completion_tokens" if self._official else "max_tokens"] = settings.max_tokens
         if settings.temperature is not None:
             body["temperature"] = settings.temperature
+        body.update(settings.params)
         return body
 
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
@@ -472,11 +469,13 @@ class OpenAIModel:
 
         async def send(progress: Progress) -> Reply:
             stream = _ChatStream(self._provider_id, self._settings.name)
+            # Only the required fields go through the SDK's signature; the rest as they are.
             async with client.chat.completions.with_streaming_response.create(
-                **body,
+                model=body["model"],
+                messages=body["messages"],
                 stream=True,
                 stream_options={"include_usage": True},
-                extra_body=dict(self._settings.params) or None,
+                extra_body={key: body[key] for key in body.keys() - _REQUIRED} or None,
             ) as response:
                 await read_events(response.http_response, stream.handle, on_text, progress)
             return stream.reply(self._settings.price)

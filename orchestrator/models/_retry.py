@@ -1,18 +1,11 @@
-"""What the provider models share: retries, error mapping, event streams, secrets, tool args.
-
-Written once for `OpenAIModel` and `AnthropicModel`:
+"""Retries and error mapping, written once for `OpenAIModel` and `AnthropicModel`.
 
 - `RetryPolicy` and `run_with_retries`: exponential backoff with jitter that honours
   ``Retry-After``, on 429, 5xx and connection errors, while nothing has streamed to the caller;
   each retry is reported (`report_retry`) and logged.
 - `Provider`: turns an HTTP status, a provider error body or a broken connection into
   `ProviderError`, `RateLimitError`, `AuthError` or `ContextTooLongError`, with a message that
-  says what to do and never holds the API key.
-- `SSEDecoder` and `read_events`: a server-sent event stream read from the SDK's streaming
-  response, closed on every path (cancellation included).
-- `parse_tool_args`: a provider's tool-call argument text as a dict; text that is not a JSON
-  object becomes ``{INVALID_ARGUMENTS: text}``, which the tool's argument check reports back to
-  the model as an ``input_error`` instead of crashing the loop.
+  says what to do and never holds the API key (`Secret`).
 """
 
 from __future__ import annotations
@@ -22,58 +15,34 @@ import dataclasses
 import email.utils
 import json
 import math
-import os
 import random
 import re
 import ssl
-import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import anyio
-import anyio.lowlevel
-import anyio.to_thread
 
 from .._errors import AuthError, ContextTooLongError, ProviderError, RateLimitError
 from .._logs import get_log
 from .._reporting import report_retry
-from ._price import Price
-
-if TYPE_CHECKING:
-    import httpx2
-
-    from ._base import TextCallback
 
 __all__ = (
-    "INVALID_ARGUMENTS",
     "Failure",
     "Progress",
     "Provider",
     "RetryPolicy",
-    "SSEDecoder",
-    "SSEEvent",
     "Secret",
-    "Settings",
     "StreamBroken",
-    "as_dict",
-    "as_int",
-    "missing_sdk",
     "parse_retry_after",
-    "parse_tool_args",
-    "read_events",
     "run_with_retries",
-    "shared_ssl_context",
 )
 
 _T = TypeVar("_T")
 _log = get_log("models")
-
-INVALID_ARGUMENTS = "__invalid_arguments__"
-"""The key of the args a tool call gets when the provider sent arguments that are not JSON."""
 
 # -- retry policy ----------------------------------------------------------------------------------
 
@@ -90,7 +59,7 @@ def _number(owner: str, name: str, value: object, *, minimum: float) -> float:
 class RetryPolicy:
     """How a provider model retries a request that failed before its reply started to stream.
 
-    Retried: rate limits (429), server errors (5xx, 408, 409, 529) and connection errors.
+    Retried: rate limits (429), server errors (5xx, 408, 409) and connection errors.
     The n-th retry waits ``base * 2 ** (n - 1)`` seconds, scaled by a random factor in
     [0.5, 1], or what the server's ``Retry-After`` asks; never more than `max_delay`.
 
@@ -164,7 +133,7 @@ def parse_retry_after(headers: Mapping[str, str], *, now: datetime | None = None
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)
 
 
-# -- secrets and SDK loading ---------------------------------------------------------------------
+# -- secrets ---------------------------------------------------------------------------------------
 
 
 class Secret:
@@ -190,175 +159,6 @@ class Secret:
         )
 
 
-def missing_sdk(module: str, *, extra: str, owner: str) -> ImportError:
-    """The error for a provider SDK that is not installed: it names the install command."""
-    return ImportError(
-        f"{owner} needs the {module!r} package, which is not installed:"
-        f" pip install 'orchestrator[{extra}]'"
-    )
-
-
-def as_dict(value: object) -> dict[str, Any]:
-    """`value` when it is a JSON object, else an empty dict (for reading provider JSON)."""
-    return cast("dict[str, Any]", value) if isinstance(value, dict) else {}
-
-
-def as_int(value: object) -> int:
-    """`value` when it is a count (an int >= 0), else 0 (for reading provider JSON)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    return 0
-
-
-# -- settings --------------------------------------------------------------------------------------
-
-
-def _optional_int(owner: str, name: str, value: object) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}({name}=...) must be an int >= 1 or None, got {value!r}.")
-    return value
-
-
-def _str_mapping(owner: str, name: str, value: object, *, values: bool) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{owner}({name}=...) must be a dict, got {type(value).__name__}.")
-    items = dict(cast("Mapping[object, object]", value))
-    for key, item in items.items():
-        if not isinstance(key, str) or (values and not isinstance(item, str)):
-            raise TypeError(f"{owner}({name}=...) must map str to str, got {key!r}: {item!r}.")
-    return cast("dict[str, Any]", items)
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """A provider model's checked settings (shared by `OpenAIModel` and `AnthropicModel`)."""
-
-    owner: str
-    name: str
-    base_url: str
-    api_key: Secret | None
-    api_key_env: str
-    price: Price | None
-    context_window: int | None
-    max_tokens: int | None
-    temperature: float | None
-    params: Mapping[str, Any]
-    headers: Mapping[str, str]
-    retry: RetryPolicy
-
-    @classmethod
-    def parse(
-        cls,
-        owner: str,
-        *,
-        name: object,
-        base_url: object,
-        api_key: object,
-        api_key_env: object,
-        price: object,
-        context_window: object,
-        max_tokens: object,
-        temperature: object,
-        params: object,
-        headers: object,
-        retry: object,
-        reserved: frozenset[str],
-    ) -> Settings:
-        """Check every setting and say how to fix the first wrong one.
-
-        Raises:
-            TypeError: A setting has the wrong type.
-            ValueError: A setting has a wrong value.
-        """
-        if not isinstance(name, str) or not name.strip():
-            raise ValueError(f"{owner} needs a model name such as 'gpt-4o', got {name!r}.")
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"{owner}(base_url=...) must be an http:// or https:// URL, got {base_url!r}."
-            )
-        if api_key is not None and (not isinstance(api_key, str) or not api_key):
-            raise TypeError(f"{owner}(api_key=...) must be a non-empty str or None.")
-        if not isinstance(api_key_env, str) or not api_key_env:
-            raise TypeError(f"{owner}(api_key_env=...) must name an environment variable.")
-        if price is not None and not isinstance(price, Price):
-            raise TypeError(
-                f"{owner}(price=...) takes a Price(input=..., output=...), got {price!r}."
-            )
-        if temperature is not None and (
-            isinstance(temperature, bool) or not isinstance(temperature, int | float)
-        ):
-            raise TypeError(f"{owner}(temperature=...) must be a number, got {temperature!r}.")
-        extra = _str_mapping(owner, "params", params, values=False)
-        clash = sorted(reserved & set(extra))
-        if clash:
-            raise ValueError(
-                f"{owner}(params=...) may not set {clash}: the model fills them in from the"
-                " Request. Pass other request fields only."
-            )
-        if retry is not None and not isinstance(retry, RetryPolicy):
-            raise TypeError(f"{owner}(retry=...) takes a RetryPolicy(...), got {retry!r}.")
-        return cls(
-            owner=owner,
-            name=name,
-            base_url=base_url,
-            api_key=None if api_key is None else Secret(api_key),
-            api_key_env=api_key_env,
-            price=price,
-            context_window=_optional_int(owner, "context_window", context_window),
-            max_tokens=_optional_int(owner, "max_tokens", max_tokens),
-            temperature=None if temperature is None else float(cast("float", temperature)),
-            params=MappingProxyType(extra),
-            headers=MappingProxyType(_str_mapping(owner, "headers", headers, values=True)),
-            retry=RetryPolicy() if retry is None else retry,
-        )
-
-    def key(self, provider: Provider, *, placeholder: bool) -> Secret:
-        """The API key: given, or read from the environment now.
-
-        With `placeholder`, a server that may need no key (a custom base_url) gets a stand-in.
-
-        Raises:
-            AuthError: No key is given or set, and no placeholder will do.
-        """
-        if self.api_key is not None:
-            return self.api_key
-        value = os.environ.get(self.api_key_env, "").strip()
-        if value:
-            return Secret(value)
-        if placeholder:
-            return Secret("not-needed")
-        raise provider.missing_key()
-
-
-_ssl_lock = threading.Lock()
-_ssl_contexts: list[ssl.SSLContext] = []
-
-
-def _build_ssl_context() -> ssl.SSLContext:
-    with _ssl_lock:
-        if not _ssl_contexts:
-            import httpx2
-
-            _ssl_contexts.append(httpx2.create_ssl_context())
-        return _ssl_contexts[0]
-
-
-async def shared_ssl_context() -> ssl.SSLContext:
-    """One TLS context for every request, built once in a worker thread (it reads CA files).
-
-    Each request gets its own HTTP client (so nothing outlives a call or crosses event loops);
-    sharing the context keeps that cheap.
-    """
-    if _ssl_contexts:
-        await anyio.lowlevel.checkpoint()
-        return _ssl_contexts[0]
-    return await anyio.to_thread.run_sync(_build_ssl_context)
-
-
 # -- errors --------------------------------------------------------------------------------------
 
 _CONTEXT_CODES = frozenset(
@@ -380,6 +180,7 @@ class Failure:
     error: ProviderError
     retryable: bool = False
     retry_after: float | None = None
+    cause: str = ""
 
 
 class StreamBroken(Exception):
@@ -426,6 +227,11 @@ class Provider:
     owner: str
     secret: Secret | None = field(default=None, repr=False)
 
+    @property
+    def subject(self) -> str:
+        """The label, capitalized to start a sentence."""
+        return self.label[:1].upper() + self.label[1:]
+
     def with_secret(self, secret: Secret) -> Provider:
         """The same provider, knowing the key to redact from messages."""
         return dataclasses.replace(self, secret=secret)
@@ -460,28 +266,28 @@ class Provider:
         if status == 401:
             return Failure(
                 AuthError(
-                    f"{self.label} refused the API key for {model} ({detail}). Set {self.key_env}"
+                    f"{self.subject} refused the API key for {model} ({detail}). Set {self.key_env}"
                     f" to a valid key, or pass {self.owner}(..., api_key=...)."
                 )
             )
         if status == 403:
             return Failure(
                 AuthError(
-                    f"{self.label} denied access to {model} ({detail}). Check that the key in"
+                    f"{self.subject} denied access to {model} ({detail}). Check that the key in"
                     f" {self.key_env} (or api_key=) may use this model."
                 )
             )
         if status == 429 and codes & _QUOTA_CODES:
             return Failure(
                 RateLimitError(
-                    f"{self.label} says the account is out of quota ({detail}). Check the plan"
+                    f"{self.subject} says the account is out of quota ({detail}). Check the plan"
                     " and billing: retrying will not help."
                 )
             )
         if status == 429:
             return Failure(
                 RateLimitError(
-                    f"{self.label} rate-limited the request to {model} ({detail}). Lower the load"
+                    f"{self.subject} rate-limited the request to {model} ({detail}). Lower the load"
                     " (Agent(max_concurrency=...)), retry later, or ask for a higher limit."
                 ),
                 retryable=True,
@@ -500,32 +306,33 @@ class Provider:
         if status == 404:
             return Failure(
                 ProviderError(
-                    f"{self.label} has no model {model} at {self.url} ({detail})."
+                    f"{self.subject} has no model {model} at {self.url} ({detail})."
                     " Check the model name and base_url."
                 )
             )
         if status >= 500 or status in _RETRY_STATUSES:
             return Failure(
-                ProviderError(f"{self.label} failed to answer for {model} ({detail})."),
+                ProviderError(f"{self.subject} failed to answer for {model} ({detail})."),
                 retryable=True,
                 retry_after=retry_after,
             )
         return Failure(
             ProviderError(
-                f"{self.label} rejected the request for {model} ({detail}). Check the model's"
+                f"{self.subject} rejected the request for {model} ({detail}). Check the model's"
                 " options (params=...) and the conversation it was sent."
             )
         )
 
     def connection_failure(self, error: BaseException) -> Failure:
         """Map a connection error or timeout to a retryable `ProviderError`."""
-        detail = self.redact(str(error) or type(error).__name__)
+        cause = f"{type(error).__name__}: {self.redact(str(error) or 'no detail')}"
         return Failure(
             ProviderError(
-                f"Could not reach {self.label} at {self.url} for {self.model!r}"
-                f" ({type(error).__name__}: {detail}). Check the network and base_url."
+                f"Could not reach {self.label} at {self.url} for {self.model!r} ({cause})."
+                " Check the network and base_url."
             ),
             retryable=True,
+            cause=cause,
         )
 
     def classify(self, error: Exception) -> Failure | None:
@@ -537,7 +344,7 @@ class Provider:
             if error.status is not None:
                 return self.status_failure(error.status, error.body)
             return Failure(
-                ProviderError(f"{self.label} {self.redact(str(error))} (model {self.model!r})."),
+                ProviderError(f"{self.subject} {self.redact(str(error))} (model {self.model!r})."),
                 retryable=True,
             )
         if _is_transport_error(error):
@@ -545,7 +352,7 @@ class Provider:
         if isinstance(error, json.JSONDecodeError):
             return Failure(
                 ProviderError(
-                    f"{self.label} sent a stream event that is not JSON for {self.model!r}"
+                    f"{self.subject} sent a stream event that is not JSON for {self.model!r}"
                     f" ({error}). Check that base_url points at a compatible API."
                 ),
                 retryable=True,
@@ -555,8 +362,9 @@ class Provider:
     def broke_off(self, failure: Failure) -> ProviderError:
         """The error for a stream that failed after text reached the caller."""
         return ProviderError(
-            f"The reply of {self.model!r} broke off mid-stream: {failure.error} The partial"
-            " reply is dropped (a think is taken back); run it again."
+            f"The reply of {self.model!r} from {self.label} broke off mid-stream"
+            f" ({failure.cause or failure.error}). The partial reply is dropped (a think is"
+            " taken back): run it again."
         )
 
 
@@ -654,113 +462,3 @@ def _final_error(
             return failure.error
         return type(failure.error)(f"{failure.error} Gave up after {retry + 1} attempts.")
     return None
-
-
-# -- server-sent events ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SSEEvent:
-    """One server-sent event: its name (None when unnamed) and its data lines joined."""
-
-    event: str | None
-    data: str
-
-
-class SSEDecoder:
-    """Bytes in, events out: a small, sans-I/O reader of ``text/event-stream``."""
-
-    __slots__ = ("_buffer", "_data", "_event")
-
-    def __init__(self) -> None:
-        self._buffer = b""
-        self._event: str | None = None
-        self._data: list[str] = []
-
-    def feed(self, chunk: bytes) -> list[SSEEvent]:
-        """The events `chunk` completes."""
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        events: list[SSEEvent] = []
-        for raw in lines:
-            event = self._line(raw.removesuffix(b"\r").decode("utf-8", errors="replace"))
-            if event is not None:
-                events.append(event)
-        return events
-
-    def close(self) -> list[SSEEvent]:
-        """The event left when the stream ends without a final blank line."""
-        events = self.feed(b"\n") if self._buffer else []
-        if self._data:
-            events.append(SSEEvent(self._event, "\n".join(self._data)))
-            self._event, self._data = None, []
-        return events
-
-    def _line(self, line: str) -> SSEEvent | None:
-        if not line:
-            if not self._data:
-                self._event = None
-                return None
-            event = SSEEvent(self._event, "\n".join(self._data))
-            self._event, self._data = None, []
-            return event
-        if line.startswith(":"):
-            return None
-        name, _, value = line.partition(":")
-        value = value.removeprefix(" ")
-        if name == "event":
-            self._event = value
-        elif name == "data":
-            self._data.append(value)
-        return None
-
-
-async def read_events(
-    response: httpx2.Response,
-    handle: Callable[[SSEEvent], str | None],
-    on_text: TextCallback | None,
-    progress: Progress,
-) -> None:
-    """Feed each event of `response` to `handle`; text it returns goes to `on_text`.
-
-    The response is read to its end and closed on every path, shielded from cancellation.
-    """
-    decoder = SSEDecoder()
-    try:
-        async with contextlib.aclosing(response.aiter_bytes()) as chunks:
-            async for chunk in chunks:
-                for event in decoder.feed(chunk):
-                    _emit(handle(event), on_text, progress)
-        for event in decoder.close():
-            _emit(handle(event), on_text, progress)
-    finally:
-        with anyio.CancelScope(shield=True):
-            await response.aclose()
-
-
-def _emit(text: str | None, on_text: TextCallback | None, progress: Progress) -> None:
-    if text:
-        progress.emitted = True
-        if on_text is not None:
-            on_text(text)
-
-
-# -- tool arguments --------------------------------------------------------------------------------
-
-
-def parse_tool_args(raw: str) -> dict[str, Any]:
-    """A tool call's argument text as a dict.
-
-    Empty text means no arguments. Text that is not a JSON object (cut off, malformed, a list)
-    gives ``{INVALID_ARGUMENTS: raw}``: the tool's argument check then refuses it with an
-    ``input_error`` result the model can read and fix, and the loop goes on.
-    """
-    if not raw.strip():
-        return {}
-    try:
-        value: object = json.loads(raw)
-    except ValueError:
-        return {INVALID_ARGUMENTS: raw}
-    if isinstance(value, dict):
-        return dict(cast("dict[str, Any]", value))
-    return {INVALID_ARGUMENTS: raw}

@@ -1,0 +1,332 @@
+"""The wire plumbing the provider models share: settings, SDK loading, TLS, SSE, tool args.
+
+- `Settings`: a provider model's checked constructor arguments, the API key kept as a `Secret`.
+- `shared_ssl_context`: one TLS context for the per-request HTTP clients.
+- `SSEDecoder` and `read_events`: a server-sent event stream read from the SDK's streaming
+  response, closed on every path (cancellation included).
+- `parse_tool_args`: a provider's tool-call argument text as a dict; text that is not a JSON
+  object becomes ``{INVALID_ARGUMENTS: text}``, which the tool's argument check reports back to
+  the model as an ``input_error`` instead of crashing the loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, cast
+
+import anyio
+import anyio.lowlevel
+import anyio.to_thread
+
+from ._price import Price
+from ._retry import Progress, Provider, RetryPolicy, Secret
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from ._base import TextCallback
+
+__all__ = (
+    "INVALID_ARGUMENTS",
+    "SSEDecoder",
+    "SSEEvent",
+    "Settings",
+    "as_dict",
+    "as_int",
+    "missing_sdk",
+    "parse_tool_args",
+    "read_events",
+    "shared_ssl_context",
+)
+
+INVALID_ARGUMENTS = "__invalid_arguments__"
+"""The key of the args a tool call gets when the provider sent arguments that are not JSON."""
+
+
+def missing_sdk(module: str, *, extra: str, owner: str) -> ImportError:
+    """The error for a provider SDK that is not installed: it names the install command."""
+    return ImportError(
+        f"{owner} needs the {module!r} package, which is not installed:"
+        f" pip install 'orchestrator[{extra}]'"
+    )
+
+
+def as_dict(value: object) -> dict[str, Any]:
+    """`value` when it is a JSON object, else an empty dict (for reading provider JSON)."""
+    return cast("dict[str, Any]", value) if isinstance(value, dict) else {}
+
+
+def as_int(value: object) -> int:
+    """`value` when it is a count (an int >= 0), else 0 (for reading provider JSON)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return 0
+
+
+# -- settings --------------------------------------------------------------------------------------
+
+
+def _optional_int(owner: str, name: str, value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}({name}=...) must be an int >= 1 or None, got {value!r}.")
+    return value
+
+
+def _str_mapping(owner: str, name: str, value: object, *, values: bool) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{owner}({name}=...) must be a dict, got {type(value).__name__}.")
+    items = dict(cast("Mapping[object, object]", value))
+    for key, item in items.items():
+        if not isinstance(key, str) or (values and not isinstance(item, str)):
+            raise TypeError(f"{owner}({name}=...) must map str to str, got {key!r}: {item!r}.")
+    return cast("dict[str, Any]", items)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """A provider model's checked settings (shared by `OpenAIModel` and `AnthropicModel`)."""
+
+    owner: str
+    name: str
+    base_url: str
+    api_key: Secret | None = field(repr=False)
+    api_key_env: str
+    price: Price | None
+    context_window: int | None
+    max_tokens: int | None
+    temperature: float | None
+    params: Mapping[str, Any]
+    headers: Mapping[str, str] = field(repr=False)  # may hold credentials too
+    retry: RetryPolicy
+
+    @classmethod
+    def parse(
+        cls,
+        owner: str,
+        *,
+        name: object,
+        base_url: object,
+        api_key: object,
+        api_key_env: object,
+        price: object,
+        context_window: object,
+        max_tokens: object,
+        temperature: object,
+        params: object,
+        headers: object,
+        retry: object,
+        reserved: frozenset[str],
+    ) -> Settings:
+        """Check every setting and say how to fix the first wrong one.
+
+        Raises:
+            TypeError: A setting has the wrong type.
+            ValueError: A setting has a wrong value.
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"{owner} needs a model name such as 'gpt-4o', got {name!r}.")
+        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+            raise ValueError(
+                f"{owner}(base_url=...) must be an http:// or https:// URL, got {base_url!r}."
+            )
+        if api_key is not None and (not isinstance(api_key, str) or not api_key):
+            raise TypeError(f"{owner}(api_key=...) must be a non-empty str or None.")
+        if not isinstance(api_key_env, str) or not api_key_env:
+            raise TypeError(f"{owner}(api_key_env=...) must name an environment variable.")
+        if price is not None and not isinstance(price, Price):
+            raise TypeError(
+                f"{owner}(price=...) takes a Price(input=..., output=...), got {price!r}."
+            )
+        if temperature is not None and (
+            isinstance(temperature, bool) or not isinstance(temperature, int | float)
+        ):
+            raise TypeError(f"{owner}(temperature=...) must be a number, got {temperature!r}.")
+        extra = _str_mapping(owner, "params", params, values=False)
+        clash = sorted(reserved & set(extra))
+        if clash:
+            raise ValueError(
+                f"{owner}(params=...) may not set {clash}: the model fills them in from the"
+                " Request. Pass other request fields only."
+            )
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError(f"{owner}(retry=...) takes a RetryPolicy(...), got {retry!r}.")
+        return cls(
+            owner=owner,
+            name=name,
+            base_url=base_url,
+            api_key=None if api_key is None else Secret(api_key),
+            api_key_env=api_key_env,
+            price=price,
+            context_window=_optional_int(owner, "context_window", context_window),
+            max_tokens=_optional_int(owner, "max_tokens", max_tokens),
+            temperature=None if temperature is None else float(cast("float", temperature)),
+            params=MappingProxyType(extra),
+            headers=MappingProxyType(_str_mapping(owner, "headers", headers, values=True)),
+            retry=RetryPolicy() if retry is None else retry,
+        )
+
+    def key(self, provider: Provider, *, placeholder: bool) -> Secret:
+        """The API key: given, or read from the environment now.
+
+        With `placeholder`, a server that may need no key (a custom base_url) gets a stand-in.
+
+        Raises:
+            AuthError: No key is given or set, and no placeholder will do.
+        """
+        if self.api_key is not None:
+            return self.api_key
+        value = os.environ.get(self.api_key_env, "").strip()
+        if value:
+            return Secret(value)
+        if placeholder:
+            return Secret("not-needed")
+        raise provider.missing_key()
+
+
+# -- TLS -----------------------------------------------------------------------------------------
+
+
+_ssl_lock = threading.Lock()
+_ssl_contexts: list[ssl.SSLContext] = []
+
+
+def _build_ssl_context() -> ssl.SSLContext:
+    with _ssl_lock:
+        if not _ssl_contexts:
+            import httpx2
+
+            _ssl_contexts.append(httpx2.create_ssl_context())
+        return _ssl_contexts[0]
+
+
+async def shared_ssl_context() -> ssl.SSLContext:
+    """One TLS context for every request, built once in a worker thread (it reads CA files).
+
+    Each request gets its own HTTP client (so nothing outlives a call or crosses event loops);
+    sharing the context keeps that cheap.
+    """
+    if _ssl_contexts:
+        await anyio.lowlevel.checkpoint()
+        return _ssl_contexts[0]
+    return await anyio.to_thread.run_sync(_build_ssl_context)
+
+
+# -- server-sent events ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SSEEvent:
+    """One server-sent event: its name (None when unnamed) and its data lines joined."""
+
+    event: str | None
+    data: str
+
+
+class SSEDecoder:
+    """Bytes in, events out: a small, sans-I/O reader of ``text/event-stream``."""
+
+    __slots__ = ("_buffer", "_data", "_event")
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self._event: str | None = None
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[SSEEvent]:
+        """The events `chunk` completes."""
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        events: list[SSEEvent] = []
+        for raw in lines:
+            event = self._line(raw.removesuffix(b"\r").decode("utf-8", errors="replace"))
+            if event is not None:
+                events.append(event)
+        return events
+
+    def close(self) -> list[SSEEvent]:
+        """The event left when the stream ends without a final blank line."""
+        events = self.feed(b"\n") if self._buffer else []
+        if self._data:
+            events.append(SSEEvent(self._event, "\n".join(self._data)))
+            self._event, self._data = None, []
+        return events
+
+    def _line(self, line: str) -> SSEEvent | None:
+        if not line:
+            if not self._data:
+                self._event = None
+                return None
+            event = SSEEvent(self._event, "\n".join(self._data))
+            self._event, self._data = None, []
+            return event
+        if line.startswith(":"):
+            return None
+        name, _, value = line.partition(":")
+        value = value.removeprefix(" ")
+        if name == "event":
+            self._event = value
+        elif name == "data":
+            self._data.append(value)
+        return None
+
+
+async def read_events(
+    response: httpx2.Response,
+    handle: Callable[[SSEEvent], str | None],
+    on_text: TextCallback | None,
+    progress: Progress,
+) -> None:
+    """Feed each event of `response` to `handle`; text it returns goes to `on_text`.
+
+    The response is read to its end and closed on every path, shielded from cancellation.
+    """
+    decoder = SSEDecoder()
+    try:
+        async with contextlib.aclosing(response.aiter_bytes()) as chunks:
+            async for chunk in chunks:
+                for event in decoder.feed(chunk):
+                    _emit(handle(event), on_text, progress)
+        for event in decoder.close():
+            _emit(handle(event), on_text, progress)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await response.aclose()
+
+
+def _emit(text: str | None, on_text: TextCallback | None, progress: Progress) -> None:
+    if text:
+        progress.emitted = True
+        if on_text is not None:
+            on_text(text)
+
+
+# -- tool arguments --------------------------------------------------------------------------------
+
+
+def parse_tool_args(raw: str) -> dict[str, Any]:
+    """A tool call's argument text as a dict.
+
+    Empty text means no arguments. Text that is not a JSON object (cut off, malformed, a list)
+    gives ``{INVALID_ARGUMENTS: raw}``: the tool's argument check then refuses it with an
+    ``input_error`` result the model can read and fix, and the loop goes on.
+    """
+    if not raw.strip():
+        return {}
+    try:
+        value: object = json.loads(raw)
+    except ValueError:
+        return {INVALID_ARGUMENTS: raw}
+    if isinstance(value, dict):
+        return dict(cast("dict[str, Any]", value))
+    return {INVALID_ARGUMENTS: raw}

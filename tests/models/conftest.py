@@ -1,0 +1,35 @@
+"""Fixtures of the provider model tests: a scripted loopback server and a clean environment."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+
+import pytest
+
+from tests.models._server import ScriptedServer, serve
+
+_VARIABLES = (
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_ORG_ID",
+    "OPENAI_PROJECT_ID",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_CUSTOM_HEADERS",
+    "OLLAMA_HOST",
+)
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:  # pyright: ignore[reportUnusedFunction]
+    """No key or URL of the machine running the tests leaks into them."""
+    for name in _VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def server() -> Generator[ScriptedServer]:
+    """A started scripted server on 127.0.0.1, stopped after the test."""
+    with serve() as running:
+        yield running
