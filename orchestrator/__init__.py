@@ -39,6 +39,7 @@ from ._json import thaw as thaw
 from ._loop import Loop as Loop
 from ._loop import loop as loop
 from ._loop import waiting_for_user as waiting_for_user
+from ._memory import Memory as Memory
 from ._messages import Block as Block
 from ._messages import Image as Image
 from ._messages import Message as Message
@@ -100,6 +101,7 @@ __all__ = (
     "Image",
     "Issue",
     "Loop",
+    "Memory",
     "Message",
     "ModelReplyEntry",
     "ModelRequest",

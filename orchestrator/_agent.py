@@ -22,6 +22,8 @@ from ._execute import CallContext, current_call, run_tools
 from ._history import RunStart
 from ._logs import get_log
 from ._loop import Loop, LoopBody, default_loop, run_body
+from ._memory import Memory
+from ._memory_tools import agent_memory, collection_tools, memory_required
 from ._messages import Message, ToolCall
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
@@ -73,6 +75,7 @@ class Agent:
         "_instructions",
         "_loop",
         "_max_concurrency",
+        "_memory",
         "_model",
         "_name",
         "_permissions",
@@ -133,6 +136,8 @@ class Agent:
         self._tools = as_tool_list(
             AgentTool(item) if isinstance(item, Agent) else item for item in _as_iterable(tools)
         )
+        self._memory = agent_memory(name, store, collections)
+        self._tools = collection_tools(self._memory, self._tools)  # own tools win a name clash
         self._tools_by_name = {tool.name: tool for tool in self._tools}
         self._specs = tuple(tool.spec for tool in self._tools)
         self._schema = (
@@ -142,11 +147,6 @@ class Agent:
         )
         for tool in self._tools:
             check_outputs_against_schema(tool, self._schema)
-        if collections is not None:
-            raise TypeError(
-                "Agent(collections=...) needs agent memory, which this version does not have yet:"
-                " leave collections out."
-            )
         self._store = store
         self._permissions = check_permissions(permissions)
         if reporter is not None and not isinstance(reporter, Reporter):
@@ -207,6 +207,17 @@ class Agent:
     def store(self) -> Any:
         """Where the States this agent runs are saved, or None."""
         return self._store
+
+    @property
+    def memory(self) -> Memory:
+        """The agent's memory: state that outlives its runs, scoped to its name, in its store.
+
+        Raises:
+            ValueError: The agent has no name or no store (the message says what to add).
+        """
+        if self._memory is None:
+            raise memory_required(self._name, self._store)
+        return self._memory
 
     @property
     def state_schema(self) -> Any:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextvars
 import functools
+import itertools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,8 @@ class CallContext:
     child_ids: list[str] = field(default_factory=list[str])
     children: list[State] = field(default_factory=list["State"])
     failures: list[BaseException] = field(default_factory=list[BaseException])  # of children
+    # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
+    ordinals: itertools.count[int] = field(default_factory=itertools.count)
 
 
 current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
@@ -161,7 +164,7 @@ class _Turn:
                     self._stop(call, by)
                 raise _Result("denied", f"(denied: {decision.reason})")
             try:
-                kwargs = tool.bind(call.args, state)
+                kwargs = tool.bind(call.args, state, memory=agent._memory)
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
             value = await self._invoke(tool, kwargs, context)

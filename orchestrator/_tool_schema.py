@@ -5,7 +5,8 @@
 - filled by the model: validated by one pydantic model built with ``extra="forbid"``, whose JSON
   schema is what the model is shown;
 - filled from state (``inputs_from_state``): read when the call starts, hidden from the model;
-- annotated `State` (or ``State | None``): receives the live State, hidden from the model.
+- annotated `State` (or ``State | None``): receives the live State, hidden from the model;
+- annotated `Memory` (or ``Memory | None``): receives the agent's memory, hidden from the model.
 
 `Parameters.bind` turns the arguments a model sent into the keyword arguments to call the
 function with, or raises `ToolInputError` listing every problem with its path.
@@ -31,6 +32,7 @@ from pydantic_core import PydanticUndefined
 
 from ._errors import Issue, OrchestratorError
 from ._json import FrozenDict, freeze, thaw
+from ._memory import Memory
 from ._state import State
 
 __all__ = ("Parameters", "ToolInputError", "parse_docstring")
@@ -138,20 +140,28 @@ def _type_hints(fn: Callable[..., Any], tool: str) -> dict[str, Any]:
         ) from None
 
 
-def _is_state(tp: Any) -> bool:
-    return tp is State or (get_origin(tp) is Annotated and get_args(tp)[0] is State)
+def _is_state(tp: Any, injected: type = State) -> bool:
+    return tp is injected or (get_origin(tp) is Annotated and get_args(tp)[0] is injected)
 
 
-def state_injection(tp: Any) -> bool | None:
-    """For a `State` annotation: whether it also accepts None. None when it is not one."""
-    if _is_state(tp):
+def state_injection(tp: Any, injected: type = State) -> bool | None:
+    """For a `State` annotation: whether it also accepts None. None when it is not one.
+
+    `injected` is the class looked for: `State`, or `Memory` (see `memory_injection`).
+    """
+    if _is_state(tp, injected):
         return False
     if get_origin(tp) in (Union, types.UnionType):
         members = get_args(tp)
         others = [m for m in members if m is not type(None)]
-        if len(others) == 1 and _is_state(others[0]) and len(members) == 2:
+        if len(others) == 1 and _is_state(others[0], injected) and len(members) == 2:
             return True
     return None
+
+
+def memory_injection(tp: Any) -> bool | None:
+    """For a `Memory` annotation: whether it also accepts None. None when it is not one."""
+    return state_injection(tp, Memory)
 
 
 def _annotated_description(tp: Any) -> tuple[str | None, bool]:
@@ -274,6 +284,7 @@ class Parameters:
     from_state: tuple[StateInput, ...]
     state_params: tuple[tuple[str, bool], ...]
     order: tuple[str, ...]
+    memory_params: tuple[tuple[str, bool], ...] = ()
 
     @classmethod
     def analyse(
@@ -297,11 +308,21 @@ class Parameters:
         names: list[tuple[str, str]] = []
         from_state: list[StateInput] = []
         state_params: list[tuple[str, bool]] = []
+        memory_params: list[tuple[str, bool]] = []
         for param in signature.parameters.values():
             _check_kind(param, tool)
             hint = hints.get(param.name, _MISSING)
             optional = None if hint is _MISSING else state_injection(hint)
-            if optional is not None:
+            memory = None if hint is _MISSING else memory_injection(hint)
+            if memory is not None:
+                if param.name in keys_of:
+                    raise TypeError(
+                        f"Tool {tool!r}: the parameter {param.name!r} receives the agent's"
+                        " memory, so it cannot also be filled from inputs_from_state. Remove it"
+                        " from the mapping."
+                    )
+                memory_params.append((param.name, memory))
+            elif optional is not None:
                 if param.name in keys_of:
                     raise TypeError(
                         f"Tool {tool!r}: the parameter {param.name!r} receives the State, so it"
@@ -325,6 +346,7 @@ class Parameters:
             from_state=tuple(from_state),
             state_params=tuple(state_params),
             order=tuple(signature.parameters),
+            memory_params=tuple(memory_params),
         )
 
     @property
@@ -332,12 +354,15 @@ class Parameters:
         """The names the model may send, in signature order."""
         return tuple(param for _, param in self.fields)
 
-    def bind(self, args: object, state: State | None) -> dict[str, Any]:
+    def bind(
+        self, args: object, state: State | None, memory: Memory | None = None
+    ) -> dict[str, Any]:
         """The keyword arguments to call the function with, validated.
 
         Raises:
             ToolInputError: The arguments are wrong, or a state key a parameter needs is unset.
-            TypeError: A parameter needs the State and `state` is None.
+            TypeError: A parameter needs the State and `state` is None, or needs the agent's
+                memory and `memory` is None.
         """
         kwargs: dict[str, Any] = {}
         for param, optional in self.state_params:
@@ -347,6 +372,13 @@ class Parameters:
                     " pass the State to bind(args, state)."
                 )
             kwargs[param] = state
+        for param, optional in self.memory_params:
+            if memory is None and not optional:
+                raise TypeError(
+                    f"Tool {self.tool!r}: the parameter {param!r} needs the agent's memory:"
+                    " pass it to bind(args, state, memory=agent.memory)."
+                )
+            kwargs[param] = memory
         if not isinstance(args, Mapping):
             shown = type(args).__name__
             issue = Issue((), f"must be a JSON object of named arguments, got {shown}")
@@ -367,7 +399,7 @@ class Parameters:
                 del args[item.param]
                 message = f"filled from the state key {item.key!r}; do not send it"
                 issues.append(Issue((item.param,), message))
-        for param, _ in self.state_params:
+        for param, _ in (*self.state_params, *self.memory_params):
             if param in args:
                 del args[param]
                 issues.append(Issue((param,), "supplied by the agent; do not send it"))

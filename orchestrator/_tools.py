@@ -4,8 +4,9 @@
 ``run(self, ...)`` or ``async def arun(self, ...)`` instead. Either way the tool reads its
 signature once (`orchestrator._tool_schema`): its `spec` is exactly what the model is shown, and
 `bind` checks the model's arguments and fills the hidden parameters (state inputs, the live
-`State`). The agent loop then calls `call` (sync tools, in a worker thread) or `acall` (async
-tools) and turns the return value into content blocks and a state update with `convert`.
+`State`, the agent's `Memory`). The agent loop then calls `call` (sync tools, in a worker
+thread) or `acall` (async tools) and turns the return value into content blocks and a state
+update with `convert`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, Generic, ParamSpec, TypeVar, cast, overload
 import anyio.to_thread
 
 from ._json import freeze
+from ._memory import Memory
 from ._state import State
 from ._tool_result import (
     Converted,
@@ -302,20 +304,29 @@ class Tool:
         self._plan()
         return self._output_handlers
 
-    def bind(self, args: Mapping[str, Any], state: State | None = None) -> dict[str, Any]:
+    def bind(
+        self, args: Mapping[str, Any], state: State | None = None, memory: Memory | None = None
+    ) -> dict[str, Any]:
         """Check the model's arguments and return the keyword arguments to call the tool with.
 
         Arguments are validated like a pydantic model (lax, unknown names refused).
         ``inputs_from_state`` parameters are read from `state` (an unset key takes the
-        parameter's default), and parameters annotated `State` receive `state`.
+        parameter's default), parameters annotated `State` receive `state`, and parameters
+        annotated `Memory` receive `memory` (the agent's).
 
         Raises:
             ToolInputError: Something is wrong with the arguments: every problem is listed
                 with its path, for the model to read. Also when a state key a parameter
                 needs is unset and the parameter has no default.
-            TypeError: A parameter needs the State and `state` is None.
+            TypeError: A parameter needs the State and `state` is None, or needs the memory
+                and `memory` is None.
         """
-        return self._plan().bind(args, state)
+        return self._plan().bind(args, state, memory)
+
+    @property
+    def needs_memory(self) -> bool:
+        """Whether a parameter must receive the agent's memory (annotated `Memory`, not None)."""
+        return any(not optional for _, optional in self._plan().memory_params)
 
     def call(self, kwargs: Mapping[str, Any]) -> Any:
         """Run a sync tool with the keyword arguments from `bind`; return what it returns.

@@ -2,11 +2,15 @@
 
 `Store` (sync) and `AsyncStore` (async) are the two protocols; the backends are `MemoryStore`,
 `FileStore` (JSONL files), `SQLiteStore` (sqlite3) and `AioSQLiteStore` (aiosqlite, async
-only). `stores.contract` is the test suite every backend passes, for third-party ones too.
+only). Each also keeps agent memory beside the States (`MemoryBackend`, `AsyncMemoryBackend`:
+the primitive under `orchestrator.Memory`). `stores.contract` is the test suite every backend
+passes, for third-party ones too.
 """
 
 from ._aiosqlite import AioSQLiteStore as AioSQLiteStore
+from ._base import AsyncMemoryBackend as AsyncMemoryBackend
 from ._base import AsyncStore as AsyncStore
+from ._base import MemoryBackend as MemoryBackend
 from ._base import StateInfo as StateInfo
 from ._base import Store as Store
 from ._base import info_of as info_of
@@ -19,8 +23,10 @@ from ._sqlite import SQLiteStore as SQLiteStore
 __all__ = (
     "FORMAT_VERSION",
     "AioSQLiteStore",
+    "AsyncMemoryBackend",
     "AsyncStore",
     "FileStore",
+    "MemoryBackend",
     "MemoryStore",
     "SQLiteStore",
     "StateInfo",

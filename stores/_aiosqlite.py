@@ -32,6 +32,9 @@ from ._sql import (
     delete_plan,
     list_plan,
     load_plan,
+    memory_get_plan,
+    memory_put_plan,
+    memory_scan_plan,
     not_a_store,
     open_plan,
     save_plan,
@@ -120,6 +123,25 @@ class AioSQLiteStore:
         _require_asyncio("adelete")
         await self._run(delete_plan(state_id))
 
+    # -- agent memory (`stores.AsyncMemoryBackend`) -------------------------------------------
+
+    async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key` in the agent's space, or None."""
+        _require_asyncio("amemory_get")
+        return await self._run(memory_get_plan(agent, space, key, self._where))
+
+    async def amemory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the agent's space, in key order."""
+        _require_asyncio("amemory_scan")
+        return await self._run(memory_scan_plan(agent, space, self._where))
+
+    async def amemory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Write `data` under `key` (None deletes it), once per `effect` key; whether it applied."""
+        _require_asyncio("amemory_put")
+        return await self._run(memory_put_plan(agent, space, key, data, effect, self._where))
+
     # -- sync methods: refused ----------------------------------------------------------------
 
     def save(self, state: State) -> NoReturn:
@@ -137,6 +159,20 @@ class AioSQLiteStore:
     def delete(self, state_id: str) -> NoReturn:
         """Refused: use ``await store.adelete(state_id)``, or `SQLiteStore` from sync code."""
         _sync_refused("delete")
+
+    def memory_get(self, agent: str, space: str, key: str) -> NoReturn:
+        """Refused: use ``await store.amemory_get(...)``, or `SQLiteStore` from sync code."""
+        _sync_refused("memory_get")
+
+    def memory_scan(self, agent: str, space: str) -> NoReturn:
+        """Refused: use ``await store.amemory_scan(...)``, or `SQLiteStore` from sync code."""
+        _sync_refused("memory_scan")
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> NoReturn:
+        """Refused: use ``await store.amemory_put(...)``, or `SQLiteStore` from sync code."""
+        _sync_refused("memory_put")
 
     # -- closing ------------------------------------------------------------------------------
 

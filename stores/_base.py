@@ -3,6 +3,10 @@
 The two protocols have the same method names, the async ones prefixed with ``a``. A backend
 implements one or both. `save` writes only the entries not yet stored (idempotent by `seq`), so
 storage grows with the history, never with snapshots.
+
+`MemoryBackend` and `AsyncMemoryBackend` are the memory primitive behind `orchestrator.Memory`:
+JSON text kept under ``(agent, space, key)`` beside the States, read one key at a time or a
+whole space at once, and written one key at a time with an optional effect key.
 """
 
 from __future__ import annotations
@@ -14,7 +18,14 @@ from typing import Protocol, runtime_checkable
 
 from orchestrator import State, Stopped, Usage
 
-__all__ = ("AsyncStore", "StateInfo", "Store", "info_of")
+__all__ = (
+    "AsyncMemoryBackend",
+    "AsyncStore",
+    "MemoryBackend",
+    "StateInfo",
+    "Store",
+    "info_of",
+)
 
 TITLE_LENGTH = 200
 
@@ -111,4 +122,60 @@ class AsyncStore(Protocol):
 
     async def adelete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
+        ...
+
+
+@runtime_checkable
+class MemoryBackend(Protocol):
+    """A store that keeps agent memory, used from sync code: the primitive under `Memory`.
+
+    Memory is JSON text (the caller encodes it) under a key, in a space, of an agent. The agent
+    name is an id (``[A-Za-z0-9_-]{1,128}``); a space and a key are any str of 1 to 128 and 1 to
+    512 characters (`orchestrator.Memory` uses the space ``"kv"`` and one space
+    ``"collection:<name>"`` per collection). Different agents never see each other's keys.
+
+    A write may carry an effect key: the store records it with the write, atomically, and a
+    later write of that agent with the same effect key changes nothing. So a write repeated
+    with its key (a replayed tool call) is applied once.
+
+    `orchestrator.Memory` takes a store as keeping memory when it has these methods (or their
+    async twins) and no class attribute ``keeps_memory = False`` (which `ThreadedAsync` sets
+    on a subclass that does not define them).
+    """
+
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key`, or None if there is none."""
+        ...
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the space, in key order (by code point)."""
+        ...
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Store `data` under `key` (None: delete it); return whether the write applied.
+
+        With an `effect` key the agent's store has seen, nothing changes and it returns False;
+        otherwise the write and the effect key are stored together.
+        """
+        ...
+
+
+@runtime_checkable
+class AsyncMemoryBackend(Protocol):
+    """A store that keeps agent memory, used from async code: `MemoryBackend`, awaited."""
+
+    async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key`, or None if there is none."""
+        ...
+
+    async def amemory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the space, in key order (by code point)."""
+        ...
+
+    async def amemory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Store `data` under `key` (None: delete it); return whether the write applied."""
         ...

@@ -4,6 +4,8 @@ Layout under the store's folder::
 
     <id>/log.jsonl   one encoded history entry per line, appended and fsynced on each save
     <id>/info.json   the State's `StateInfo` and the stored format version, replaced atomically
+    .memory/<agent>/log.jsonl   the agent's memory: one write per line, appended and fsynced
+    .memory/<agent>/lock        taken (`flock`) by every memory call, shared to read
 
 A State's folder appears whole or not at all (it is written under a hidden name, then renamed),
 files are created with mode 0600 and folders 0700. An entry is saved once its line, newline
@@ -14,6 +16,13 @@ naming the State and the entry's index.
 
 Many threads may use one store; processes may share the folder (appends take a `flock`), but
 each State should be run by one process at a time.
+
+Agent memory (`stores.MemoryBackend`) is a log per agent: a header line (the format version and
+the log's own id), then one line per write (``{"space", "key", "value", "effect"?}``, a null
+value deletes). A write with an effect key already in the log writes nothing. The store keeps
+what it has read of each log and reads only the lines added since, so a call costs the new
+lines, not the whole log. When most lines are overwritten ones, the log is rewritten (compacted)
+under a new id. Memory is safe for many threads and processes: each call holds the lock file.
 """
 
 from __future__ import annotations
@@ -26,10 +35,10 @@ import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import pydantic
 
@@ -41,6 +50,7 @@ from ._codec import FORMAT_VERSION, check_format, decode_entry
 from ._memory import (
     Tail,
     check_list_args,
+    check_memory,
     check_state,
     continuation,
     rebuild,
@@ -56,6 +66,11 @@ _FILE_MODE = 0o600
 _FOLDER_MODE = 0o700
 _CHUNK = 64 * 1024
 _STRIPES = 64
+MEMORY = ".memory"  # not an id, so never a State's folder, and `list` passes it by
+_MEMORY_LOCK = "lock"
+COMPACT_LINES = 1024
+"""A memory log of this many lines, mostly overwritten ones, is compacted."""
+_T = TypeVar("_T")
 _INFO: pydantic.TypeAdapter[StateInfo] = pydantic.TypeAdapter(StateInfo)
 _OPEN_FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)  # no newline translation
 
@@ -199,6 +214,7 @@ class FileStore(ThreadedAsync):
         self._root = Path(path)
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
         self._known: dict[str, _Known] = {}
+        self._logs: dict[str, _MemoryLog] = {}  # agent: what was read of its memory log
 
     def __repr__(self) -> str:
         return f"FileStore({str(self._root)!r})"
@@ -378,6 +394,203 @@ class FileStore(ThreadedAsync):
             except FileNotFoundError:
                 return
             shutil.rmtree(trash)
+
+    # -- agent memory ----------------------------------------------------------------------------
+
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key` in the agent's space, or None (see `MemoryBackend`)."""
+        check_memory(agent, space, key)
+        return self._with_memory(agent, lambda log: log.spaces.get(space, {}).get(key))
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the agent's space, in key order."""
+        check_memory(agent, space)
+        return self._with_memory(agent, lambda log: sorted(log.spaces.get(space, {}).items()))
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Append the write of `data` under `key` (None deletes it), once per `effect` key.
+
+        Returns whether it applied: False when the log holds the effect key already.
+
+        Raises:
+            ValueError: The agent's memory log is damaged or of another format version.
+            OSError: The files cannot be written.
+        """
+        check_memory(agent, space, key, data=data, effect=effect)
+        record: dict[str, Any] = {"space": space, "key": key, "value": data}
+        if effect is not None:
+            record["effect"] = effect
+        line = _memory_line(record)
+        folder = self._root / MEMORY / agent
+        with self._lock_for(f"{MEMORY}/{agent}"):
+            self._root.mkdir(mode=_FOLDER_MODE, parents=True, exist_ok=True)
+            for path in (self._root / MEMORY, folder):
+                try:
+                    os.mkdir(path, _FOLDER_MODE)
+                except FileExistsError:
+                    continue
+                _fsync_folder(path.parent)
+            lock = os.open(folder / _MEMORY_LOCK, os.O_RDWR | os.O_CREAT | _OPEN_FLAGS, _FILE_MODE)
+            try:
+                _flock(lock, exclusive=True)
+                try:
+                    fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
+                except FileNotFoundError:
+                    flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS
+                    fd = os.open(folder / LOG, flags, _FILE_MODE)
+                    _fsync_folder(folder)
+                try:
+                    log = self._catch_up(agent, fd, folder / LOG, cut=True)
+                    if effect is not None and effect in log.effects:
+                        return False
+                    data_out = line if log.end else _memory_header() + line
+                    del self._logs[agent]  # if the write fails, read the log again next time
+                    _write_all(fd, data_out)
+                    os.fsync(fd)
+                    if not log.end:
+                        log.header = data_out[: data_out.index(b"\n")]
+                    log.read(data_out, folder / LOG)
+                    self._logs[agent] = log
+                finally:
+                    os.close(fd)
+                if log.lines >= COMPACT_LINES and log.lines > 2 * (
+                    1 + len(log.effects) + sum(len(values) for values in log.spaces.values())
+                ):
+                    self._compact(agent, folder, log)
+            finally:
+                os.close(lock)  # releases the flock
+        return True
+
+    def _with_memory(self, agent: str, read: Callable[[_MemoryLog], _T]) -> _T:
+        """`read` of the agent's memory log brought up to date, under a shared lock."""
+        folder = self._root / MEMORY / agent
+        with self._lock_for(f"{MEMORY}/{agent}"):
+            try:
+                lock = os.open(folder / _MEMORY_LOCK, os.O_RDONLY | _OPEN_FLAGS)
+            except (FileNotFoundError, NotADirectoryError):
+                lock = None  # nothing written yet, or a log restored without its lock file
+            try:
+                if lock is not None:
+                    _flock(lock, exclusive=False)
+                try:
+                    fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
+                except (FileNotFoundError, NotADirectoryError):
+                    self._logs.pop(agent, None)
+                    return read(_MemoryLog())
+                try:
+                    return read(self._catch_up(agent, fd, folder / LOG, cut=False))
+                finally:
+                    os.close(fd)
+            finally:
+                if lock is not None:
+                    os.close(lock)
+
+    def _catch_up(self, agent: str, fd: int, path: Path, *, cut: bool) -> _MemoryLog:
+        """The agent's memory log, with the lines added since this store last read it.
+
+        A log with another header (compacted, or made again) is read from its start. With
+        `cut`, a torn last line (a write that never returned) is cut off.
+        """
+        size = os.fstat(fd).st_size
+        head = _read_at(fd, min(size, 256), 0)
+        newline = head.find(b"\n")
+        header = head[:newline] if newline >= 0 else b""
+        log = self._logs.pop(agent, None)
+        if log is None or not header or log.header != header or size < log.end:
+            log = _MemoryLog(header)
+        if size > log.end:
+            log.read(_read_at(fd, size - log.end, log.end), path)
+        if cut and log.end < size:
+            os.ftruncate(fd, log.end)
+        self._logs[agent] = log
+        return log
+
+    def _compact(self, agent: str, folder: Path, log: _MemoryLog) -> None:
+        """Rewrite the agent's memory log without its overwritten lines (under the lock)."""
+        data = log.compacted()
+        draft = folder / f".compact-{uuid.uuid4().hex}"
+        try:
+            _write_new_file(draft, data)
+            os.replace(draft, folder / LOG)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(draft)
+        _fsync_folder(folder)
+        fresh = _MemoryLog(data[: data.index(b"\n")])
+        fresh.read(data, folder / LOG)
+        self._logs[agent] = fresh
+
+
+def _memory_line(record: dict[str, Any]) -> bytes:
+    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+def _memory_header() -> bytes:
+    return _memory_line({"format": FORMAT_VERSION, "log": uuid.uuid4().hex})
+
+
+@dataclass(slots=True)
+class _MemoryLog:
+    """What this store has read of one agent's memory log: its lines up to `end`."""
+
+    header: bytes = b""  # the first line, which names the log (a compacted log has a new one)
+    end: int = 0
+    lines: int = 0
+    spaces: dict[str, dict[str, str]] = field(default_factory=dict[str, dict[str, str]])
+    effects: set[str] = field(default_factory=set[str])
+
+    def read(self, data: bytes, path: Path) -> None:
+        """Apply the complete lines of `data`, which starts at `end`; a torn last one waits."""
+        complete = data.rfind(b"\n") + 1
+        for line in data[:complete].split(b"\n")[:-1]:
+            self._apply(line, path)
+        self.end += complete
+
+    def _apply(self, line: bytes, path: Path) -> None:
+        self.lines += 1
+        try:
+            loaded: Any = json.loads(line)
+            if not isinstance(loaded, dict):
+                raise ValueError("it is not a JSON object")
+            record = cast("dict[str, Any]", loaded)
+            if "format" in record:
+                found: object = record["format"]
+            else:
+                found = FORMAT_VERSION
+                effect, space = record.get("effect"), record.get("space")
+                if effect is not None and not isinstance(effect, str):
+                    raise ValueError("its effect key is not a str")
+                if space is not None:
+                    key, value = record["key"], record["value"]
+                    if not (isinstance(space, str) and isinstance(key, str)):
+                        raise ValueError("its space or key is not a str")
+                    if value is not None and not isinstance(value, str):
+                        raise ValueError("its value is not JSON text")
+                    if value is None:
+                        self.spaces.get(space, {}).pop(key, None)
+                    else:
+                        self.spaces.setdefault(space, {})[key] = value
+                if effect is not None:
+                    self.effects.add(effect)
+        except (ValueError, KeyError) as error:
+            raise ValueError(
+                f"The agent memory in {path} is damaged at line {self.lines} ({error}). Restore"
+                " the file from a backup, or delete it to forget this agent's memory."
+            ) from None
+        check_format(found, where=f"The agent memory in {path}")
+
+    def compacted(self) -> bytes:
+        """The log rewritten: a new header, each value once, each effect key once."""
+        lines = [_memory_header()]
+        for space, values in sorted(self.spaces.items()):
+            lines += (
+                _memory_line({"space": space, "key": key, "value": value})
+                for key, value in sorted(values.items())
+            )
+        lines += (_memory_line({"effect": effect}) for effect in sorted(self.effects))
+        return b"".join(lines)
 
 
 def _encode_info(info: StateInfo) -> bytes:

@@ -4,6 +4,9 @@ The shared part (`Tail`, `continuation`, `rebuild`, `select`) is written once he
 simplest backend that uses it: what a save may write, how a load rebuilds and recovers a State,
 and how `list` orders and filters.
 
+`check_memory` checks the arguments of the memory primitive (`stores.MemoryBackend`) for every
+backend, before any I/O.
+
 The save rule: a save only ever adds entries. The State saved must continue the stored history:
 it holds at least the stored entries, and its entry at the stored end is the stored last entry
 (compared by identity, else by its encoded bytes, so the check costs one entry, not the whole
@@ -23,6 +26,7 @@ from datetime import UTC, datetime
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State
+from orchestrator._memory import validate_key, validate_space
 from orchestrator._state import validate_id
 
 from ._base import StateInfo, info_of
@@ -32,6 +36,7 @@ __all__ = (
     "MemoryStore",
     "Tail",
     "check_list_args",
+    "check_memory",
     "check_state",
     "continuation",
     "rebuild",
@@ -140,6 +145,31 @@ def check_list_args(parent_id: str | None, limit: int | None) -> None:
         raise ValueError(f"limit must be >= 0 (or None for all), got {limit}.")
 
 
+def check_memory(
+    agent: object,
+    space: object,
+    key: object = None,
+    *,
+    data: object = None,
+    effect: object = None,
+) -> None:
+    """Check the arguments of a memory call (`key` None: a scan).
+
+    Raises:
+        TypeError, ValueError: The agent name is not an id, the space or key is not a str of
+            the allowed length, `data` is not a str or None, or `effect` is not a non-empty
+            str or None.
+    """
+    validate_id(agent, "agent")
+    validate_space(space)
+    if key is not None:
+        validate_key(key)
+    if data is not None and not isinstance(data, str):
+        raise TypeError(f"data must be JSON text (a str) or None, got {type(data).__name__}.")
+    if effect is not None and (not isinstance(effect, str) or not effect):
+        raise TypeError(f"effect must be a non-empty str or None, got {effect!r}.")
+
+
 _OLDEST = datetime.min
 
 
@@ -176,7 +206,8 @@ class MemoryStore:
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
     tests written against a `MemoryStore` hold for the others. It implements `Store` and
-    `AsyncStore` without threads, and is thread-safe. Everything is lost when it is dropped.
+    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`),
+    and is thread-safe. Everything is lost when it is dropped.
 
     Example:
         ```python
@@ -188,11 +219,13 @@ class MemoryStore:
         ```
     """
 
-    __slots__ = ("_lock", "_states")
+    __slots__ = ("_effects", "_lock", "_spaces", "_states")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._states: dict[str, _Saved] = {}
+        self._spaces: dict[tuple[str, str], dict[str, str]] = {}  # (agent, space): key -> text
+        self._effects: dict[str, set[str]] = {}  # agent: the effect keys applied
 
     def __repr__(self) -> str:
         return f"<MemoryStore states={len(self._states)}>"
@@ -280,3 +313,51 @@ class MemoryStore:
         """The async twin of `delete`."""
         await anyio.lowlevel.checkpoint()
         self.delete(state_id)
+
+    # -- memory ------------------------------------------------------------------------------
+
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key` in the agent's space, or None (see `MemoryBackend`)."""
+        check_memory(agent, space, key)
+        with self._lock:
+            return self._spaces.get((agent, space), {}).get(key)
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the agent's space, in key order."""
+        check_memory(agent, space)
+        with self._lock:
+            return sorted(self._spaces.get((agent, space), {}).items())
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Store `data` under `key` (None deletes it), once per `effect` key; whether it applied."""
+        check_memory(agent, space, key, data=data, effect=effect)
+        with self._lock:
+            if effect is not None:
+                applied = self._effects.setdefault(agent, set())
+                if effect in applied:
+                    return False
+                applied.add(effect)
+            if data is None:
+                self._spaces.get((agent, space), {}).pop(key, None)
+            else:
+                self._spaces.setdefault((agent, space), {})[key] = data
+            return True
+
+    async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The async twin of `memory_get`."""
+        await anyio.lowlevel.checkpoint()
+        return self.memory_get(agent, space, key)
+
+    async def amemory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """The async twin of `memory_scan`."""
+        await anyio.lowlevel.checkpoint()
+        return self.memory_scan(agent, space)
+
+    async def amemory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """The async twin of `memory_put`."""
+        await anyio.lowlevel.checkpoint()
+        return self.memory_put(agent, space, key, data, effect=effect)

@@ -2,7 +2,9 @@
 
 A backend written with blocking I/O (`FileStore`, `SQLiteStore`) defines `save`, `load`, `list`
 and `delete` and inherits `ThreadedAsync`; it then has `asave`, `aload`, `alist` and `adelete`
-too, with no method written twice. Each async twin runs its sync method with
+too, with no method written twice. The same goes for the memory primitive: a backend that
+defines `memory_get`, `memory_scan` and `memory_put` gets `amemory_get`, `amemory_scan` and
+`amemory_put`. Each async twin runs its sync method with
 `anyio.to_thread.run_sync`, so it works on asyncio and trio.
 
 A cancelled caller does not abandon the thread: the call runs to its end, so a write is never
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
@@ -27,6 +29,7 @@ __all__ = ("ThreadedAsync",)
 
 _T = TypeVar("_T")
 _SYNC_METHODS = ("save", "load", "list", "delete")
+_MEMORY_METHODS = ("memory_get", "memory_scan", "memory_put")
 
 
 class ThreadedAsync:
@@ -50,6 +53,9 @@ class ThreadedAsync:
 
     __slots__ = ()
 
+    keeps_memory: ClassVar[bool] = False
+    """Whether the store keeps agent memory: it defines the sync memory methods (set for you)."""
+
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
         missing = [name for name in _SYNC_METHODS if not callable(getattr(cls, name, None))]
@@ -59,6 +65,15 @@ class ThreadedAsync:
                 " define the sync methods save, load, list and delete; the async twins come"
                 " from ThreadedAsync."
             )
+        memory = [name for name in _MEMORY_METHODS if callable(getattr(cls, name, None))]
+        if memory and len(memory) < len(_MEMORY_METHODS):
+            absent = [name for name in _MEMORY_METHODS if name not in memory]
+            raise TypeError(
+                f"{cls.__name__} defines {', '.join(memory)} but not {', '.join(absent)}: a"
+                " store that keeps agent memory defines memory_get, memory_scan and memory_put"
+                " (or none of them)."
+            )
+        cls.keeps_memory = bool(memory)
 
     def _offload_limiter(self) -> anyio.CapacityLimiter | None:
         """The limiter for the worker threads of this store (None: anyio's default)."""
@@ -94,3 +109,31 @@ class ThreadedAsync:
     async def adelete(self, state_id: str) -> None:
         """`delete` in a worker thread: forget the State `state_id` (fine if it is absent)."""
         await self._offload(self._sync().delete, state_id)
+
+    def _memory(self, name: str) -> Any:
+        method = getattr(self, name, None)
+        if not self.keeps_memory or method is None:
+            raise TypeError(
+                f"{type(self).__name__} keeps no agent memory: define memory_get, memory_scan and"
+                " memory_put to give it one."
+            )
+        return method
+
+    async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
+        """`memory_get` in a worker thread: the text under `key`, or None."""
+        return await self._offload(self._memory("memory_get"), agent, space, key)
+
+    async def amemory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """`memory_scan` in a worker thread: every ``(key, text)`` of the space, in key order."""
+        return await self._offload(self._memory("memory_scan"), agent, space)
+
+    async def amemory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """`memory_put` in a worker thread: write (or delete) once per effect key."""
+        put = self._memory("memory_put")
+
+        def call() -> bool:
+            return bool(put(agent, space, key, data, effect=effect))
+
+        return await self._offload(call)

@@ -12,6 +12,12 @@ The tables::
     meta     (key, value)           the format version, under 'format_version'
     states   (id, parent_id, ...)   one row per State: what `list` returns, and its entry count
     entries  (state_id, seq, data)  one row per history entry: the JSON of `encode_entry`
+    memory   (agent, space, key, value)   agent memory: JSON text per key (`MemoryBackend`)
+    memory_effects (agent, effect, at)    the effect keys of the memory writes applied
+
+The memory tables are made when a connection opens (``IF NOT EXISTS``), so a file written
+before they existed gains them. A memory write with an effect key inserts the key in the same
+transaction as the write, and writes nothing if the key is there already.
 
 A write runs in ``BEGIN IMMEDIATE``, so it takes the write lock before it reads and never has
 to upgrade a read lock (the upgrade is what fails with "database is locked" under load).
@@ -34,7 +40,7 @@ from orchestrator._stopped import AnyStopped
 
 from ._base import TITLE_LENGTH, StateInfo
 from ._codec import FORMAT_VERSION, check_format, decode_entry
-from ._memory import Tail, check_list_args, check_state, continuation, rebuild
+from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
 __all__ = (
     "BUSY_TIMEOUT_MS",
@@ -46,6 +52,9 @@ __all__ = (
     "delete_plan",
     "list_plan",
     "load_plan",
+    "memory_get_plan",
+    "memory_put_plan",
+    "memory_scan_plan",
     "not_a_store",
     "open_plan",
     "run_plan",
@@ -106,6 +115,26 @@ SCHEMA = (
     ) WITHOUT ROWID
     """,
 )
+MEMORY_SCHEMA = (
+    """
+    CREATE TABLE IF NOT EXISTS memory (
+        agent TEXT NOT NULL,
+        space TEXT NOT NULL,
+        key TEXT NOT NULL,
+        value TEXT NOT NULL,
+        PRIMARY KEY (agent, space, key)
+    ) WITHOUT ROWID
+    """,
+    # `at` (microseconds since 1970, UTC) lets old keys be pruned one day.
+    """
+    CREATE TABLE IF NOT EXISTS memory_effects (
+        agent TEXT NOT NULL,
+        effect TEXT NOT NULL,
+        at INTEGER NOT NULL,
+        PRIMARY KEY (agent, effect)
+    ) WITHOUT ROWID
+    """,
+)
 SET_FORMAT = "INSERT INTO meta (key, value) VALUES (?, ?)"
 GET_FORMAT = "SELECT value FROM meta WHERE key = ?"
 
@@ -130,6 +159,13 @@ LIST_CHILDREN = (
     f"SELECT {_INFO_COLUMNS} FROM states WHERE parent_id = ? ORDER BY updated_at DESC, id LIMIT ?"
 )
 DELETE_ENTRIES = "DELETE FROM entries WHERE state_id = ?"
+MEMORY_GET = "SELECT value FROM memory WHERE agent = ? AND space = ? AND key = ?"
+# BINARY collation compares UTF-8 bytes: the order of code points, as Python sorts str.
+MEMORY_SCAN = "SELECT key, value FROM memory WHERE agent = ? AND space = ? ORDER BY key"
+MEMORY_SET = "INSERT OR REPLACE INTO memory (agent, space, key, value) VALUES (?, ?, ?, ?)"
+MEMORY_DELETE = "DELETE FROM memory WHERE agent = ? AND space = ? AND key = ?"
+EFFECT_SEEN = "SELECT 1 FROM memory_effects WHERE agent = ? AND effect = ?"
+EFFECT_ADD = "INSERT INTO memory_effects (agent, effect, at) VALUES (?, ?, ?)"
 DELETE_STATE = "DELETE FROM states WHERE id = ?"
 
 # -- operations and drivers -----------------------------------------------------------------
@@ -211,6 +247,8 @@ def open_plan(where: str) -> Plan[None]:
         for statement in SCHEMA:
             yield Query(statement)
         yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
+    for statement in MEMORY_SCHEMA:
+        yield Query(statement)
     yield Query(COMMIT)
 
 
@@ -351,6 +389,78 @@ def _delete(state_id: str) -> Plan[None]:
     yield Query(DELETE_ENTRIES, (state_id,))
     yield Query(DELETE_STATE, (state_id,))
     yield Query(COMMIT)
+
+
+# -- agent memory --------------------------------------------------------------------------
+
+
+def memory_get_plan(agent: str, space: str, key: str, where: str) -> Plan[str | None]:
+    """The text stored under `key` in the agent's space, or None.
+
+    Raises:
+        TypeError, ValueError: A bad agent name, space or key (at once, before any I/O).
+    """
+    check_memory(agent, space, key)
+    return _memory_get(agent, space, key, where)
+
+
+def _memory_get(agent: str, space: str, key: str, where: str) -> Plan[str | None]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    rows: list[Row] = yield Query(MEMORY_GET, (agent, space, key))
+    yield Query(COMMIT)
+    return str(rows[0][0]) if rows else None
+
+
+def memory_scan_plan(agent: str, space: str, where: str) -> Plan[list[tuple[str, str]]]:
+    """Every ``(key, text)`` of the agent's space, in key order.
+
+    Raises:
+        TypeError, ValueError: A bad agent name or space (at once, before any I/O).
+    """
+    check_memory(agent, space)
+    return _memory_scan(agent, space, where)
+
+
+def _memory_scan(agent: str, space: str, where: str) -> Plan[list[tuple[str, str]]]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    rows: list[Row] = yield Query(MEMORY_SCAN, (agent, space))
+    yield Query(COMMIT)
+    return [(str(row[0]), str(row[1])) for row in rows]
+
+
+def memory_put_plan(
+    agent: str, space: str, key: str, data: str | None, effect: str | None, where: str
+) -> Plan[bool]:
+    """Write `data` under `key` (None deletes it), once per `effect` key; whether it applied.
+
+    The effect key is inserted in the write's transaction, so both happen or neither.
+
+    Raises:
+        TypeError, ValueError: A bad argument (at once, before any I/O).
+    """
+    check_memory(agent, space, key, data=data, effect=effect)
+    return _memory_put(agent, space, key, data, effect, where)
+
+
+def _memory_put(
+    agent: str, space: str, key: str, data: str | None, effect: str | None, where: str
+) -> Plan[bool]:
+    yield Query(BEGIN_WRITE)
+    yield from _check_format(where)
+    if effect is not None:
+        seen: list[Row] = yield Query(EFFECT_SEEN, (agent, effect))
+        if seen:
+            yield Query(COMMIT)
+            return False
+        yield Query(EFFECT_ADD, (agent, effect, _micros(datetime.now(UTC))))
+    if data is None:
+        yield Query(MEMORY_DELETE, (agent, space, key))
+    else:
+        yield Query(MEMORY_SET, (agent, space, key, data))
+    yield Query(COMMIT)
+    return True
 
 
 # -- files ---------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ from ._sql import (
     delete_plan,
     list_plan,
     load_plan,
+    memory_get_plan,
+    memory_put_plan,
+    memory_scan_plan,
     not_a_store,
     open_plan,
     run_plan,
@@ -120,6 +123,22 @@ class SQLiteStore(ThreadedAsync):
     def delete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
         self._run(delete_plan(state_id))
+
+    # -- agent memory (`stores.MemoryBackend`) ------------------------------------------------
+
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key` in the agent's space, or None."""
+        return self._run(memory_get_plan(agent, space, key, self._where))
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the agent's space, in key order."""
+        return self._run(memory_scan_plan(agent, space, self._where))
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Write `data` under `key` (None deletes it), once per `effect` key; whether it applied."""
+        return self._run(memory_put_plan(agent, space, key, data, effect, self._where))
 
     # -- closing ------------------------------------------------------------------------------
 

@@ -20,6 +20,10 @@ of that library (run through `anyio.from_thread.start_blocking_portal`, so one b
 colours). An async store that needs closing on its loop may define ``async def aclose()``; it is
 awaited after each async test. The suite needs pytest, anyio, and trio unless `asyncio_only`.
 
+A store may also keep agent memory (`stores.MemoryBackend` / `AsyncMemoryBackend`, the primitive
+under `orchestrator.Memory`); set ``keeps_memory = False`` on a contract subclass whose store
+does not, and the memory tests check only that `Memory` refuses it.
+
 The save rule every backend follows: a save only adds entries to the history it continues. The
 State saved must hold every stored entry (the stored last entry is compared); another State
 under an id that is taken, or an older copy with fewer entries, raises `ValueError` saying to
@@ -44,6 +48,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from orchestrator import (
     Agent,
     Image,
+    Memory,
     Message,
     RawBlock,
     ReasoningBlock,
@@ -56,11 +61,12 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     UserEntry,
+    ValidationError,
     tool,
 )
 from orchestrator.testing import FakeModel, tool_call
 
-from ._base import AsyncStore, StateInfo, Store, info_of
+from ._base import AsyncMemoryBackend, AsyncStore, MemoryBackend, StateInfo, Store, info_of
 
 __all__ = (
     "StoreClient",
@@ -83,6 +89,14 @@ class Notes(pydantic.BaseModel):
 
     items: list[str] = []
     score: int = 0
+
+
+class Loop(pydantic.BaseModel):
+    """A document of the memory tests: an open loop."""
+
+    title: str
+    status: Literal["open", "resolved"]
+    due: str | None = None
 
 
 def _call(call_id: str, name: str, **args: Any) -> ToolCall:
@@ -250,6 +264,55 @@ class StoreClient:
         else:
             self.call(self.store.adelete, state_id)
 
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """`memory_get` or `amemory_get`."""
+        if self.portal is None:
+            return cast("str | None", self.store.memory_get(agent, space, key))
+        return cast("str | None", self.call(self.store.amemory_get, agent, space, key))
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """`memory_scan` or `amemory_scan`."""
+        rows: Any
+        if self.portal is None:
+            rows = self.store.memory_scan(agent, space)
+        else:
+            rows = self.call(self.store.amemory_scan, agent, space)
+        return cast("builtins.list[tuple[str, str]]", rows)
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, effect: str | None = None
+    ) -> bool:
+        """`memory_put` or `amemory_put`."""
+        if self.portal is None:
+            return bool(self.store.memory_put(agent, space, key, data, effect=effect))
+
+        async def put() -> bool:
+            return bool(await self.store.amemory_put(agent, space, key, data, effect=effect))
+
+        return self.call(put)
+
+    def memory(self, agent: str) -> Memory:
+        """`Memory.open(agent, {"loops": Loop}, store)`."""
+        return Memory.open(agent, {"loops": Loop}, self.store)
+
+    def upsert(self, memory: Memory, doc_id: str, doc: Any) -> Any:
+        """``memory.collection("loops").upsert`` or ``aupsert``."""
+        loops = memory.collection("loops")
+        if self.portal is None:
+            return loops.upsert(doc_id, doc)
+        return self.call(loops.aupsert, doc_id, doc)
+
+    def loops(self, memory: Memory, **filters: Any) -> builtins.list[dict[str, Any]]:
+        """``memory.collection("loops").list(**filters)`` or ``alist``."""
+        loops = memory.collection("loops")
+        if self.portal is None:
+            return loops.list(**filters)
+
+        async def alist() -> builtins.list[dict[str, Any]]:
+            return await loops.alist(**filters)
+
+        return self.call(alist)
+
     def ids(self, **filters: Any) -> builtins.list[str]:
         """The ids `list` returns, in its order."""
         return [info.id for info in self.list(**filters)]
@@ -265,6 +328,64 @@ class StoreClient:
         if self.portal is None:
             return state.child(child_id)
         return self.call(state.achild, child_id)
+
+    def concurrent_puts(
+        self, workers: int, puts: Callable[[int], Iterator[tuple[str, str, str, str | None]]]
+    ) -> builtins.list[bool]:
+        """Run memory writers ``0 .. workers-1`` at once; every `memory_put` result, in no order.
+
+        Writer `i` makes the writes ``(agent, key, data, effect)`` that `puts(i)` yields, in the
+        space ``"kv"``. Sync: each writer is a thread. Async: even writers are tasks, odd ones
+        threads awaiting on the loop from outside it.
+        """
+        results: builtins.list[bool] = []
+        lock = threading.Lock()
+        store = self.store
+
+        def record(applied: object) -> None:
+            with lock:
+                results.append(bool(applied))
+
+        if self.portal is None:
+            errors: builtins.list[BaseException] = []
+
+            def run(i: int) -> None:
+                try:
+                    for agent, key, data, effect in puts(i):
+                        record(store.memory_put(agent, "kv", key, data, effect=effect))
+                except BaseException as error:  # re-raised below, in the test's thread
+                    errors.append(error)
+
+            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            if errors:
+                raise errors[0]
+            return results
+
+        async def put(agent: str, key: str, data: str | None, effect: str | None) -> None:
+            record(await store.amemory_put(agent, "kv", key, data, effect=effect))
+
+        def in_thread(i: int) -> None:
+            for agent, key, data, effect in puts(i):
+                anyio.from_thread.run(put, agent, key, data, effect)
+
+        async def in_task(i: int) -> None:
+            for agent, key, data, effect in puts(i):
+                await put(agent, key, data, effect)
+
+        async def main() -> None:
+            async with anyio.create_task_group() as group:
+                for i in range(workers):
+                    if i % 2:
+                        group.start_soon(anyio.to_thread.run_sync, in_thread, i)
+                    else:
+                        group.start_soon(in_task, i)
+
+        self.call(main)
+        return results
 
     def concurrently(self, workers: int, rounds: Callable[[int], Iterator[State]]) -> None:
         """Run the workers ``0 .. workers-1`` at the same time and wait for them all.
@@ -318,11 +439,14 @@ class StoreContract:
 
     Class attributes say what the store can do (the suite parametrizes by them; it never skips):
     `colours` lists the protocols it implements, ``"sync"`` (`stores.Store`) and/or ``"async"``
-    (`stores.AsyncStore`); `asyncio_only` says its async methods work on asyncio only.
+    (`stores.AsyncStore`); `asyncio_only` says its async methods work on asyncio only;
+    `keeps_memory` says it keeps agent memory (`stores.MemoryBackend` and/or
+    `AsyncMemoryBackend`, as `colours` says).
     """
 
     colours: ClassVar[tuple[Colour, ...]] = ("sync", "async")
     asyncio_only: ClassVar[bool] = False
+    keeps_memory: ClassVar[bool] = True
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -746,3 +870,176 @@ class StoreContract:
         client.save(state)
         _assert_same(client.load("busy"), state)
         assert client.list()[0].entries == 1 + 6 * 20
+
+    # -- agent memory ----------------------------------------------------------------------------
+
+    def _needs_memory(self, client: StoreClient) -> None:
+        """For a store that keeps no memory: `Memory` refuses it. The caller then stops."""
+        with pytest.raises(TypeError, match="keeps agent memory"):
+            Memory.open("digest", None, client.store)
+
+    def test_implements_the_memory_protocols(self, store: Any) -> None:
+        """A store that keeps memory is a `MemoryBackend` and/or `AsyncMemoryBackend`.
+
+        An async-only store's sync memory methods raise `TypeError` naming their async twins.
+        """
+        if not self.keeps_memory:
+            with pytest.raises(TypeError, match="keeps agent memory"):
+                Memory.open("digest", None, store)
+            return
+        if "sync" in self.colours:
+            assert isinstance(store, MemoryBackend)
+        else:
+            for name in ("memory_get", "memory_scan", "memory_put"):
+                method = getattr(store, name, None)
+                if method is None:
+                    continue
+                args: tuple[Any, ...] = ("a", "kv") if name == "memory_scan" else ("a", "kv", "k")
+                if name == "memory_put":
+                    args = (*args, "1")
+                with pytest.raises(TypeError, match=f"a{name}"):
+                    method(*args)
+        if "async" in self.colours:
+            assert isinstance(store, AsyncMemoryBackend)
+
+    def test_memory_round_trips_text_per_key(self, client: StoreClient) -> None:
+        """Written text reads back, a missing key reads None, a scan gives a space in key order."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        assert client.memory_get("digest", "kv", "nothing") is None
+        assert client.memory_scan("digest", "kv") == []
+        texts = {
+            "b": '{"a":[1,2.5,null,true]}',
+            "a": '"line\\nbreak \u2028 ünïcode ✓"',
+            "é": "1042",
+            "Z": "null",
+            "a b/c:d": '""',
+        }
+        for key, text in texts.items():
+            assert client.memory_put("digest", "kv", key, text) is True
+        for key, text in texts.items():
+            assert client.memory_get("digest", "kv", key) == text
+        assert client.memory_scan("digest", "kv") == sorted(texts.items())
+        assert client.memory_put("digest", "kv", "b", "2") is True
+        assert client.memory_get("digest", "kv", "b") == "2"
+
+    def test_memory_none_deletes(self, client: StoreClient) -> None:
+        """Writing None deletes the key; deleting a missing key is fine."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        client.memory_put("digest", "kv", "k", "1")
+        assert client.memory_put("digest", "kv", "k", None) is True
+        assert client.memory_get("digest", "kv", "k") is None
+        assert client.memory_put("digest", "kv", "never", None) is True
+        assert client.memory_scan("digest", "kv") == []
+
+    def test_memory_spaces_and_agents_are_separate(self, client: StoreClient) -> None:
+        """A key lives in one space of one agent: other spaces and agents never see it."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        client.memory_put("digest", "kv", "k", "1")
+        client.memory_put("digest", "collection:loops", "k", "2")
+        client.memory_put("other", "kv", "k", "3")
+        assert client.memory_get("digest", "kv", "k") == "1"
+        assert client.memory_get("digest", "collection:loops", "k") == "2"
+        assert client.memory_get("other", "kv", "k") == "3"
+        assert client.memory_get("nobody", "kv", "k") is None
+        assert client.memory_scan("digest", "kv") == [("k", "1")]
+        assert client.memory_scan("other", "collection:loops") == []
+        client.memory_put("other", "kv", "k", None)
+        assert client.memory_get("digest", "kv", "k") == "1"
+
+    def test_memory_effect_key_applies_once(self, client: StoreClient) -> None:
+        """A write whose effect key the agent's store has seen changes nothing and says so."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        assert client.memory_put("digest", "kv", "k", "1", "s:c1:0") is True
+        assert client.memory_put("digest", "kv", "k", "2", "s:c1:0") is False
+        assert client.memory_put("digest", "kv", "k", None, "s:c1:0") is False
+        assert client.memory_get("digest", "kv", "k") == "1"
+        assert client.memory_put("digest", "kv", "k", "3", "s:c1:1") is True
+        assert client.memory_get("digest", "kv", "k") == "3"
+        # Effect keys belong to one agent: another agent's write with the same key applies.
+        assert client.memory_put("other", "kv", "k", "4", "s:c1:0") is True
+        assert client.memory_get("other", "kv", "k") == "4"
+
+    def test_memory_replayed_writes_end_on_the_last_write(self, client: StoreClient) -> None:
+        """Replaying upsert A, upsert B, upsert A with their keys writes nothing: A stays last."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        writes = [("A", '"first"', "s:c:0"), ("B", '"b"', "s:c:1"), ("A", '"last"', "s:c:2")]
+        assert [client.memory_put("digest", "kv", *write) for write in writes] == [True] * 3
+        assert [client.memory_put("digest", "kv", *write) for write in writes] == [False] * 3
+        assert client.memory_scan("digest", "kv") == [("A", '"last"'), ("B", '"b"')]
+
+    def test_memory_is_kept_beside_the_states(self, client: StoreClient) -> None:
+        """Memory is not a State: `list` does not show it, and deleting States keeps it."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        client.memory_put("digest", "kv", "k", "1")
+        assert client.list() == []
+        client.save(State(id="digest", messages=[Message.user("hi")]))
+        assert client.ids() == ["digest"]
+        client.delete("digest")
+        assert client.memory_get("digest", "kv", "k") == "1"
+
+    def test_memory_refuses_bad_arguments(self, client: StoreClient) -> None:
+        """A bad agent name, an empty space or key, or data that is not text raise at once."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        for bad in ("../x", "a/b", "", "x" * 129):
+            with pytest.raises(ValueError, match="not valid"):
+                client.memory_get(bad, "kv", "k")
+            with pytest.raises(ValueError, match="not valid"):
+                client.memory_put(bad, "kv", "k", "1")
+        with pytest.raises(ValueError, match="empty"):
+            client.memory_put("digest", "kv", "", "1")
+        with pytest.raises(ValueError, match="empty"):
+            client.memory_scan("digest", "")
+        with pytest.raises(TypeError, match="JSON text"):
+            client.memory_put("digest", "kv", "k", cast("Any", 1))
+        assert client.memory_scan("digest", "kv") == []
+
+    def test_concurrent_memory_writes(self, client: StoreClient) -> None:
+        """Many writers at once: every write lands, and an effect key wins exactly once."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        workers, rounds = 6, 8
+
+        def puts(i: int) -> Iterator[tuple[str, str, str, str | None]]:
+            for r in range(rounds):
+                yield ("digest", f"w{i}-{r}", str(r), None)
+                yield ("digest", f"race-{r}", str(i), f"shared:call:{r}")
+                yield (f"agent-{i % 2}", f"w{i}-{r}", str(i), f"own:{i}:{r}")
+
+        results = client.concurrent_puts(workers, puts)
+        assert results.count(True) == workers * rounds * 2 + rounds
+        assert results.count(False) == (workers - 1) * rounds
+        rows = dict(client.memory_scan("digest", "kv"))
+        assert len(rows) == workers * rounds + rounds
+        assert all(rows[f"w{i}-{r}"] == str(r) for i in range(workers) for r in range(rounds))
+        assert all(rows[f"race-{r}"] in {str(i) for i in range(workers)} for r in range(rounds))
+        assert len(client.memory_scan("agent-0", "kv")) == (workers // 2) * rounds
+
+    def test_memory_api_over_the_store(self, client: StoreClient) -> None:
+        """`Memory` works over the store: validated upserts, where and limit, removal."""
+        if not self.keeps_memory:
+            return self._needs_memory(client)
+        memory = client.memory("digest")
+        stored = client.upsert(memory, "reply-anna", {"title": "Reply to Anna", "status": "open"})
+        assert stored == {
+            "id": "reply-anna",
+            "title": "Reply to Anna",
+            "status": "open",
+            "due": None,
+        }
+        client.upsert(memory, "call-bob", Loop(title="Call Bob", status="resolved"))
+        with pytest.raises(ValidationError) as raised:
+            client.upsert(memory, "x", {"title": "X", "status": "later"})
+        assert [issue.path for issue in raised.value.issues] == [("status",)]
+        assert [doc["id"] for doc in client.loops(memory)] == ["call-bob", "reply-anna"]
+        assert client.loops(memory, where={"status": "open"}, limit=10) == [stored]
+        assert client.loops(memory, limit=1) == [
+            {"id": "call-bob", "title": "Call Bob", "status": "resolved", "due": None}
+        ]
+        assert client.loops(client.memory("other")) == []

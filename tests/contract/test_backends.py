@@ -22,6 +22,20 @@ class TestMemoryStore(StoreContract):
         return MemoryStore()
 
 
+class StatesOnly(MemoryStore):
+    """A store that keeps States but no agent memory, like a third-party one may."""
+
+    keeps_memory = False  # what `Memory` asks before it trusts the memory methods
+
+
+class TestStoreWithoutMemory(StoreContract):
+    keeps_memory = False
+
+    @pytest.fixture
+    def store(self) -> StatesOnly:
+        return StatesOnly()
+
+
 class TestFileStore(StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> FileStore:

@@ -1,0 +1,498 @@
+"""An Agent's memory: `agent.memory`, `Memory` injection into tools, the generated collection
+tools, effect keys under replay, and concurrent writes from parallel tool calls.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+import pydantic
+import pytest
+
+from orchestrator import (
+    Agent,
+    Memory,
+    Message,
+    State,
+    ToolCall,
+    ToolResultEntry,
+    tool,
+)
+from orchestrator.permissions import AllowByReadOnly
+from orchestrator.testing import FakeModel, tool_call
+from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
+
+
+class Loop(pydantic.BaseModel):
+    """An open loop: something to come back to."""
+
+    title: str
+    status: Literal["open", "resolved"]
+    due: str | None = None
+
+
+def results(state: State) -> list[ToolResultEntry]:
+    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
+
+
+def result_text(state: State, call: ToolCall) -> str:
+    (entry,) = [e for e in results(state) if e.call.id == call.id]
+    return entry.content.text
+
+
+def digest(model: FakeModel, store: Any, *tools: Any) -> Agent:
+    return Agent(
+        model,
+        name="digest",
+        instructions="Track open loops across days.",
+        store=store,
+        collections={"loops": Loop},
+        tools=tools,
+    )
+
+
+def upsert(doc_id: str, title: str, status: str = "open", **more: Any) -> ToolCall:
+    return tool_call(
+        "state_loops_upsert", id=doc_id, doc={"title": title, "status": status, **more}
+    )
+
+
+# agent.memory -------------------------------------------------------------------------------------
+
+
+def test_an_agent_with_a_name_and_a_store_has_a_memory() -> None:
+    store = MemoryStore()
+    agent = digest(FakeModel([]), store)
+    assert isinstance(agent.memory, Memory)
+    assert agent.memory.agent_name == "digest"
+    assert agent.memory.store is store
+    assert dict(agent.memory.collections) == {"loops": Loop}
+    plain = Agent(FakeModel([]), name="plain", store=store)
+    assert plain.memory.collections == {}
+    plain.memory.set("k", 1)
+    assert Memory.open("plain", None, store).get("k") == 1
+
+
+@pytest.mark.parametrize(
+    ("settings", "match"),
+    [
+        ({"store": MemoryStore()}, "no name.*name='digest'"),
+        ({"name": "digest"}, "no store.*store="),
+        ({}, "no name and no store"),
+    ],
+)
+def test_memory_of_an_agent_without_name_or_store_says_what_to_add(
+    settings: dict[str, Any], match: str
+) -> None:
+    agent = Agent(FakeModel([]), **settings)
+    with pytest.raises(ValueError, match=match):
+        _ = agent.memory
+    with pytest.raises(ValueError, match=f"collections=.*{match}"):
+        Agent(FakeModel([]), collections={"loops": Loop}, **settings)
+
+
+def test_collections_with_a_store_that_keeps_no_memory_are_refused() -> None:
+    class Plain:
+        def save(self, state: Any) -> None: ...
+
+    with pytest.raises(TypeError, match="keeps no agent memory"):
+        Agent(FakeModel([]), name="digest", store=Plain(), collections={"loops": Loop})
+    agent = Agent(FakeModel([]), name="digest", store=Plain())  # no memory, still an agent
+    with pytest.raises(ValueError, match="keeps no agent memory"):
+        _ = agent.memory
+
+
+def test_collections_are_checked_at_construction() -> None:
+    with pytest.raises(TypeError, match="pydantic model class"):
+        Agent(FakeModel([]), name="d", store=MemoryStore(), collections={"loops": "Loop"})
+
+
+def test_copy_keeps_the_memory_and_its_tools() -> None:
+    store = MemoryStore()
+    agent = digest(FakeModel([]), store)
+    again = agent.copy(instructions="Be brief.")
+    assert [t.name for t in again.tools] == [t.name for t in agent.tools]
+    agent.memory.set("k", 1)
+    assert again.memory.get("k") == 1
+    assert again.copy(name="other").memory.get("k") is None
+
+
+# Memory injection ---------------------------------------------------------------------------------
+
+
+@tool
+async def count_open_loops(memory: Memory) -> int:
+    """Counts the open loops."""
+    return len(await memory.collection("loops").alist(where={"status": "open"}))
+
+
+@tool
+def remember(key: str, value: int, memory: Memory) -> str:
+    """Remember a number (a sync tool: it runs in a worker thread)."""
+    memory.set(key, value)
+    return f"{key}={memory.get(key)}"
+
+
+@tool
+def maybe_memory(memory: Memory | None = None) -> str:
+    """Say whether there is a memory."""
+    return "none" if memory is None else memory.agent_name
+
+
+def test_a_memory_parameter_is_hidden_from_the_model() -> None:
+    assert count_open_loops.spec.input_schema == {
+        "type": "object",
+        "properties": {},
+        "additionalProperties": False,
+    }
+    assert list(remember.spec.input_schema["properties"]) == ["key", "value"]
+
+
+def test_bind_fills_the_memory_and_refuses_it_from_the_model() -> None:
+    memory = Memory.open("digest", None, MemoryStore())
+    assert remember.bind({"key": "k", "value": 1}, None, memory=memory)["memory"] is memory
+    assert maybe_memory.bind({}, None) == {"memory": None}
+    with pytest.raises(TypeError, match="needs the agent's memory"):
+        remember.bind({"key": "k", "value": 1}, None)
+    with pytest.raises(Exception, match="supplied by the agent"):
+        remember.bind({"key": "k", "value": 1, "memory": "x"}, None, memory=memory)
+
+
+def test_a_memory_parameter_cannot_be_filled_from_state() -> None:
+    def f(m: Memory) -> None: ...
+
+    with pytest.raises(TypeError, match=r"memory.*inputs_from_state"):
+        tool(inputs_from_state={"k": "m"})(f)
+
+
+def test_a_tool_that_needs_memory_needs_an_agent_with_one() -> None:
+    with pytest.raises(ValueError, match="'count_open_loops' takes the agent's memory"):
+        Agent(FakeModel([]), tools=[count_open_loops])
+    Agent(FakeModel([]), tools=[maybe_memory])  # Memory | None is fine
+
+
+@pytest.mark.anyio
+async def test_tools_get_the_agents_memory(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    calls = [
+        tool_call("count_open_loops"),
+        tool_call("remember", key="uid", value=1042),
+        tool_call("maybe_memory"),
+    ]
+    model = FakeModel([[upsert("a", "A"), upsert("b", "B", "resolved")], calls, "done"])
+    agent = digest(model, store, count_open_loops, remember, maybe_memory)
+    state = State(messages=[Message.user("go")])
+    assert await agent.arun(state) == "done"
+    assert [result_text(state, call) for call in calls] == ["1", "uid=1042", "digest"]
+    assert await agent.memory.aget("uid") == 1042
+    # Without a memory, a `Memory | None` parameter gets None.
+    bare = State(messages=[Message.user("x")])
+    await Agent(FakeModel([tool_call("maybe_memory"), "ok"]), tools=[maybe_memory]).arun(bare)
+    assert results(bare)[0].content.text == "none"
+
+
+# The generated tools ------------------------------------------------------------------------------
+
+
+def test_each_collection_gives_three_tools_with_the_documents_schema() -> None:
+    agent = digest(FakeModel([]), MemoryStore())
+    by_name = {t.name: t for t in agent.tools}
+    assert list(by_name) == ["state_loops_list", "state_loops_upsert", "state_loops_remove"]
+    listing, upserting, removing = by_name.values()
+    assert listing.read_only
+    assert not upserting.read_only
+    assert not removing.read_only
+    assert "loops" in listing.spec.description
+    assert "open loop" in upserting.spec.description  # the model's docstring
+    assert set(listing.spec.input_schema["properties"]) == {"where", "limit"}
+    assert "required" not in listing.spec.input_schema
+    schema = upserting.spec.input_schema
+    assert schema["required"] == ["id", "doc"]
+    assert schema["properties"]["doc"]["$ref"] == "#/$defs/Loop"
+    loop_schema = schema["$defs"]["Loop"]
+    assert loop_schema["required"] == ["title", "status"]
+    assert loop_schema["properties"]["status"]["enum"] == ["open", "resolved"]
+    assert removing.spec.input_schema["required"] == ["id"]
+    json.dumps(dict(schema))  # what a provider sends
+
+
+def test_the_agents_own_tools_win_a_name_clash() -> None:
+    @tool(name="state_loops_list")
+    def mine() -> str:
+        """My own listing."""
+        return "mine"
+
+    agent = digest(FakeModel([]), MemoryStore(), mine)
+    names = [t.name for t in agent.tools]
+    assert names == ["state_loops_list", "state_loops_upsert", "state_loops_remove"]
+    assert agent.tools[0] is mine
+
+
+def test_the_model_is_shown_the_generated_tools() -> None:
+    model = FakeModel(["hi"])
+    digest(model, MemoryStore()).run("hello")
+    assert [spec.name for spec in model.requests[0].tools] == [
+        "state_loops_list",
+        "state_loops_upsert",
+        "state_loops_remove",
+    ]
+
+
+@pytest.mark.anyio
+async def test_the_model_tracks_loops_with_the_generated_tools() -> None:
+    store = MemoryStore()
+    listing = tool_call("state_loops_list", where={"status": "open"}, limit=5)
+    removing, missing = (
+        tool_call("state_loops_remove", id="b"),
+        tool_call("state_loops_remove", id="zzz"),
+    )
+    first = upsert("a", "Reply to Anna")
+    model = FakeModel(
+        [
+            [first, upsert("b", "Call Bob", due="friday")],
+            [upsert("a", "Reply to Anna", "resolved")],
+            listing,
+            [removing, missing],
+            "Done.",
+        ]
+    )
+    state = State(messages=[Message.user("go")])
+    assert await digest(model, store).arun(state) == "Done."
+    assert result_text(state, first) == (
+        'Saved \'a\' in loops: {"id": "a", "title": "Reply to Anna", "status": "open", "due": null}'
+    )
+    assert json.loads(result_text(state, listing)) == [
+        {"id": "b", "title": "Call Bob", "status": "open", "due": "friday"}
+    ]
+    assert result_text(state, removing) == "Removed 'b' from loops."
+    assert "nothing to remove" in result_text(state, missing)
+    memory = Memory.open("digest", {"loops": Loop}, store)
+    assert await memory.collection("loops").alist() == [
+        {"id": "a", "title": "Reply to Anna", "status": "resolved", "due": None}
+    ]
+
+
+@pytest.mark.anyio
+async def test_an_invalid_document_is_a_tool_error_the_model_can_fix() -> None:
+    store = MemoryStore()
+    bad = upsert("x", "Call Bob", "later")
+    fixed = upsert("x", "Call Bob", "open")
+    model = FakeModel([bad, fixed, "ok"])
+    state = State(messages=[Message.user("go")])
+    await digest(model, store).arun(state)
+    first = results(state)[0]
+    assert first.content.is_error
+    assert first.outcome == "input_error"
+    assert "doc.status" in first.content.text
+    assert "'open' or 'resolved'" in first.content.text
+    # The model saw the error in its next request, and its fixed call was stored.
+    seen = model.requests[1].messages[-1].tool_results[0]
+    assert seen.is_error
+    assert "doc.status" in seen.text
+    assert not results(state)[1].content.is_error
+    assert [
+        d["id"] for d in await Memory.open("digest", None, store).collection("loops").alist()
+    ] == ["x"]
+
+
+@pytest.mark.anyio
+async def test_bad_list_arguments_are_tool_errors() -> None:
+    bad_limit = tool_call("state_loops_list", limit=-1)
+    bad_where = tool_call("state_loops_list", where="status")
+    model = FakeModel([[bad_limit, bad_where], "ok"])
+    state = State(messages=[Message.user("go")])
+    await digest(model, MemoryStore()).arun(state)
+    assert ">= 0" in result_text(state, bad_limit)
+    assert [entry.content.is_error for entry in results(state)] == [True, True]
+
+
+@pytest.mark.anyio
+async def test_read_only_permissions_allow_list_and_deny_writes() -> None:
+    listing, write = tool_call("state_loops_list"), upsert("x", "X")
+    model = FakeModel([[listing, write], "ok"])
+    agent = Agent(
+        model,
+        name="digest",
+        store=MemoryStore(),
+        collections={"loops": Loop},
+        permissions=[AllowByReadOnly()],
+    )
+    state = State(messages=[Message.user("go")])
+    await agent.arun(state)
+    assert result_text(state, listing) == "[]"
+    assert "denied" in result_text(state, write)
+    assert await agent.memory.collection("loops").alist() == []
+
+
+# Effect keys --------------------------------------------------------------------------------------
+
+
+@tool
+async def three_writes(memory: Memory) -> str:
+    """Upsert A, upsert B, upsert A again: three writes of one call."""
+    loops = memory.collection("loops")
+    await loops.aupsert("A", {"title": "first", "status": "open"})
+    await loops.aupsert("B", {"title": "b", "status": "open"})
+    await loops.aupsert("A", {"title": "last", "status": "resolved"})
+    return "ok"
+
+
+@tool
+def add_note(text: str, memory: Memory) -> str:
+    """Append a note (read, change, write: not idempotent by itself)."""
+    notes: list[str] = memory.get("notes") or []
+    notes.append(text)
+    memory.set("notes", notes)
+    return f"{len(notes)} notes"
+
+
+def _titles(memory: Memory) -> dict[str, str]:
+    return {doc["id"]: doc["title"] for doc in memory.collection("loops").list()}
+
+
+@pytest.fixture(params=["memory", "file", "sqlite"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
+    if request.param == "memory":
+        yield MemoryStore()
+    elif request.param == "file":
+        yield FileStore(tmp_path / "runs")
+    else:
+        with SQLiteStore(tmp_path / "runs.db") as sqlite:
+            yield sqlite
+
+
+def test_each_write_of_a_call_gets_its_own_effect_key(store: Any) -> None:
+    agent = digest(FakeModel([ToolCall("c1", "three_writes", {})]), store, three_writes)
+    state = State(id="s1", messages=[Message.user("go")])
+    agent.think(state)
+    before = state.snapshot()
+    agent.use_tools(state)
+    assert _titles(agent.memory) == {"A": "last", "B": "b"}
+    # Someone changes A between; a replay of the call repeats none of its three writes.
+    agent.memory.collection("loops").upsert("A", {"title": "changed", "status": "open"})
+    state.restore(before)
+    assert [call.id for call in state.pending_calls] == ["c1"]
+    agent.use_tools(state)
+    assert _titles(agent.memory) == {"A": "changed", "B": "b"}
+
+
+def test_replaying_upsert_a_b_a_ends_on_the_last_write(store: Any) -> None:
+    calls = [
+        ToolCall("c1", "state_loops_upsert", {"id": "A", "doc": {"title": "1", "status": "open"}}),
+        ToolCall("c2", "state_loops_upsert", {"id": "B", "doc": {"title": "2", "status": "open"}}),
+        ToolCall("c3", "state_loops_upsert", {"id": "A", "doc": {"title": "3", "status": "open"}}),
+    ]
+    agent = digest(FakeModel([*calls, *calls[1:]]), store)  # the replay asks again for c2, c3
+    state = State(id="s2", messages=[Message.user("go")])
+    agent.think(state)
+    before = state.snapshot()
+    agent.use_tools(state)
+    for _ in calls[1:]:
+        agent.think(state)
+        agent.use_tools(state)
+    assert _titles(agent.memory) == {"A": "3", "B": "2"}
+    # Replay the sequence from its start: the same State, the same calls. Nothing is written
+    # again, so even after only the first upsert of A it is still on the last write.
+    state.restore(before)
+    agent.use_tools(state)
+    assert _titles(agent.memory) == {"A": "3", "B": "2"}
+    for _ in calls[1:]:
+        agent.think(state)
+        agent.use_tools(state)
+    assert _titles(agent.memory) == {"A": "3", "B": "2"}
+    outcomes = [entry.outcome for entry in results(state)]
+    assert outcomes == ["done"] * 6  # the replayed calls succeeded: they just wrote nothing
+
+
+def test_a_retried_call_does_not_duplicate(store: Any) -> None:
+    agent = digest(FakeModel([ToolCall("c1", "add_note", {"text": "x"})]), store, add_note)
+    state = State(id="s3", messages=[Message.user("go")])
+    agent.think(state)
+    before = state.snapshot()
+    agent.use_tools(state)
+    for _ in range(2):
+        state.restore(before)
+        agent.use_tools(state)
+    assert agent.memory.get("notes") == ["x"]
+    # Another call (another id) is another write.
+    other = State(id="s3b", messages=[Message.user("go")])
+    again = digest(FakeModel([ToolCall("c1", "add_note", {"text": "y"}), "ok"]), store, add_note)
+    again.run(other)
+    assert agent.memory.get("notes") == ["x", "y"]
+
+
+def test_writes_outside_tool_calls_always_apply(store: Any) -> None:
+    memory = Memory.open("digest", None, store)
+    for value in (1, 2, 1):
+        memory.set("k", value)
+        assert memory.get("k") == value
+
+
+# Concurrent upserts from parallel tool calls ------------------------------------------------------
+
+
+@tool
+def sync_upsert(doc_id: str, memory: Memory) -> str:
+    """Upsert from a worker thread."""
+    memory.collection("loops").upsert(doc_id, {"title": doc_id, "status": "open"})
+    return "ok"
+
+
+def _parallel_turn(count: int) -> list[ToolCall]:
+    calls: list[ToolCall] = []
+    for i in range(count):
+        if i % 3 == 0:
+            calls.append(tool_call("sync_upsert", doc_id=f"doc-{i:02d}"))
+        else:
+            calls.append(upsert(f"doc-{i:02d}", f"doc-{i:02d}"))
+    return calls
+
+
+@pytest.mark.anyio
+async def test_concurrent_upserts_from_parallel_tool_calls(store: Any) -> None:
+    count = 24
+    model = FakeModel([_parallel_turn(count), "done"])
+    agent = digest(model, store, sync_upsert)
+    state = State(messages=[Message.user("go")])
+    assert await agent.arun(state) == "done"
+    assert all(not entry.content.is_error for entry in results(state))
+    docs = await agent.memory.collection("loops").alist()
+    assert [doc["id"] for doc in docs] == [f"doc-{i:02d}" for i in range(count)]
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+@pytest.mark.anyio
+async def test_concurrent_upserts_from_parallel_tool_calls_on_aiosqlite(tmp_path: Path) -> None:
+    count = 16
+    async with AioSQLiteStore(tmp_path / "runs.db") as store:
+        model = FakeModel([[upsert(f"doc-{i:02d}", str(i)) for i in range(count)], "done"])
+        agent = digest(model, store)
+        assert await agent.arun("go") == "done"
+        docs = await agent.memory.collection("loops").alist()
+        assert [doc["title"] for doc in docs] == [str(i) for i in range(count)]
+
+
+@pytest.mark.anyio
+async def test_parallel_tasks_of_one_call_number_their_writes() -> None:
+    store = MemoryStore()
+
+    @tool
+    async def fan_out(memory: Memory) -> str:
+        """Write ten keys from ten tasks of one call."""
+        async with anyio.create_task_group() as group:
+            for i in range(10):
+                group.start_soon(memory.aset, f"k{i}", i)
+        return "ok"
+
+    agent = Agent(
+        FakeModel([ToolCall("c1", "fan_out", {}), "done"]),
+        name="fan",
+        store=store,
+        tools=[fan_out],
+    )
+    await agent.arun(State(id="s", messages=[Message.user("go")]))
+    assert [await agent.memory.aget(f"k{i}") for i in range(10)] == list(range(10))
