@@ -31,6 +31,10 @@ __all__ = (
 
 NOTICE_PREFIX = "[notice] "
 
+# The key of `ToolCall.args` under which a provider keeps argument text that was not a JSON
+# object (cut off, or malformed): the tool's argument check reports it back to the model.
+INVALID_ARGUMENTS = "__invalid_arguments__"
+
 _IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 

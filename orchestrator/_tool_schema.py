@@ -33,6 +33,7 @@ from pydantic_core import PydanticUndefined
 from ._errors import Issue, OrchestratorError
 from ._json import FrozenDict, freeze, thaw
 from ._memory import Memory
+from ._messages import INVALID_ARGUMENTS
 from ._state import State
 
 __all__ = ("Parameters", "ToolInputError", "parse_docstring")
@@ -384,6 +385,14 @@ class Parameters:
             issue = Issue((), f"must be a JSON object of named arguments, got {shown}")
             raise ToolInputError(self.tool, (issue,))
         plain = thaw(dict(cast("Mapping[Any, Any]", args)))
+        if set(plain) == {INVALID_ARGUMENTS}:
+            text = _shown(plain[INVALID_ARGUMENTS])
+            issue = Issue(
+                (),
+                f"the arguments were not a JSON object (cut off or malformed): {text}. Send all"
+                " arguments again as one JSON object",
+            )
+            raise ToolInputError(self.tool, (issue,))
         issues = self._hidden_issues(plain)
         kwargs.update(self._validated(plain, issues))
         kwargs.update(self._state_values(state, issues))

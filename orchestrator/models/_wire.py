@@ -25,6 +25,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from .._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
 from ._retry import Progress, Provider, RetryPolicy, Secret
 
@@ -46,7 +47,7 @@ __all__ = (
     "shared_ssl_context",
 )
 
-INVALID_ARGUMENTS = "__invalid_arguments__"
+INVALID_ARGUMENTS = _INVALID_ARGUMENTS
 """The key of the args a tool call gets when the provider sent arguments that are not JSON."""
 
 

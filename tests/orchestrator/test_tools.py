@@ -1141,3 +1141,20 @@ class Later(pydantic.BaseModel):
     """Defined after the tools that name it."""
 
     n: int
+
+
+def test_arguments_a_provider_could_not_parse_get_one_clear_issue() -> None:
+    # A provider keeps cut-off argument text under INVALID_ARGUMENTS (orchestrator._messages).
+    from orchestrator._messages import INVALID_ARGUMENTS
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two numbers."""
+        return a + b
+
+    with pytest.raises(ToolInputError) as caught:
+        add.bind({INVALID_ARGUMENTS: '{"a": 1, "b'}, None)
+    (issue,) = caught.value.issues
+    assert "not a JSON object" in issue.message
+    assert '{\\"a\\": 1, \\"b' in issue.message
+    assert "Send all arguments again as one JSON object" in str(caught.value)
