@@ -52,25 +52,40 @@ def _digest(line: bytes) -> bytes:
 class Tail:
     """The end of a stored history: enough to check cheaply that a save continues it.
 
-    `count` entries are stored; `digest` is the hash of the last one's encoded line; `entry` is
-    that entry as an object, when this process has it (a State loaded or saved here holds the
-    same object, so the usual check is one identity test).
+    `count` entries are stored; `digest` is the hash of the last one's encoded line and `line`
+    that line; `entry` is that entry as an object, when this process has it (a State loaded or
+    saved here holds the same object, so the usual check is one identity test).
     """
 
     count: int = 0
     digest: bytes = b""
     entry: HistoryEntry | None = None
+    line: bytes = b""
 
     @classmethod
     def of(cls, count: int, last_line: bytes, entry: HistoryEntry | None = None) -> Tail:
         """The tail of a history of `count` entries whose last is encoded as `last_line`."""
-        return cls(count, _digest(last_line), entry)
+        return cls(count, _digest(last_line), entry, last_line)
 
     def holding(self, state: State) -> Tail:
         """This tail, with the last stored entry taken from `state` (which holds them all)."""
         if self.count == 0:
             return self
-        return Tail(self.count, self.digest, state._entries_from(self.count - 1)[0])
+        entry = state._entries_from(self.count - 1)[0]
+        return Tail(self.count, self.digest, entry, self.line)
+
+    def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
+        """Whether `boundary` is the stored last entry.
+
+        It is when it is the same object, encodes to the same line, or (a line written by
+        another library version, encoded differently) decodes to an equal entry.
+        """
+        if boundary is self.entry or _digest(encode_entry(boundary)) == self.digest:
+            return True
+        if not self.line:
+            return False
+        stored = decode_entry(self.line, state_id=state_id, index=self.count - 1)
+        return stored == boundary and stored.at == boundary.at
 
 
 def check_state(state: object) -> State:
@@ -103,7 +118,7 @@ def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
             " under a new id (state.fork())."
         )
     boundary = entries[0]
-    if boundary is not tail.entry and _digest(encode_entry(boundary)) != tail.digest:
+    if not tail.continued_by(state.id, boundary):
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store already holds a State with this id"
             f" whose history is different (entry {tail.count - 1} differs), and a save only adds"
@@ -113,7 +128,7 @@ def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
         )
     new = entries[1:]
     if not new:
-        return (), Tail(tail.count, tail.digest, boundary)
+        return (), Tail(tail.count, tail.digest, boundary, tail.line)
     lines = tuple(encode_entry(entry) for entry in new)
     return lines, Tail.of(tail.count + len(new), lines[-1], new[-1])
 

@@ -39,7 +39,7 @@ from orchestrator._state import validate_id
 from orchestrator._stopped import AnyStopped
 
 from ._base import TITLE_LENGTH, StateInfo
-from ._codec import FORMAT_VERSION, check_format, decode_entry
+from ._codec import FORMAT_VERSION, check_format
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
 __all__ = (
@@ -278,7 +278,7 @@ def _save(state: State, store: object) -> Plan[None]:
     last_line = bytes(last[0][1]) if last else b""
     tail = Tail.of(last[0][0] + 1, last_line) if last else Tail()
     lines: tuple[bytes, ...] = yield Work(
-        lambda: _new_lines(state, tail, last_line, size), heavy=size - tail.count > HEAVY_ENTRIES
+        lambda: _new_lines(state, tail, size), heavy=size - tail.count > HEAVY_ENTRIES
     )
     if lines or not last:
         rows = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
@@ -288,19 +288,9 @@ def _save(state: State, store: object) -> Plan[None]:
     state._bind_store(store)
 
 
-def _new_lines(state: State, tail: Tail, last_line: bytes, size: int) -> tuple[bytes, ...]:
+def _new_lines(state: State, tail: Tail, size: int) -> tuple[bytes, ...]:
     """The encoded entries of `state` after `tail`, up to entry `size` (the row's count)."""
-    try:
-        lines, _ = continuation(state, tail)
-    except ValueError:
-        # The stored last entry may be the same entry, encoded by another library version.
-        boundary = state._entries_from(tail.count - 1)[:1]
-        if not boundary:
-            raise
-        stored = decode_entry(last_line, state_id=state.id, index=tail.count - 1)
-        if stored != boundary[0] or stored.at != boundary[0].at:
-            raise
-        lines, _ = continuation(state, Tail(tail.count, tail.digest, boundary[0]))
+    lines, _ = continuation(state, tail)
     return lines[: max(0, size - tail.count)]
 
 

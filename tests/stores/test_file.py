@@ -403,3 +403,26 @@ def test_a_threaded_async_class_must_define_the_sync_methods() -> None:
         class Half(ThreadedAsync):  # pyright: ignore[reportUnusedClass]
             def save(self, state: State) -> None: ...
             def load(self, state_id: str) -> State: ...
+
+
+def test_a_last_line_encoded_differently_still_continues(tmp_path: Path) -> None:
+    # A line written by another library version may encode the same entry differently: a save
+    # that continues it compares the decoded entry, not only the bytes.
+    state = State(id="older", messages=[Message.user("hi")])
+    FileStore(tmp_path).save(state)
+    log = tmp_path / "older" / LOG
+    lines = log.read_bytes().splitlines()
+    reencoded = json.dumps(json.loads(lines[-1]), indent=None, separators=(", ", ": "))
+    assert reencoded.encode() != lines[-1]
+    log.write_bytes(b"\n".join([*lines[:-1], reencoded.encode()]) + b"\n")
+    state.add_message(Message.user("more"))
+    FileStore(tmp_path).save(state)  # a new store object: nothing cached, only the file
+    assert FileStore(tmp_path).load("older").snapshot() == state.snapshot()
+
+
+def test_a_different_entry_at_the_stored_end_is_still_refused(tmp_path: Path) -> None:
+    FileStore(tmp_path).save(State(id="taken", messages=[Message.user("one")]))
+    other = State(id="taken", messages=[Message.user("two")])
+    other.add_message(Message.user("three"))
+    with pytest.raises(ValueError, match=r"store\.load"):
+        FileStore(tmp_path).save(other)
