@@ -6,15 +6,18 @@ All run on `FakeModel` (zero latency), so what is measured is the framework.
 from __future__ import annotations
 
 import gc
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import anyio
 
 from orchestrator import Agent, Loop, Message, State, tool, waiting_for_user
 from orchestrator.testing import FakeModel, tool_call
+from stores import SQLiteStore
 
 from .report import Metric
 
@@ -168,7 +171,49 @@ def bench_subagents(repeats: int) -> list[Metric]:
 
 
 def bench_fanout(children: int) -> list[Metric]:
-    """`children` concurrent children, each 3 turns with one async tool call: time and memory."""
+    """`children` concurrent children, each 3 turns with one async tool call: time and memory,
+    with no store and with a `SQLiteStore` (the store may add under 2x).
+    """
+    plain = _fanout(children, None)
+    with tempfile.TemporaryDirectory() as folder, SQLiteStore(Path(folder) / "fanout.db") as store:
+        stored = _fanout(children, store)
+    ratio = stored[0] / plain[0]
+    return [
+        Metric(
+            f"subagents.fanout.{children}.s",
+            f"{children:,} concurrent children x 3 turns, no store (under tracemalloc)",
+            plain[0],
+            "s",
+            "< 3 s",
+            plain[0] < 3,
+        ),
+        Metric(
+            f"subagents.fanout.{children}.peak_mb",
+            f"{children:,} concurrent children, peak traced memory",
+            plain[1],
+            "MB",
+            "< 300 MB",
+            plain[1] < 300,
+        ),
+        Metric(
+            f"subagents.fanout.{children}.sqlite.s",
+            f"{children:,} concurrent children x 3 turns, SQLiteStore",
+            stored[0],
+            "s",
+        ),
+        Metric(
+            f"subagents.fanout.{children}.sqlite.ratio",
+            "SQLiteStore / no store, wall time",
+            ratio,
+            "x",
+            "< 2x",
+            ratio < 2,
+        ),
+    ]
+
+
+def _fanout(children: int, store: Any) -> tuple[float, float]:
+    """Wall seconds and peak traced MB of one fan-out run."""
 
     @tool
     async def step() -> str:
@@ -184,7 +229,7 @@ def bench_fanout(children: int) -> list[Metric]:
             return str(await Agent(model, tools=[step]).arun(task))
 
         calls = [tool_call("delegate", task=f"part {i}") for i in range(children)]
-        await Agent(FakeModel([calls, "all done"]), tools=[delegate]).arun("go")
+        await Agent(FakeModel([calls, "all done"]), tools=[delegate], store=store).arun("go")
 
     gc.collect()
     tracemalloc.start()
@@ -193,21 +238,4 @@ def bench_fanout(children: int) -> list[Metric]:
     seconds = time.perf_counter() - start
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
-    return [
-        Metric(
-            f"subagents.fanout.{children}.s",
-            f"{children:,} concurrent children x 3 turns, no store (under tracemalloc)",
-            seconds,
-            "s",
-            "< 3 s",
-            seconds < 3,
-        ),
-        Metric(
-            f"subagents.fanout.{children}.peak_mb",
-            f"{children:,} concurrent children, peak traced memory",
-            peak / 1e6,
-            "MB",
-            "< 300 MB",
-            peak / 1e6 < 300,
-        ),
-    ]
+    return seconds, peak / 1e6

@@ -58,6 +58,7 @@ __all__ = (
     "not_a_store",
     "open_plan",
     "run_plan",
+    "save_many_plan",
     "save_plan",
 )
 
@@ -271,26 +272,62 @@ def save_plan(state: State, store: object) -> Plan[None]:
 
 
 def _save(state: State, store: object) -> Plan[None]:
-    folded = state._folded  # one immutable value: the entries written and the row agree
-    size = len(folded.entries)
     yield Query(BEGIN_WRITE)
-    last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
-    last_line = bytes(last[0][1]) if last else b""
-    tail = Tail.of(last[0][0] + 1, last_line) if last else Tail()
-    lines: tuple[bytes, ...] = yield Work(
-        lambda: _new_lines(state, tail, size), heavy=size - tail.count > HEAVY_ENTRIES
-    )
-    if lines or not last:
-        rows = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
-        yield QueryMany(INSERT_ENTRY, rows)
-        yield Query(PUT_STATE, _state_row(state.id, folded))
+    refused = yield from _write_state(state)
+    if refused is not None:
+        raise refused
     yield Query(COMMIT)
     state._bind_store(store)
 
 
-def _new_lines(state: State, tail: Tail, size: int) -> tuple[bytes, ...]:
-    """The encoded entries of `state` after `tail`, up to entry `size` (the row's count)."""
-    lines, _ = continuation(state, tail)
+def save_many_plan(states: Sequence[State], store: object) -> Plan[dict[int, ValueError]]:
+    """Write several States in one transaction (a group commit); bind each one it wrote.
+
+    A State the store refuses (another history under its id) is left out and its error
+    returned, keyed by ``id(state)``; the others are written. A failure of the database itself
+    fails them all (the transaction is rolled back by the caller).
+    """
+    refused: dict[int, ValueError] = {}
+    yield Query(BEGIN_WRITE)
+    for state in states:
+        error = yield from _write_state(check_state(state))
+        if error is not None:
+            refused[id(state)] = error
+    yield Query(COMMIT)
+    for state in states:
+        if id(state) not in refused:
+            state._bind_store(store)
+    return refused
+
+
+def _write_state(state: State) -> Plan[ValueError | None]:
+    """Inside a write transaction: the new entries of `state` and its row, or why not."""
+    folded = state._folded  # one immutable value: the entries written and the row agree
+    size = len(folded.entries)
+    last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
+    last_line = bytes(last[0][1]) if last else b""
+    tail = Tail.of(last[0][0] + 1, last_line) if last else Tail()
+    lines: tuple[bytes, ...] | ValueError = yield Work(
+        lambda: _new_lines(state, tail, size), heavy=size - tail.count > HEAVY_ENTRIES
+    )
+    if isinstance(lines, ValueError):
+        return lines
+    if lines or not last:
+        rows = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
+        yield QueryMany(INSERT_ENTRY, rows)
+        yield Query(PUT_STATE, _state_row(state.id, folded))
+    return None
+
+
+def _new_lines(state: State, tail: Tail, size: int) -> tuple[bytes, ...] | ValueError:
+    """The encoded entries of `state` after `tail`, up to entry `size` (the row's count).
+
+    Or the `ValueError` saying why `state` does not continue the stored history.
+    """
+    try:
+        lines, _ = continuation(state, tail)
+    except ValueError as error:
+        return error
     return lines[: max(0, size - tail.count)]
 
 

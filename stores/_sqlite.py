@@ -21,6 +21,8 @@ import anyio.lowlevel
 from orchestrator import State
 
 from ._base import StateInfo
+from ._batch import GroupCommit
+from ._memory import check_state
 from ._offload import ThreadedAsync
 from ._sql import (
     ROLLBACK,
@@ -39,6 +41,7 @@ from ._sql import (
     not_a_store,
     open_plan,
     run_plan,
+    save_many_plan,
     save_plan,
 )
 
@@ -48,6 +51,10 @@ __all__ = ("SQLiteStore",)
 # first, and a sync `agent.run` starts a new loop each time.
 _LIMITERS: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]] = (
     anyio.lowlevel.RunVar("stores_sqlite_limiters")
+)
+# One group commit per store and event loop, for the same reason.
+_BATCHES: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, GroupCommit]] = (
+    anyio.lowlevel.RunVar("stores_sqlite_batches")
 )
 
 
@@ -100,6 +107,27 @@ class SQLiteStore(ThreadedAsync):
                 or the file has another format version.
         """
         self._run(save_plan(state, self))
+
+    async def asave(self, state: State) -> None:
+        """`save` in a worker thread; saves that arrive meanwhile share one transaction.
+
+        Raises what `save` raises, for this State only: a refused State does not fail the
+        others of its batch.
+        """
+        batches = _BATCHES.get(None)
+        if batches is None:
+            batches = WeakKeyDictionary[SQLiteStore, GroupCommit]()
+            _BATCHES.set(batches)
+        batch = batches.get(self)
+        if batch is None:
+            batch = batches[self] = GroupCommit(self._write_batch)
+        await batch.save(check_state(state))
+
+    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
+        # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported
+        # to the waiting saves; a cancellation reaches the writer at its next checkpoint.
+        plan = save_many_plan(states, self)
+        return await anyio.to_thread.run_sync(self._run, plan, limiter=self._offload_limiter())
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.

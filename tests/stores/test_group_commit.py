@@ -1,0 +1,123 @@
+"""SQLiteStore's group commit: concurrent asaves share transactions, errors stay per State."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import Message, State
+from stores import SQLiteStore
+from stores._batch import GroupCommit
+
+
+class CountingStore(SQLiteStore):
+    """A SQLiteStore that counts the transactions its async saves run."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.batches: list[int] = []
+
+    async def _write_batch(self, states: list[State]) -> dict[int, ValueError]:
+        self.batches.append(len(states))
+        return await super()._write_batch(states)
+
+
+@pytest.mark.anyio
+async def test_concurrent_saves_share_transactions_and_all_land(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path / "batch.db")
+    states = [State(id=f"s{i}", messages=[Message.user(str(i))]) for i in range(50)]
+    async with anyio.create_task_group() as group:
+        for state in states:
+            group.start_soon(store.asave, state)
+    assert sum(store.batches) == 50
+    assert len(store.batches) < 50  # saves that waited went out together
+    reopened = SQLiteStore(tmp_path / "batch.db")
+    for state in states:
+        assert reopened.load(state.id).snapshot() == state.snapshot()
+        assert state._store is store  # a save binds, batched or not
+    reopened.close()
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_refused_state_fails_alone(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path / "batch.db")
+    store.save(State(id="taken", messages=[Message.user("first")]))
+    impostor = State(id="taken", messages=[Message.user("other")])
+    impostor.add_message(Message.user("more"))
+    good = [State(id=f"ok{i}", messages=[Message.user("x")]) for i in range(5)]
+    outcomes: dict[str, BaseException | None] = {}
+
+    async def save(state: State) -> None:
+        try:
+            await store.asave(state)
+        except ValueError as error:
+            outcomes[state.id] = error
+        else:
+            outcomes[state.id] = None
+
+    async with anyio.create_task_group() as group:
+        for state in [impostor, *good]:
+            group.start_soon(save, state)
+    assert isinstance(outcomes["taken"], ValueError)
+    assert "store.load" in str(outcomes["taken"])
+    assert all(outcomes[state.id] is None for state in good)
+    assert {info.id for info in store.list()} == {"taken", *(s.id for s in good)}
+    assert store.load("taken").messages[0].text == "first"
+    store.close()
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -> None:
+    written: list[list[str]] = []
+    entered = anyio.Event()
+    release = anyio.Event()
+
+    async def flush(states: list[State]) -> dict[int, ValueError]:
+        written.append([s.id for s in states])
+        if len(written) == 1:
+            entered.set()
+            with anyio.CancelScope(shield=True):  # like a thread that is never abandoned
+                await release.wait()
+        return {}
+
+    commit = GroupCommit(flush)
+    first, second = State(id="first"), State(id="second")
+    writer = anyio.CancelScope()
+
+    async def first_save() -> None:
+        with writer:
+            await commit.save(first)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first_save)
+        await entered.wait()
+        group.start_soon(commit.save, second)  # queued while the first batch is written
+        await anyio.wait_all_tasks_blocked()
+        writer.cancel()
+        release.set()
+    assert written == [["first"], ["second"]]
+
+
+@pytest.mark.anyio
+async def test_a_failed_transaction_fails_every_save_of_its_batch() -> None:
+    async def flush(states: list[State]) -> dict[int, ValueError]:
+        await anyio.lowlevel.checkpoint()
+        raise OSError("disk full")
+
+    commit = GroupCommit(flush)
+    failures: list[Any] = []
+
+    async def save(state: State) -> None:
+        try:
+            await commit.save(state)
+        except OSError as error:
+            failures.append(error)
+
+    async with anyio.create_task_group() as group:
+        for i in range(3):
+            group.start_soon(save, State(id=f"s{i}"))
+    assert len(failures) == 3
