@@ -112,6 +112,23 @@ def _list_tool(handle: Collection) -> Tool:
     )
 
 
+def _strict(model: type[pydantic.BaseModel] | None) -> Any:
+    """The collection's model, refusing fields it does not declare.
+
+    A field the model misspells is then an input error it can fix, not data silently dropped
+    (the schema it is shown says ``additionalProperties: false``). A model that allows extra
+    fields keeps them.
+    """
+    if model is None or model.model_config.get("extra") == "allow":
+        return model
+    namespace = {
+        "model_config": pydantic.ConfigDict(extra="forbid"),
+        "__module__": model.__module__,
+        "__doc__": model.__doc__,  # the schema's description
+    }
+    return type(model.__name__, (model,), namespace)
+
+
 def _upsert_tool(handle: Collection) -> Tool:
     async def run(id: str, doc: Any) -> str:
         try:
@@ -129,7 +146,7 @@ def _upsert_tool(handle: Collection) -> Tool:
     # and a document that does not fit is an input error listing each problem with its path.
     run.__annotations__ = {
         "id": Annotated[str, pydantic.Field(min_length=1, max_length=512, description=_ID_DOC)],
-        "doc": _ANNOTATED[handle.model, "The whole document: it replaces any stored one."],
+        "doc": _ANNOTATED[_strict(handle.model), "The whole document: it replaces any stored one."],
         "return": str,
     }
     name = handle.name

@@ -5,6 +5,7 @@ No timing is asserted here: the numbers are for `make bench` to print, not for t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -187,7 +188,11 @@ def test_cli_quick_without_results_never_touches_the_baseline(
 ) -> None:
     baseline = tmp_path / "latest.json"
     monkeypatch.setattr(cli, "RESULTS", baseline)
-    monkeypatch.setattr(cli, "QUICK", cli.Config((50, 100), (50, 100), 20, 50, 100, 1))
+    monkeypatch.setattr(
+        cli,
+        "QUICK",
+        dataclasses.replace(cli.QUICK, replay_sizes=(50, 100), record_points=(50, 100)),
+    )
     assert cli.main(["--quick"]) == 0
     assert "(not saved)" in capsys.readouterr().out
     assert not baseline.exists()

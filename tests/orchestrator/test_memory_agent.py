@@ -496,3 +496,28 @@ async def test_parallel_tasks_of_one_call_number_their_writes() -> None:
     )
     await agent.arun(State(id="s", messages=[Message.user("go")]))
     assert [await agent.memory.aget(f"k{i}") for i in range(10)] == list(range(10))
+
+
+class _Note(pydantic.BaseModel):
+    """A note."""
+
+    title: str
+    due: str | None = None
+
+
+def test_a_misspelled_field_in_a_generated_upsert_is_an_input_error_not_lost_data() -> None:
+    store = MemoryStore()
+    bad = tool_call("state_notes_upsert", id="n", doc={"title": "x", "due_date": "friday"})
+    good = tool_call("state_notes_upsert", id="n", doc={"title": "x", "due": "friday"})
+    agent = Agent(
+        FakeModel([bad, good, "saved"]), name="notes", store=store, collections={"notes": _Note}
+    )
+    state = State(messages=[Message.user("Note it")])
+    assert agent.run(state) == "saved"
+    outcomes = [e for e in state.history if e.kind == "tool_result"]
+    assert [e.outcome for e in outcomes] == ["input_error", "done"]
+    assert "doc.due_date" in outcomes[0].content.text
+    assert agent.memory.collection("notes").get("n") == {"id": "n", "title": "x", "due": "friday"}
+    spec = next(t.spec for t in agent.tools if t.name == "state_notes_upsert")
+    assert spec.input_schema["$defs"]["_Note"]["additionalProperties"] is False
+    assert spec.input_schema["$defs"]["_Note"]["description"] == "A note."
