@@ -171,7 +171,10 @@ def _effect_key() -> str | None:
     context = current_call.get()
     if context is None:
         return None
-    return f"{context.state.id}:{context.call.id}:{next(context.ordinals)}"
+    # The turn keeps a call id reused by a later turn apart; a replay of the same turn (after
+    # restore) has the same turn, call and ordinal, so it writes once.
+    turn = context.state.turn
+    return f"{context.state.id}:{turn}:{context.call.id}:{next(context.ordinals)}"
 
 
 class _Store:

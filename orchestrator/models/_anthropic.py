@@ -204,6 +204,10 @@ class _MessageStream:
         self.done = False
         self.error: StreamBroken | None = None
 
+    def has_content(self) -> bool:
+        """Whether the reply holds a content block (text, thinking or a tool call) yet."""
+        return bool(self.blocks)
+
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
         data = event.data.strip()
@@ -500,7 +504,8 @@ class AnthropicModel:
         """
         sdk = _import_anthropic()
         provider = self._provider()
-        key = self._settings.key(provider, placeholder=not self._official)
+        # Anthropic-compatible servers still expect a key: a missing one is an AuthError.
+        key = self._settings.key(provider, placeholder=False)
         provider = provider.with_secret(key)
         body = self.request_body(request)
         context = await shared_ssl_context()
@@ -522,7 +527,9 @@ class AnthropicModel:
                 stream=True,
                 extra_body={key: body[key] for key in body.keys() - _REQUIRED} or None,
             ) as response:
-                await read_events(response.http_response, stream.handle, on_text, progress)
+                await read_events(
+                    response.http_response, stream.handle, on_text, progress, stream.has_content
+                )
             return stream.reply(self._settings.price)
 
         def classify(error: Exception) -> Failure | None:

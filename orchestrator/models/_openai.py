@@ -200,6 +200,10 @@ class _ChatStream:
         self.usage: dict[str, Any] = {}
         self.error: StreamBroken | None = None
 
+    def has_content(self) -> bool:
+        """Whether the reply holds text, reasoning or a tool call yet."""
+        return bool(self.text or self.reasoning or self.calls)
+
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
         data = event.data.strip()
@@ -477,7 +481,9 @@ class OpenAIModel:
                 stream_options={"include_usage": True},
                 extra_body={key: body[key] for key in body.keys() - _REQUIRED} or None,
             ) as response:
-                await read_events(response.http_response, stream.handle, on_text, progress)
+                await read_events(
+                    response.http_response, stream.handle, on_text, progress, stream.has_content
+                )
             return stream.reply(self._settings.price)
 
         def classify(error: Exception) -> Failure | None:

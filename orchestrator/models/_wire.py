@@ -287,9 +287,12 @@ async def read_events(
     handle: Callable[[SSEEvent], str | None],
     on_text: TextCallback | None,
     progress: Progress,
+    has_content: Callable[[], bool],
 ) -> None:
     """Feed each event of `response` to `handle`; text it returns goes to `on_text`.
 
+    Once `has_content()` (the reply holds text, reasoning or a tool call), the attempt counts as
+    started: a stream that breaks after that is not re-sent, so nothing is asked for twice.
     The response is read to its end and closed on every path, shielded from cancellation.
     """
     decoder = SSEDecoder()
@@ -298,6 +301,8 @@ async def read_events(
             async for chunk in chunks:
                 for event in decoder.feed(chunk):
                     _emit(handle(event), on_text, progress)
+                    if has_content():
+                        progress.emitted = True
         for event in decoder.close():
             _emit(handle(event), on_text, progress)
     finally:
