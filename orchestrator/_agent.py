@@ -470,7 +470,14 @@ class Agent:
             ValueError: The State is finished, or calls are pending.
         """
         self._require_unfinished(state, "ask")
-        return await _ask(self, state, prompt, returns, retries)
+        try:
+            value = await _ask(self, state, prompt, returns, retries)
+        except BaseException as error:
+            with anyio.CancelScope(shield=True):
+                await self._save_after(state, error)  # a failed ask still spent tokens
+            raise
+        await self._save(state)  # the ask entry holds the tokens it spent
+        return value
 
     @overload
     def ask(self, state: State, prompt: str) -> str: ...

@@ -111,6 +111,8 @@ class _Turn:
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
             self.state._close_pending("cancelled", text, self._links())
+            # The stop cancelled the turn's scope, and with it a save of the denied call.
+            await self.agent._save(self.state)
         if self.fatal is not None:
             with anyio.CancelScope(shield=True):
                 self._close(self.fatal)

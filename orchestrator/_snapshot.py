@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._history import HistoryEntry
 from ._json import FrozenDict
@@ -15,10 +15,10 @@ from ._stopped import Stopped
 if TYPE_CHECKING:
     from ._fold import Folded
 
-__all__ = ("StateSnapshot",)
+__all__ = ("StateSnapshot", "snapshot_origin")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class StateSnapshot:
     """The value of a State at one moment: what `state.snapshot()` returns.
 
@@ -39,6 +39,15 @@ class StateSnapshot:
     stopped: Stopped | None = None
     created_at: datetime | None = field(default=None, compare=False)
     updated_at: datetime | None = field(default=None, compare=False)
-    # Where it came from, for restore: the folded value and the id of the State that took it.
-    _folded: Folded | None = field(default=None, init=False, repr=False, compare=False)
-    _state_id: str | None = field(default=None, init=False, repr=False, compare=False)
+    # `state.snapshot()` also sets two plain attributes, `_folded` (the folded value) and
+    # `_state_id` (the State that took it), for restore. They are not fields: the fields are
+    # exactly the public ones. Read them with `snapshot_origin`.
+
+
+def snapshot_origin(snapshot: StateSnapshot) -> tuple[Folded | None, str | None]:
+    """The folded value a snapshot was taken from, and the id of its State.
+
+    Both are None for a snapshot made by hand.
+    """
+    folded = cast("Folded | None", getattr(snapshot, "_folded", None))
+    return folded, cast("str | None", getattr(snapshot, "_state_id", None))

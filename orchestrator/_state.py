@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from typing import Any, Never, cast
 
 import anyio.lowlevel
+import anyio.to_thread
 import pydantic_core
 
 from ._fold import Folded, Inconsistent, Lookup, cleared_messages, entry_turn, fold, replay
@@ -47,7 +48,7 @@ from ._history import (
 from ._json import FrozenDict, freeze, same_json, thaw
 from ._messages import Image, Message, TextBlock, ToolCall, ToolResultBlock
 from ._reply import Reply, Usage
-from ._snapshot import StateSnapshot
+from ._snapshot import StateSnapshot, snapshot_origin
 from ._stopped import Stopped, StoppedByFinish
 from ._typed import Handler, Schema, SchemaField, replace_values
 
@@ -548,7 +549,8 @@ class State:
         }
 
     def _find_child(self, child_id: str) -> State | None:
-        validate_id(child_id, "child_id")
+        if not isinstance(child_id, str):
+            raise TypeError(f"child_id must be a str, got {type(child_id).__name__}.")
         if child_id not in self._child_ids():
             raise KeyError(
                 f"{child_id!r} is not a child of this State: no tool call of its history started"
@@ -578,12 +580,13 @@ class State:
         if found is not None:
             return found
         store = self._child_store()
-        if getattr(store, "async_only", False):
+        load = getattr(store, "load", None)
+        if getattr(store, "async_only", False) or not callable(load):
             raise TypeError(
                 f"The store bound to this State ({type(store).__name__}) works only"
                 " asynchronously: use await state.achild(child_id)."
             )
-        return cast("State", store.load(child_id))
+        return cast("State", load(child_id))
 
     async def achild(self, child_id: str) -> State:
         """The async version of `child`: a child not in memory is loaded with `store.aload`."""
@@ -591,7 +594,12 @@ class State:
         found = self._find_child(child_id)
         if found is not None:
             return found
-        return cast("State", await self._child_store().aload(child_id))
+        store = self._child_store()
+        aload: Any = getattr(store, "aload", None)
+        if aload is not None:
+            return cast("State", await aload(child_id))
+        # A sync-only store: load in a worker thread, never on the event loop.
+        return cast("State", await anyio.to_thread.run_sync(store.load, child_id))
 
     def restore(self, snapshot: StateSnapshot) -> None:
         """Go back to `snapshot`, taken earlier from this State.
@@ -609,13 +617,13 @@ class State:
                 "restore takes a StateSnapshot from state.snapshot(),"
                 f" got {type(snapshot).__name__}."
             )
-        target = snapshot._folded
+        target, taken_by = snapshot_origin(snapshot)
         with self._lock:
             value = self._folded
             size = len(target.entries) if target is not None else -1
             if (
                 target is None
-                or snapshot._state_id != self._id
+                or taken_by != self._id
                 or size > len(value.entries)
                 or (size > 0 and value.entries.get(size - 1) != target.entries.last())
             ):
@@ -703,7 +711,11 @@ class State:
         if isinstance(error, str):
             return cast("ErrorEntry", self._record(ErrorEntry, error))
         with self._lock:
-            if self._recorded is error and not again:
+            recorded = self._recorded
+            same = recorded is error or (
+                recorded is not None and is_interruption(recorded) and is_interruption(error)
+            )
+            if same and not again:
                 return None
             self._recorded = error
             return cast("ErrorEntry", self._record(ErrorEntry, error_text(error)))
@@ -862,7 +874,9 @@ class State:
         self._running = False
         self._recorded = None
 
-    def _recover(self) -> tuple[HistoryEntry, ...]:
+    def _recover(
+        self, links: Mapping[str, tuple[Iterable[str], Usage]] | None = None
+    ) -> tuple[HistoryEntry, ...]:
         """Close a turn that a crash cut off, as a store does on load; returns the new entries.
 
         A request that was waiting on the model is taken back (an `error` entry), and each
@@ -881,6 +895,7 @@ class State:
                     "unknown",
                     "(unknown: the process stopped while this call was open; the tool may or may"
                     " not have run. Check its effects before running it again.)",
+                    links,
                 )
             return self._entries_from(start)
 

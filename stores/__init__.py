@@ -13,8 +13,13 @@ from ._base import AsyncStore as AsyncStore
 from ._base import MemoryBackend as MemoryBackend
 from ._base import StateInfo as StateInfo
 from ._base import Store as Store
+from ._base import bind_state as bind_state
 from ._base import info_of as info_of
+from ._base import recover_state as recover_state
 from ._codec import FORMAT_VERSION as FORMAT_VERSION
+from ._codec import check_format as check_format
+from ._codec import decode_entry as decode_entry
+from ._codec import encode_entry as encode_entry
 from ._file import FileStore as FileStore
 from ._memory import MemoryStore as MemoryStore
 from ._offload import ThreadedAsync as ThreadedAsync
@@ -32,5 +37,10 @@ __all__ = (
     "StateInfo",
     "Store",
     "ThreadedAsync",
+    "bind_state",
+    "check_format",
+    "decode_entry",
+    "encode_entry",
     "info_of",
+    "recover_state",
 )

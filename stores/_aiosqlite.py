@@ -94,7 +94,7 @@ class AioSQLiteStore:
                 or the file has another format version.
         """
         _require_asyncio("asave")
-        await self._run(save_plan(state, self))
+        await self._run(save_plan(state, self, self._where))
 
     async def aload(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.

@@ -12,11 +12,12 @@ whole space at once, and written one key at a time with an optional effect key.
 from __future__ import annotations
 
 import builtins
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from orchestrator import State, Stopped, Usage
+from orchestrator import HistoryEntry, State, Stopped, Usage
 
 __all__ = (
     "AsyncMemoryBackend",
@@ -24,7 +25,9 @@ __all__ = (
     "MemoryBackend",
     "StateInfo",
     "Store",
+    "bind_state",
     "info_of",
+    "recover_state",
 )
 
 TITLE_LENGTH = 200
@@ -73,6 +76,34 @@ def info_of(state: State) -> StateInfo:
         usage=folded.usage,
         entries=len(folded.entries),
     )
+
+
+def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:
+    """Close the turn a crash cut off in a loaded `state`; return the entries that added.
+
+    Every backend calls it on load (a third-party one too). A request that was waiting on the
+    model is taken back; each pending call gets an ``unknown`` result (the tool may or may not
+    have run, so it is never run again on its own). `children` are the stored States whose
+    `parent_id` is this State: the ones a cut-off call started stay listed in its result, with
+    their usage, so `state.child(id)` still opens them. The added entries are written by the
+    next save.
+    """
+    links: dict[str, tuple[list[str], Usage]] = {}
+    pending = {call.id for call in state.pending_calls}
+    for child in sorted(children, key=lambda info: info.created_at or _EPOCH):
+        call_id = child.parent_call_id
+        if call_id is not None and call_id in pending:
+            ids, usage = links.get(call_id, ([], Usage()))
+            links[call_id] = ([*ids, child.id], usage + child.usage)
+    return state._recover(links)
+
+
+def bind_state(state: State, store: object) -> None:
+    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
+    state._bind_store(store)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @runtime_checkable

@@ -45,7 +45,7 @@ import pydantic
 from orchestrator import State
 from orchestrator._state import validate_id
 
-from ._base import StateInfo, info_of
+from ._base import StateInfo, bind_state, info_of, recover_state
 from ._codec import FORMAT_VERSION, check_format, decode_entry
 from ._memory import (
     Tail,
@@ -283,9 +283,10 @@ class FileStore(ThreadedAsync):
     def _append(self, state: State, folder: Path, fd: int) -> None:
         size = os.fstat(fd).st_size
         known = self._known.get(state.id)
+        # Checked on every save: another process may have moved this State to another format.
+        _read_info(folder, state.id)
         if known is None or not known.matches(fd, size):
             # First save here, or another writer changed the log: read its end again.
-            _read_info(folder, state.id)
             known = self._scan(state.id, fd, size)
         info = info_of(state)  # before the entries: it never claims more than stored
         lines, tail = continuation(state, known.tail)
@@ -350,8 +351,9 @@ class FileStore(ThreadedAsync):
                 if known is None or known.end == end:
                     tail = Tail.of(len(lines), lines[-1]).holding(state)
                     self._known[state_id] = _Known.after(tail, end, lines)
-        state._recover()
-        state._bind_store(self)
+        children = self.list(parent_id=state_id) if state.pending_calls else ()
+        recover_state(state, children)
+        bind_state(state, self)
         return state
 
     def list(

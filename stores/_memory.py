@@ -29,7 +29,7 @@ from orchestrator import HistoryEntry, State
 from orchestrator._memory import validate_key, validate_space
 from orchestrator._state import validate_id
 
-from ._base import StateInfo, info_of
+from ._base import StateInfo, bind_state, info_of, recover_state
 from ._codec import decode_entry, encode_entry
 
 __all__ = (
@@ -288,8 +288,9 @@ class MemoryStore:
                 saved = self._states.get(state_id)
                 if saved is not None and saved.tail.count == len(lines):
                     saved.tail = saved.tail.holding(state)
-        state._recover()
-        state._bind_store(self)
+        children = self.list(parent_id=state_id) if state.pending_calls else ()
+        recover_state(state, children)
+        bind_state(state, self)
         return state
 
     def list(

@@ -38,7 +38,7 @@ from orchestrator._fold import Folded, Seq
 from orchestrator._state import validate_id
 from orchestrator._stopped import AnyStopped
 
-from ._base import TITLE_LENGTH, StateInfo
+from ._base import TITLE_LENGTH, StateInfo, bind_state, recover_state
 from ._codec import FORMAT_VERSION, check_format
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
@@ -258,7 +258,7 @@ def _check_format(where: str) -> Plan[None]:
     check_format(rows[0][0] if rows else None, where=where)
 
 
-def save_plan(state: State, store: object) -> Plan[None]:
+def save_plan(state: State, store: object, where: str) -> Plan[None]:
     """Write the entries of `state` the store does not hold yet, and its `states` row.
 
     `state` must continue the stored history (`stores._memory.continuation`: its entry at the
@@ -268,11 +268,12 @@ def save_plan(state: State, store: object) -> Plan[None]:
         TypeError: `state` is not a State (at once, before any I/O).
         ValueError: The store holds a different history under this id (load it instead).
     """
-    return _save(check_state(state), store)
+    return _save(check_state(state), store, where)
 
 
-def _save(state: State, store: object) -> Plan[None]:
+def _save(state: State, store: object, where: str) -> Plan[None]:
     yield Query(BEGIN_WRITE)
+    yield from _check_format(where)  # another process may have moved the file on meanwhile
     refused = yield from _write_state(state)
     if refused is not None:
         raise refused
@@ -280,7 +281,9 @@ def _save(state: State, store: object) -> Plan[None]:
     state._bind_store(store)
 
 
-def save_many_plan(states: Sequence[State], store: object) -> Plan[dict[int, ValueError]]:
+def save_many_plan(
+    states: Sequence[State], store: object, where: str
+) -> Plan[dict[int, ValueError]]:
     """Write several States in one transaction (a group commit); bind each one it wrote.
 
     A State the store refuses (another history under its id) is left out and its error
@@ -289,6 +292,7 @@ def save_many_plan(states: Sequence[State], store: object) -> Plan[dict[int, Val
     """
     refused: dict[int, ValueError] = {}
     yield Query(BEGIN_WRITE)
+    yield from _check_format(where)
     for state in states:
         error = yield from _write_state(check_state(state))
         if error is not None:
@@ -362,7 +366,11 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
     state: State = yield Work(
         lambda: _rebuild(state_id, expected, rows), heavy=len(rows) > HEAVY_ENTRIES
     )
-    state._bind_store(store)
+    children: list[StateInfo] = []
+    if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
+        children = yield from _list(state_id, -1, where)
+    recover_state(state, children)
+    bind_state(state, store)
     return state
 
 
@@ -373,9 +381,7 @@ def _rebuild(state_id: str, expected: int, rows: list[Row]) -> State:
             f" {len(rows)}; history entry {min(expected, len(rows))} is missing or extra."
             " Restore the store from a backup, or delete the State."
         )
-    state = rebuild(state_id, [row[0] for row in rows])
-    state._recover()
-    return state
+    return rebuild(state_id, [row[0] for row in rows])
 
 
 def list_plan(parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:

@@ -106,7 +106,7 @@ class SQLiteStore(ThreadedAsync):
             ValueError: The store holds a different history under this id (load it instead),
                 or the file has another format version.
         """
-        self._run(save_plan(state, self))
+        self._run(save_plan(state, self, self._where))
 
     async def asave(self, state: State) -> None:
         """`save` in a worker thread; saves that arrive meanwhile share one transaction.
@@ -126,7 +126,7 @@ class SQLiteStore(ThreadedAsync):
     async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
         # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported
         # to the waiting saves; a cancellation reaches the writer at its next checkpoint.
-        plan = save_many_plan(states, self)
+        plan = save_many_plan(states, self, self._where)
         return await anyio.to_thread.run_sync(self._run, plan, limiter=self._offload_limiter())
 
     def load(self, state_id: str) -> State:
