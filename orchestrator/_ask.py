@@ -81,7 +81,12 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
     problem = ""
     for _ in range(retries + 1):
         request = Request(system=agent.instructions, messages=tuple(messages))
-        reply = await agent.model.respond(request)
+        try:
+            reply = await agent.model.respond(request)
+        except BaseException as error:
+            if not usage.is_empty():  # earlier replies were paid for: keep their usage
+                state._record_ask(prompt, None, usage, error=f"{type(error).__name__}: {error}")
+            raise
         usage = usage + reply.usage
         try:
             value = _parse(adapter, returns, reply.message.text)
@@ -119,5 +124,7 @@ async def compact(agent: Agent, state: State) -> None:
         reply = await agent.model.respond(request)
         summary = reply.message.text.strip()
         if not summary:
+            # Nothing to compact with, but the request was paid for: record what it spent.
+            state._record_ask(COMPACT_PROMPT, None, reply.usage, error="empty summary")
             raise OutputError("The model returned an empty summary, so nothing was compacted.")
         state._compact(summary, reply.usage, covered=len(messages))

@@ -43,7 +43,6 @@ __all__ = ("CallContext", "current_call", "run_tools")
 
 _log = get_log("tools")
 
-DEFAULT_THREADS = 64
 INTERRUPTED = "(interrupted by user)"
 
 
@@ -79,6 +78,7 @@ class _Turn:
         self.tools: Mapping[str, Tool] = agent._tools_by_name
         limit = agent.max_concurrency
         self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
+        self.calls = 1  # calls in the turn: the thread limit without max_concurrency
         self.slots = anyio.CapacityLimiter(limit) if limit else None
         self.fatal: BaseException | None = None
         self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
@@ -86,6 +86,7 @@ class _Turn:
         self.scope: anyio.CancelScope | None = None
 
     async def run(self, calls: tuple[ToolCall, ...]) -> None:
+        self.calls = max(1, len(calls))
         parallel = [c for c in calls if (t := self.tools.get(c.name)) is None or t.parallel]
         serial = [c for c in calls if (t := self.tools.get(c.name)) is not None and not t.parallel]
         try:
@@ -110,7 +111,7 @@ class _Turn:
             raise
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
-            self.state._close_pending("cancelled", text, self._links())
+            self._report_closed(self.state._close_pending("cancelled", text, self._links()))
             # The stop cancelled the turn's scope, and with it a save of the denied call.
             await self.agent._save(self.state)
         if self.fatal is not None:
@@ -122,10 +123,16 @@ class _Turn:
     def _close(self, error: BaseException) -> None:
         """Close the calls still pending after `error`: interrupted, or aborted."""
         if is_interruption(error):
-            self.state._close_pending("interrupted", INTERRUPTED, self._links())
+            closed = self.state._close_pending("interrupted", INTERRUPTED, self._links())
         else:
             text = f"(aborted: {type(error).__name__})"
-            self.state._close_pending("aborted", text, self._links())
+            closed = self.state._close_pending("aborted", text, self._links())
+        self._report_closed(closed)
+
+    def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
+        """Report the end of calls that were closed without running to their end."""
+        for entry in entries:
+            self.agent._report("on_tool_end", self.state, entry.call, entry)
 
     async def run_call(self, call: ToolCall) -> None:
         """Run one call; an exception other than a cancellation is kept, never raised here.
@@ -238,7 +245,8 @@ class _Turn:
         if tool.is_async:
             return await tool.acall(kwargs)
         if self.threads is None:
-            self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or DEFAULT_THREADS)
+            # Without max_concurrency every parallel call starts at once, a thread each.
+            self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or self.calls)
         call = functools.partial(tool.call, kwargs)
         # A sync tool with a timeout is left to finish in its worker thread when the time is up
         # (Python cannot stop a thread): its result is dropped. Without a timeout we wait for

@@ -9,7 +9,7 @@ from typing import Any, TypeAlias
 
 import anyio.lowlevel
 
-from ._messages import Block, Message, ReasoningBlock, TextBlock, ToolCall
+from ._messages import Block, Image, Message, RawBlock, ReasoningBlock, TextBlock, ToolCall
 from ._reply import Reply, Usage
 from .models import Request, TextCallback
 
@@ -110,12 +110,13 @@ class FakeModel:
             for part in item:  # pyright: ignore[reportUnknownVariableType]
                 if isinstance(part, str):
                     blocks.append(TextBlock(part))
-                elif isinstance(part, ToolCall | TextBlock | ReasoningBlock):
+                elif isinstance(part, ToolCall | TextBlock | ReasoningBlock | RawBlock | Image):
                     blocks.append(part)
                 else:
                     raise TypeError(
-                        "A FakeModel reply list holds strs, ToolCalls, TextBlocks and"
-                        f" ReasoningBlocks, got {type(part).__name__}."  # pyright: ignore[reportUnknownArgumentType]
+                        "A FakeModel reply list holds strs, ToolCalls and blocks (TextBlock,"
+                        " ReasoningBlock, RawBlock, Image),"
+                        f" got {type(part).__name__}."  # pyright: ignore[reportUnknownArgumentType]
                     )
             message = Message("assistant", tuple(blocks))
             stop = "tool_use" if message.tool_calls else "end_turn"

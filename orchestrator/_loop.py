@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias, overload
 
 import anyio.to_thread
 
-from ._stopped import StoppedByLimit, StoppedByUntil
+from ._stopped import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -85,7 +85,9 @@ class Loop:
             turns += 1
 
     def _should_continue(self, state: State, turns: int) -> bool:
-        if state.stopped is not None or state.finished:
+        # A decided stop ends the loop. An until/limit reason left by an earlier @loop call does
+        # not: this call checks its own until functions and limit again.
+        if state.finished or isinstance(state.stopped, StoppedByFinish | StoppedByPermission):
             return False
         for fn in self.until:
             if fn(state):
@@ -97,7 +99,19 @@ class Loop:
         return True
 
 
-def loop(*, until: Iterable[Until] = (), limit: int = DEFAULT_LIMIT) -> Callable[[LoopBody], Loop]:
+@overload
+def loop(body: LoopBody, /) -> Loop: ...
+@overload
+def loop(
+    *, until: Iterable[Until] | Until = (), limit: int = DEFAULT_LIMIT
+) -> Callable[[LoopBody], Loop]: ...
+def loop(
+    body: LoopBody | None = None,
+    /,
+    *,
+    until: Iterable[Until] | Until = (),
+    limit: int = DEFAULT_LIMIT,
+) -> Loop | Callable[[LoopBody], Loop]:
     """Turn ``def body(agent, state)`` (or ``async def``) into a loop with stop rules.
 
     Example:
@@ -109,7 +123,16 @@ def loop(*, until: Iterable[Until] = (), limit: int = DEFAULT_LIMIT) -> Callable
                 await agent.ause_tools(state)
         ```
     """
+    if callable(until):  # one function instead of a list
+        until = (until,)
+    elif isinstance(until, str | bytes) or not isinstance(until, Iterable):
+        raise TypeError(
+            f"@loop(until=...) takes a list of functions of the state, e.g."
+            f" until=[waiting_for_user], got {until!r}."
+        )
     until = tuple(until)
+    if body is not None:  # used bare: @loop
+        return Loop(body, until=until, limit=limit)
 
     def decorate(body: LoopBody) -> Loop:
         return Loop(body, until=until, limit=limit)

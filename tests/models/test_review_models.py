@@ -1,0 +1,577 @@
+"""Review of the provider models (issue 7, DESIGN section 11) against the documented contract.
+
+Each test cites the sentence it checks. They run against the scripted loopback server of
+`tests.models._server`, on asyncio and trio.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import socket
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import pytest
+
+from orchestrator import (
+    Agent,
+    AuthError,
+    Memory,
+    Message,
+    ProviderError,
+    RateLimitError,
+    Reporter,
+    State,
+    ToolResultEntry,
+    tool,
+)
+from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
+from stores import MemoryStore, SQLiteStore
+from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
+
+KEY = "sk-review-SECRET-9f8e7d6c5b4a"
+FAST = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
+
+
+# -- the two wires ---------------------------------------------------------------------------------
+
+
+def oa_chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
+    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
+    return {"id": "c", "object": "chat.completion.chunk", "model": "gpt-r", "choices": [choice]}
+
+
+def oa_usage(prompt: int = 10, completion: int = 5) -> dict[str, Any]:
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
+    return {"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": usage}
+
+
+def oa_text(*pieces: str) -> Scripted:
+    chunks = [oa_chunk({"role": "assistant", "content": ""})]
+    chunks += [oa_chunk({"content": piece}) for piece in pieces]
+    return Scripted(events=sse(*chunks, oa_chunk(finish="stop"), oa_usage(), "[DONE]"))
+
+
+def oa_call(index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    function = {"name": name, "arguments": arguments}
+    call = {"index": index, "id": call_id, "type": "function", "function": function}
+    return oa_chunk({"tool_calls": [call]})
+
+
+def oa_calls(*calls: tuple[str, str, str]) -> Scripted:
+    chunks = [oa_call(index, *call) for index, call in enumerate(calls)]
+    return Scripted(events=sse(*chunks, oa_chunk(finish="tool_calls"), oa_usage(), "[DONE]"))
+
+
+def an_start() -> dict[str, Any]:
+    usage = {"input_tokens": 10, "output_tokens": 1}
+    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-r"}
+    return {"type": "message_start", "message": {**message, "content": [], "usage": usage}}
+
+
+def an_block(index: int, block: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "content_block_start", "index": index, "content_block": block}
+
+
+def an_delta(index: int, **fields: Any) -> dict[str, Any]:
+    return {"type": "content_block_delta", "index": index, "delta": fields}
+
+
+def an_end(reason: str) -> tuple[dict[str, Any], ...]:
+    usage = {"output_tokens": 5}
+    return (
+        {"type": "message_delta", "delta": {"stop_reason": reason}, "usage": usage},
+        {"type": "message_stop"},
+    )
+
+
+def an_text(*pieces: str) -> Scripted:
+    events = [an_start(), an_block(0, {"type": "text", "text": ""})]
+    events += [an_delta(0, type="text_delta", text=piece) for piece in pieces]
+    events += [{"type": "content_block_stop", "index": 0}, *an_end("end_turn")]
+    return Scripted(events=sse(*events, named=True))
+
+
+def an_calls(*calls: tuple[str, str, str]) -> Scripted:
+    events = [an_start()]
+    for index, (call_id, name, arguments) in enumerate(calls):
+        events.append(an_block(index, {"type": "tool_use", "id": call_id, "name": name}))
+        events.append(an_delta(index, type="input_json_delta", partial_json=arguments))
+        events.append({"type": "content_block_stop", "index": index})
+    return Scripted(events=sse(*events, *an_end("tool_use"), named=True))
+
+
+def openai(server: ScriptedServer, **options: Any) -> OpenAIModel:
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    return OpenAIModel("gpt-r", base_url=f"{server.url}/v1", **settings)
+
+
+def anthropic(server: ScriptedServer, **options: Any) -> AnthropicModel:
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    return AnthropicModel("claude-r", base_url=server.url, **settings)
+
+
+class Recorder(Reporter):
+    def __init__(self) -> None:
+        self.retries: list[tuple[int, float, BaseException]] = []
+        self.text: list[str] = []
+
+    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
+        self.retries.append((attempt, delay, error))
+
+    def on_text(self, state: State, chunk: str) -> None:
+        self.text.append(chunk)
+
+
+def results(state: State) -> list[ToolResultEntry]:
+    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# -- keys and construction -------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_anthropic_without_a_key_at_a_custom_base_url_is_an_auth_error(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 1: "a missing key fails at the first request with AuthError saying which
+    # variable to set."
+    server.push(an_text("hello"))
+    model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(AuthError, match="ANTHROPIC_API_KEY"):
+        await Agent(model).athink(state)
+    assert server.requests == []
+    assert state.messages == (Message.user("Hi"),)
+
+
+def test_construction_needs_no_network_and_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 7, item 1: "No network and no key needed to construct one".
+    def no_network(*args: object, **kwargs: object) -> Any:
+        raise AssertionError("a model touched the network while being built")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    built = [
+        OpenAIModel("gpt-4o"),
+        OpenAIModel("qwen", base_url="http://gpu-box:8000/v1"),
+        AnthropicModel("claude-sonnet-4-5"),
+        Agent("openai:gpt-4o").model,
+        Agent("anthropic:claude-sonnet-4-5").model,
+        Agent("ollama:llama3").model,
+    ]
+    assert [model.name for model in built] == [
+        "gpt-4o",
+        "qwen",
+        "claude-sonnet-4-5",
+        "gpt-4o",
+        "claude-sonnet-4-5",
+        "llama3",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("module", "build"),
+    [
+        ("openai", lambda: OpenAIModel("gpt-4o")),
+        ("openai", lambda: Agent("openai:gpt-4o")),
+        ("openai", lambda: Agent("ollama:llama3")),
+        ("anthropic", lambda: AnthropicModel("claude-sonnet-4-5")),
+        ("anthropic", lambda: Agent("anthropic:claude-sonnet-4-5")),
+    ],
+)
+def test_a_missing_extra_names_the_install_command(
+    monkeypatch: pytest.MonkeyPatch, module: str, build: Callable[[], object]
+) -> None:
+    # Issue 7, item 1: "using one without its extra raises an error naming the install command".
+    monkeypatch.setitem(sys.modules, module, None)  # as if the SDK were not installed
+    with pytest.raises(ImportError, match=re.escape(f"pip install 'orchestrator[{module}]'")):
+        build()
+
+
+@pytest.mark.parametrize(
+    ("text", "variable"),
+    [("openai:gpt-4o", "OPENAI_API_KEY"), ("anthropic:claude-sonnet-4-5", "ANTHROPIC_API_KEY")],
+)
+@pytest.mark.anyio
+async def test_a_run_without_a_key_fails_at_the_first_request_naming_the_variable(
+    text: str, variable: str
+) -> None:
+    # Issue 7, item 1: "a missing key fails at the first request with AuthError saying which
+    # variable to set"; item 5: "the think is taken back".
+    agent = Agent(text)
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(AuthError, match=f"set the {variable} environment variable"):
+        await agent.arun(state)
+    assert state.messages == (Message.user("Hi"),)
+    assert state.history[-1].kind == "error"
+    assert State(history=state.history).snapshot() == state.snapshot()
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_the_key_is_read_at_the_first_request(
+    server: ScriptedServer, monkeypatch: pytest.MonkeyPatch, provider: str
+) -> None:
+    # Issue 7, item 1: "No ... key needed to construct one; a missing key fails at the first
+    # request" - so a key set after construction is the one used.
+    if provider == "openai":
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", api_key_env="REVIEW_KEY")
+        server.push(oa_text("ok"))
+    else:
+        model = AnthropicModel("claude-r", base_url=server.url, api_key_env="REVIEW_KEY")
+        server.push(an_text("ok"))
+    monkeypatch.setenv("REVIEW_KEY", "sk-set-later-123456")
+    reply = await Agent(model).athink(State(messages=[Message.user("Hi")]))
+    assert reply.message.text == "ok"
+    [sent] = server.requests
+    assert "sk-set-later-123456" in sent.headers.get("authorization", "") + sent.headers.get(
+        "x-api-key", ""
+    )
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_keys_never_reach_logs_history_reprs_or_errors(
+    server: ScriptedServer,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    provider: str,
+) -> None:
+    # Issue 7, item 6: "API keys never appear in logs, reprs, error messages or history."
+    caplog.set_level(logging.DEBUG)  # every logger, the SDKs' and HTTP client's included
+    echoed = {"error": {"message": f"Incorrect API key provided: {KEY}", "type": "auth"}}
+    server.push(Scripted(500, {"error": {"message": f"upstream saw {KEY}"}}))
+    server.push(Scripted(401, echoed))
+    if provider == "openai":
+        monkeypatch.setenv("OPENAI_API_KEY", KEY)
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST)
+    else:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
+    reporter = Recorder()
+    agent = Agent(model, reporter=reporter)
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(AuthError) as caught:
+        await agent.athink(state)
+    assert len(server.requests) == 2
+    assert caplog.records  # something was logged, and none of it holds the key
+    seen = [
+        caplog.text,
+        str(caught.value),
+        repr(caught.value),
+        repr(state.history),
+        repr(state.snapshot()),
+        repr(agent),
+        repr(model),
+        *(str(error) for _, _, error in reporter.retries),
+    ]
+    assert all(KEY not in text for text in seen)
+
+
+# -- retries ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_a_5xx_retry_after_is_honoured_and_reported(
+    server: ScriptedServer, provider: str
+) -> None:
+    # Issue 7, item 5: "retries with exponential backoff and jitter that honour Retry-After, on
+    # 429/5xx/connection errors"; "Retries are reported to the Reporter".
+    slow = RetryPolicy(retries=1, base=5, max_delay=10)  # a backoff would be 2.5 s or more
+    busy = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    if provider == "openai":
+        model: Any = openai(server, retry=slow)
+        server.push(Scripted(503, busy, headers={"Retry-After": "0"}), oa_text("ok"))
+    else:
+        model = anthropic(server, retry=slow)
+        server.push(Scripted(529, busy, headers={"Retry-After": "0"}), an_text("ok"))
+    reporter = Recorder()
+    reply = await Agent(model, reporter=reporter).athink(State(messages=[Message.user("Hi")]))
+    assert reply.message.text == "ok"
+    [(attempt, delay, error)] = reporter.retries
+    assert (attempt, delay) == (1, 0.0)
+    assert isinstance(error, ProviderError)
+    assert not isinstance(error, RateLimitError)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_connection_errors_are_retried_reported_and_logged(
+    caplog: pytest.LogCaptureFixture, provider: str
+) -> None:
+    # Issue 7, item 5: retries "on 429/5xx/connection errors"; "Retries are reported to the
+    # Reporter and logged."
+    caplog.set_level(logging.WARNING, logger="orchestrator")
+    url = f"http://127.0.0.1:{free_port()}"
+    policy = RetryPolicy(retries=2, base=0.001, max_delay=0.01)
+    model: Any = (
+        OpenAIModel("gpt-r", base_url=f"{url}/v1", api_key=KEY, retry=policy)
+        if provider == "openai"
+        else AnthropicModel("claude-r", base_url=url, api_key=KEY, retry=policy)
+    )
+    reporter = Recorder()
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError, match="Gave up after 3 attempts"):
+        await Agent(model, reporter=reporter).athink(state)
+    assert [attempt for attempt, _, _ in reporter.retries] == [1, 2]
+    assert all(isinstance(error, ProviderError) for _, _, error in reporter.retries)
+    logged = [r for r in caplog.records if r.name.startswith("orchestrator.models")]
+    assert sum("model.request.retry" in record.getMessage() for record in logged) == 2
+    assert all(record.levelno == logging.WARNING for record in logged)
+    assert KEY not in caplog.text
+    assert state.messages == (Message.user("Hi"),)
+
+
+# -- streams that break ----------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_an_openai_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        oa_chunk({"role": "assistant", "reasoning_content": "I will run it."}),
+        oa_call(0, "call_1", "run", '{"cmd": "rm -'),
+        oa_chunk({}),
+    )
+    server.push(Scripted(events=events, cut_after=2), oa_text("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(openai(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        an_start(),
+        an_block(0, {"type": "tool_use", "id": "toolu_1", "name": "run"}),
+        an_delta(0, type="input_json_delta", partial_json='{"cmd": "rm -'),
+        an_delta(0, type="input_json_delta", partial_json='rf /tmp/x"}'),
+        named=True,
+    )
+    server.push(Scripted(events=events, cut_after=3), an_text("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(anthropic(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_a_stream_cut_mid_reply_leaves_a_saved_state_that_replays(
+    server: ScriptedServer, tmp_path: Path, provider: str
+) -> None:
+    # Issue 7, item 5: "a stream that drops mid-reply raises ProviderError (the think is taken
+    # back, the State stays consistent)"; DESIGN 3: "State(history=s.history).snapshot() ==
+    # s.snapshot() always holds".
+    if provider == "openai":
+        model: Any = openai(server)
+        server.push(Scripted(events=oa_text("Hel", "lo").events, cut_after=3), oa_text("Again"))
+    else:
+        model = anthropic(server)
+        server.push(Scripted(events=an_text("Hel", "lo").events, cut_after=3), an_text("Again"))
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        reporter = Recorder()
+        agent = Agent(model, store=store, reporter=reporter)
+        state = State(messages=[Message.user("Hi")])
+        with pytest.raises(ProviderError, match="mid-stream"):
+            await agent.athink(state)
+        assert reporter.text
+        assert reporter.retries == []
+        assert state.messages == (Message.user("Hi"),)
+        assert state.usage.requests == 0
+        assert State(history=state.history).snapshot() == state.snapshot()
+        loaded = await store.aload(state.id)
+        assert loaded.snapshot() == state.snapshot()
+        reply = await agent.athink(loaded)
+        assert reply.message.text == "Again"
+        assert loaded.messages[-1].text == "Again"
+        assert len(server.requests) == 2
+
+
+# -- mapping ---------------------------------------------------------------------------------------
+
+
+@tool
+def look(path: str) -> str:
+    """Look at a file."""
+    return f"saw {path}"
+
+
+@pytest.mark.anyio
+async def test_reasoning_goes_back_to_the_same_server_only(server: ScriptedServer) -> None:
+    # Issue 7, item 3: "reasoning/thinking blocks kept and sent back only to the same provider".
+    events = sse(
+        oa_chunk({"role": "assistant", "reasoning_content": "Look first."}),
+        oa_call(0, "call_1", "look", '{"path": "a.py"}'),
+        oa_chunk(finish="tool_calls"),
+        "[DONE]",
+    )
+    server.push(Scripted(events=events), oa_text("same"))
+    agent = Agent(openai(server), tools=[look])
+    state = State(messages=[Message.user("Check a.py")])
+    await agent.athink(state)
+    await agent.ause_tools(state)
+    before = state.snapshot()
+    with serve() as other:
+        other.push(oa_text("other"))
+        await agent.copy(model=openai(other)).athink(state)
+        [to_other] = other.requests
+    state.restore(before)
+    await agent.athink(state)
+    to_same = server.requests[1]
+    assistant_same = to_same.body["messages"][1]
+    assistant_other = to_other.body["messages"][1]
+    assert assistant_same["reasoning_content"] == "Look first."
+    assert assistant_same["tool_calls"] == assistant_other["tool_calls"]
+    assert "reasoning_content" not in assistant_other
+    assert "reasoning" not in json.dumps(assistant_other)
+
+
+# -- whole runs: subagents that keep memory, over each wire ----------------------------------------
+
+
+class Note(pydantic.BaseModel):
+    """A note to keep."""
+
+    text: str
+    done: bool = False
+
+
+def _openai_script(request: Recorded) -> Scripted:
+    messages = request.body["messages"]
+    last = messages[-1]
+    if messages[0]["content"] == "Delegate.":
+        if last["role"] == "user":
+            return oa_calls(
+                ("call_a", "noter", '{"task": "A"}'), ("call_b", "noter", '{"task": "B"}')
+            )
+        return oa_text("All ", "noted.")
+    task = messages[1]["content"]
+    if last["role"] == "user":
+        doc = json.dumps({"id": task, "doc": {"text": f"note {task}"}})
+        return oa_calls((f"call_up_{task}", "state_notes_upsert", doc))
+    return oa_text(f"Noted {task}")
+
+
+def _anthropic_script(request: Recorded) -> Scripted:
+    body = request.body
+    first = body["messages"][-1]["content"][0]
+    if body["system"] == "Delegate.":
+        if first["type"] == "text":
+            return an_calls(
+                ("toolu_a", "noter", '{"task": "A"}'), ("toolu_b", "noter", '{"task": "B"}')
+            )
+        return an_text("All ", "noted.")
+    task = body["messages"][0]["content"][0]["text"]
+    if first["type"] == "text":
+        doc = json.dumps({"id": task, "doc": {"text": f"note {task}"}})
+        return an_calls((f"toolu_up_{task}", "state_notes_upsert", doc))
+    return an_text(f"Noted {task}")
+
+
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
+@pytest.mark.anyio
+async def test_a_run_with_subagents_that_keep_memory_over_each_wire(
+    server: ScriptedServer, provider: str
+) -> None:
+    # Issue 7, Tests: "a full agent run with subagents against each fake server"; issue 6,
+    # item 3: the model gets the state_<collection>_* tools "with the document's JSON schema".
+    build = openai if provider == "openai" else anthropic
+    script = _openai_script if provider == "openai" else _anthropic_script
+    store = MemoryStore()
+    noter = Agent(
+        build(server),
+        name="noter",
+        description="Takes one note.",
+        instructions="Take notes.",
+        store=store,
+        collections={"notes": Note},
+    )
+    lead = Agent(build(server), instructions="Delegate.", tools=[noter])
+    server.push(*[script] * 6)
+    reporter = Recorder()
+    state = State(messages=[Message.user("Note A and B")])
+    assert await lead.copy(reporter=reporter).arun(state) == "All noted."
+
+    assert await Memory.open("noter", {"notes": Note}, store).collection("notes").alist() == [
+        {"id": "A", "text": "note A", "done": False},
+        {"id": "B", "text": "note B", "done": False},
+    ]
+    entries = results(state)
+    assert [entry.outcome for entry in entries] == ["done", "done"]
+    for entry in entries:
+        [child_id] = entry.child_ids
+        child = state.child(child_id)
+        assert child.parent_id == state.id
+        assert child.parent_call_id == entry.call.id
+        assert [e.outcome for e in results(child)] == ["done"]
+    assert state.usage.requests == 6
+    assert "".join(reporter.text).count("noted.") == 1
+    child_request = next(
+        r for r in server.requests if "Take notes." in json.dumps(r.body)[:2000]
+    ).body
+    if provider == "openai":
+        specs = {t["function"]["name"]: t["function"]["parameters"] for t in child_request["tools"]}
+    else:
+        specs = {t["name"]: t["input_schema"] for t in child_request["tools"]}
+    assert set(specs) == {"state_notes_list", "state_notes_upsert", "state_notes_remove"}
+    upsert = specs["state_notes_upsert"]
+    assert upsert["required"] == ["id", "doc"]
+    assert upsert["$defs"]["Note"]["required"] == ["text"]
+    assert set(specs["state_notes_list"]["properties"]) == {"where", "limit"}
+    assert specs["state_notes_remove"]["required"] == ["id"]
+
+
+@pytest.mark.anyio
+async def test_a_subagent_whose_stream_breaks_becomes_the_parent_calls_error_result(
+    server: ScriptedServer,
+) -> None:
+    # DESIGN 8: "a child's failure becomes the parent call's error result unless it is a
+    # cancellation"; issue 7, item 5: a stream dropped mid-reply "raises ProviderError".
+    def script(request: Recorded) -> Scripted:
+        messages = request.body["messages"]
+        if messages[0]["content"] == "Delegate.":
+            if messages[-1]["role"] == "user":
+                return oa_calls(("call_a", "helper", '{"task": "A"}'))
+            return oa_text("Recovered.")
+        return Scripted(events=oa_text("Par", "tial").events, cut_after=3)
+
+    helper = Agent(openai(server), name="helper", description="Helps.", instructions="Help.")
+    lead = Agent(openai(server), instructions="Delegate.", tools=[helper])
+    server.push(script, script, script)
+    state = State(messages=[Message.user("Go")])
+    assert await lead.arun(state) == "Recovered."
+    [entry] = results(state)
+    assert entry.outcome == "error"
+    assert entry.content.is_error
+    assert "mid-stream" in entry.content.text
+    assert KEY not in entry.content.text
+    tool_message = server.requests[-1].body["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["content"].startswith("Error: ")
