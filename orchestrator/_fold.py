@@ -180,7 +180,7 @@ class Folded:
     calls: tuple[ToolCall, ...]  # the open turn's calls, in request order
     pending: tuple[ToolCall, ...]
     pending_ids: tuple[str, ...]  # the ids of `pending`, to find a call in C speed
-    results: Seq[ToolResultBlock]  # the open turn's results, in the order they came
+    results: Seq[ToolResultEntry]  # the open turn's results, in the order they came
     held: tuple[Message, ...]  # added while the turn was open: they go in after it
     at_first: datetime | None
     at_last: datetime | None
@@ -412,9 +412,9 @@ def _tool_result(new: Folded, entry: ToolResultEntry, lookup: Lookup | None) -> 
         raise Inconsistent(f"a result for the call {call.id!r}, which is not pending") from None
     new.pending = new.pending[:index] + new.pending[index + 1 :]
     new.pending_ids = new.pending_ids[:index] + new.pending_ids[index + 1 :]
-    new.results = new.results.append(entry.content)
+    new.results = new.results.append(entry)
     if not new.pending:
-        by_id = {block.call_id: block for block in new.results.to_tuple()}
+        by_id = {result.call.id: result.content for result in new.results.to_tuple()}
         ordered = tuple(by_id[item.id] for item in new.calls)
         new.messages = new.messages.append(Message("user", ordered))
         new.calls = ()

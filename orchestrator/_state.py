@@ -751,6 +751,7 @@ class State:
         with self._lock:
             late = call.id not in self._folded.pending_ids
             calls = self._folded.calls
+            earlier = self._folded.results  # this turn's results so far, as the fold holds them
             if handlers and not late:
                 self._handlers[call.id] = handlers
             entry = self._record(
@@ -763,9 +764,10 @@ class State:
                 usage=usage or Usage(),
                 state_update=state_update,
             )
+            entry = cast("ToolResultEntry", entry)
             if not late and not self._folded.pending:
-                self._apply_turn_updates(calls)
-            return cast("ToolResultEntry", entry)
+                self._apply_turn_updates(calls, (*earlier.to_tuple(), entry))
+            return entry
 
     def _close_pending(
         self,
@@ -793,36 +795,40 @@ class State:
                 )
             return tuple(entries)
 
-    def _apply_turn_updates(self, calls: tuple[ToolCall, ...]) -> None:
+    def _apply_turn_updates(
+        self, calls: tuple[ToolCall, ...], results: tuple[ToolResultEntry, ...]
+    ) -> None:
         """Apply the state updates of the turn that just closed, in request order.
 
-        Each key merges through its handler, so calls of one turn never see each other's updates
-        and the later call in request order wins a replace. Recorded as one `extra_data` entry.
+        `results` are the turn's results as the fold held them (after a restore, only those of
+        the restored timeline). Each key merges through its handler, so calls of one turn never
+        see each other's updates and the later call in request order wins a replace. Recorded
+        as one `extra_data` entry. An update that no longer validates once merged with the
+        ones before it is not applied, and a notice tells the model so.
         """
-        updates: dict[str, Mapping[str, Any]] = {}
-        entries = self._folded.entries
-        index = len(entries) - 1
-        while index >= 0 and len(updates) < len(calls):
-            entry = entries.get(index)
-            if entry.kind == "model_reply":
-                break
-            if entry.kind == "tool_result" and not entry.late and entry.state_update:
-                updates[entry.call.id] = entry.state_update
-            index -= 1
+        updates = {entry.call.id: entry.state_update for entry in results if entry.state_update}
+        handlers, self._handlers = self._handlers, {}
         if not updates:
             return
         staged = dict(self._folded.extra_data)
         changed: dict[str, Any] = {}
-        handlers, self._handlers = self._handlers, {}
+        refused: list[str] = []
         for call in calls:
-            for key, value in updates.get(call.id, {}).items():
-                field = self._schema.fields.get(key) if self._schema is not None else None
-                merge = handlers.get(call.id, {}).get(key) or (
-                    field.handler if field is not None else replace_values
-                )
-                merged = merge(thaw(staged[key]) if key in staged else None, thaw(value))
-                frozen = field.validate(merged) if field is not None else freeze(merged)
-                staged[key] = changed[key] = frozen
+            attempt: dict[str, Any] = {}
+            try:
+                for key, value in (updates.get(call.id) or {}).items():
+                    field = self._schema.fields.get(key) if self._schema is not None else None
+                    merge = handlers.get(call.id, {}).get(key) or (
+                        field.handler if field is not None else replace_values
+                    )
+                    current = attempt[key] if key in attempt else staged.get(key)
+                    merged = merge(thaw(current) if current is not None else None, thaw(value))
+                    attempt[key] = field.validate(merged) if field is not None else freeze(merged)
+            except (ValueError, TypeError) as error:
+                refused.append(f"the state update of {call.name} ({call.id}): {error}")
+                continue
+            staged.update(attempt)
+            changed.update(attempt)
         before = self._folded.extra_data
         changed = {
             key: value
@@ -831,6 +837,8 @@ class State:
         }
         if changed:
             self._record(ExtraDataEntry, ExtraDataChange(changed=changed))
+        for text in refused:
+            self._record(NoticeEntry, Message.notice(f"Not applied, {text}"))
 
     def _check_update(
         self, update: Mapping[str, Any], handlers: Mapping[str, Handler] | None = None

