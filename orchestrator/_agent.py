@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import inspect
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast, overload
 
@@ -18,7 +19,7 @@ import anyio.to_thread
 
 from ._ask import ask as _ask
 from ._ask import compact as _compact
-from ._execute import CallContext, current_call, run_tools
+from ._execute import CallContext, current_call, run_tools, stragglers, wait_for
 from ._history import RunStart
 from ._logs import get_log
 from ._loop import Loop, LoopBody, default_loop, run_body
@@ -297,6 +298,8 @@ class Agent:
         state._begin_run()
         error: BaseException | None = None
         reporter_token = _run_reporters.set(self._reporters())
+        threads: list[threading.Event] = []
+        threads_token = stragglers.set(threads)
         link: CallContext | None = None
         try:
             if self._schema is not None:
@@ -316,6 +319,8 @@ class Agent:
                 await self._save_after(state, exc)
             raise
         finally:
+            await wait_for(threads)  # timed-out sync tools: nothing runs on after the run
+            stragglers.reset(threads_token)
             state._end_run()
             _run_reporters.reset(reporter_token)
             _log.info(

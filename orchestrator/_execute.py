@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import itertools
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,19 @@ current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVa
     "orchestrator_current_call", default=None
 )
 
+# The worker threads of timed-out sync tools that the run in progress must wait for.
+stragglers: contextvars.ContextVar[list[threading.Event] | None] = contextvars.ContextVar(
+    "orchestrator_stragglers", default=None
+)
+
+
+async def wait_for(threads: list[threading.Event]) -> None:
+    """Wait, shielded, until every thread in `threads` has finished."""
+    with anyio.CancelScope(shield=True):
+        for done in threads:
+            if not done.is_set():
+                await anyio.to_thread.run_sync(done.wait)
+
 
 def _text(text: str) -> tuple[TextBlock | Image, ...]:
     return (TextBlock(text),)
@@ -79,6 +93,7 @@ class _Turn:
         limit = agent.max_concurrency
         self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
         self.calls = 1  # calls in the turn: the thread limit without max_concurrency
+        self.stragglers: list[threading.Event] = []  # timed-out threads, outside a run
         self.slots = anyio.CapacityLimiter(limit) if limit else None
         self.fatal: BaseException | None = None
         self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
@@ -248,10 +263,27 @@ class _Turn:
             # Without max_concurrency every parallel call starts at once, a thread each.
             self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or self.calls)
         call = functools.partial(tool.call, kwargs)
-        # A sync tool with a timeout is left to finish in its worker thread when the time is up
-        # (Python cannot stop a thread): its result is dropped. Without a timeout we wait for
-        # it, so nothing runs on after the turn.
-        return await anyio.to_thread.run_sync(call, limiter=self.threads, abandon_on_cancel=timed)
+        if not timed:
+            return await anyio.to_thread.run_sync(call, limiter=self.threads)
+        # Python cannot stop a thread: when a sync tool's time is up its result is dropped and
+        # the run goes on, but the thread is waited for before the run (or this turn, outside a
+        # run) returns, so nothing keeps running after the call that started it.
+        done = threading.Event()
+
+        def work() -> Any:
+            try:
+                return call()
+            finally:
+                done.set()
+
+        try:
+            return await anyio.to_thread.run_sync(
+                work, limiter=self.threads, abandon_on_cancel=True
+            )
+        finally:
+            if not done.is_set():
+                waits = stragglers.get()
+                (waits if waits is not None else self.stragglers).append(done)
 
     def _links(self) -> dict[str, tuple[list[str], Usage]]:
         return {
@@ -311,4 +343,8 @@ async def run_tools(agent: Agent, state: State) -> None:
     if not calls:
         await anyio.lowlevel.checkpoint()
         return
-    await _Turn(agent, state).run(calls)
+    turn = _Turn(agent, state)
+    try:
+        await turn.run(calls)
+    finally:
+        await wait_for(turn.stragglers)
