@@ -348,6 +348,9 @@ class Agent:
         )
         state._record_run_start(start)
         if parent is not None and link:
+            scope = parent.state._effect_scope or parent.state.id
+            place = f"{parent.state.turn}:{parent.call.id}/{len(parent.child_ids)}"
+            state._effect_scope = f"{scope}:{place}"
             parent.child_ids.append(state.id)
             parent.children.append(state)
             parent.state._add_child(state)

@@ -173,8 +173,9 @@ def _effect_key() -> str | None:
         return None
     # The turn keeps a call id reused by a later turn apart; a replay of the same turn (after
     # restore) has the same turn, call and ordinal, so it writes once.
-    turn = context.state.turn
-    return f"{context.state.id}:{turn}:{context.call.id}:{next(context.ordinals)}"
+    state = context.state
+    scope = state._effect_scope or state.id  # a subagent: its place in the parent's call
+    return f"{scope}:{state.turn}:{context.call.id}:{next(context.ordinals)}"
 
 
 class _Store:
@@ -249,8 +250,32 @@ def _check_collections(collections: object) -> dict[str, type[pydantic.BaseModel
     return checked
 
 
-def _issues(error: pydantic.ValidationError) -> tuple[Issue, ...]:
-    return tuple(Issue(tuple(detail["loc"]), detail["msg"]) for detail in error.errors())
+def _issues(error: pydantic.ValidationError, doc: object = None) -> tuple[Issue, ...]:
+    """Each problem with its path into `doc`.
+
+    Pydantic's locations also name the union member it tried (``("priority", "int")``); a
+    part that cannot index the document where it stands is such a name, and is left out.
+    """
+    return tuple(
+        Issue(_doc_path(doc, tuple(detail["loc"])), detail["msg"]) for detail in error.errors()
+    )
+
+
+def _doc_path(doc: object, loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    path: list[str | int] = []
+    current: object = doc
+    for part in loc:
+        if isinstance(current, Mapping):
+            path.append(part)
+            current = cast("Mapping[object, object]", current).get(part)
+        elif isinstance(current, list) and isinstance(part, int):
+            items = cast("list[object]", current)
+            path.append(part)
+            current = items[part] if -len(items) <= part < len(items) else None
+        elif current is None:  # past what the document holds (a missing field): keep it all
+            path.append(part)
+        # else: a scalar cannot be indexed: the part names a union member, not a place
+    return tuple(path)
 
 
 def _same(a: object, b: object) -> bool:
@@ -366,7 +391,8 @@ class Collection:
         try:
             instance = model.model_validate(doc)
         except pydantic.ValidationError as error:
-            issues = _issues(error)
+            given = cast("object", doc) if isinstance(doc, Mapping) else None
+            issues = _issues(error, given)
             shown = "; ".join(str(issue) for issue in issues)
             raise ValidationError(
                 f"{self._where(key)} does not fit {model.__name__}, so nothing was stored: {shown}",

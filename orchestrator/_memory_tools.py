@@ -129,6 +129,20 @@ def _strict(model: type[pydantic.BaseModel] | None) -> Any:
     return type(model.__name__, (model,), namespace)
 
 
+def _doc_type(model: type[pydantic.BaseModel] | None) -> Any:
+    """The type of the upsert tool's `doc`.
+
+    It is the strict model, or a plain object when the model has no JSON schema (the seed:
+    "the doc's JSON Schema, when the schema can produce one").
+    """
+    strict = _strict(model)
+    try:
+        pydantic.TypeAdapter(strict).json_schema()
+    except pydantic.PydanticUserError:  # e.g. a field of a type JSON schema cannot describe
+        return dict[str, Any]
+    return strict
+
+
 def _upsert_tool(handle: Collection) -> Tool:
     async def run(id: str, doc: Any) -> str:
         try:
@@ -146,7 +160,9 @@ def _upsert_tool(handle: Collection) -> Tool:
     # and a document that does not fit is an input error listing each problem with its path.
     run.__annotations__ = {
         "id": Annotated[str, pydantic.Field(min_length=1, max_length=512, description=_ID_DOC)],
-        "doc": _ANNOTATED[_strict(handle.model), "The whole document: it replaces any stored one."],
+        "doc": _ANNOTATED[
+            _doc_type(handle.model), "The whole document: it replaces any stored one."
+        ],
         "return": str,
     }
     name = handle.name

@@ -161,6 +161,7 @@ class State:
         "_children",
         "_children_store",
         "_compacting",
+        "_effect_scope",
         "_folded",
         "_handlers",
         "_id",
@@ -206,6 +207,9 @@ class State:
         self._children: dict[str, State] = {}
         self._compacting = False
         self._running = False
+        # What a subagent's memory writes are keyed under: its place in the parent's call, so a
+        # replayed call's new child writes under the same keys (None: this State's id).
+        self._effect_scope: str | None = None
         self._recorded: BaseException | None = None
         self._handlers: dict[str, Mapping[str, Handler]] = {}
         self._snapshot: tuple[Folded, StateSnapshot] | None = None
@@ -534,6 +538,7 @@ class State:
             copy._children_store = self._store or self._children_store
             copy._children = self._children
             copy._compacting = False
+            copy._effect_scope = None
             copy._running = False
             copy._recorded = None
             copy._handlers = {}
