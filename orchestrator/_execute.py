@@ -30,7 +30,7 @@ from ._errors import ToolError
 from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
-from ._permissions import Denied, decide
+from ._permissions import Allowed, Denied, decide
 from ._reply import Usage
 from ._state import error_text, is_interruption
 from ._stopped import StoppedByPermission
@@ -45,6 +45,7 @@ __all__ = ("CallContext", "current_call", "run_tools")
 _log = get_log("tools")
 
 INTERRUPTED = "(interrupted by user)"
+ALLOWED = Allowed()
 
 
 @dataclass(slots=True)
@@ -182,7 +183,11 @@ class _Turn:
             if tool is None:
                 names = ", ".join(sorted(self.tools)) or "none"
                 raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
-            decision, by = await decide(agent.permissions, call, tool, state)
+            # No permissions configured: every call is allowed, with no await on the way.
+            if agent.permissions is not None:
+                decision, by = await decide(agent.permissions, call, tool, state)
+            else:
+                decision, by = ALLOWED, None
             if isinstance(decision, Denied):
                 if decision.stop:
                     self._stop(call, by)
@@ -343,6 +348,7 @@ async def run_tools(agent: Agent, state: State) -> None:
     if not calls:
         await anyio.lowlevel.checkpoint()
         return
+    await anyio.lowlevel.checkpoint_if_cancelled()
     turn = _Turn(agent, state)
     try:
         await turn.run(calls)
