@@ -291,12 +291,20 @@ def save_many_plan(
     fails them all (the transaction is rolled back by the caller).
     """
     refused: dict[int, ValueError] = {}
+    entry_rows: list[tuple[Any, ...]] = []
+    state_rows: list[tuple[Any, ...]] = []
     yield Query(BEGIN_WRITE)
     yield from _check_format(where)
     for state in states:
-        error = yield from _write_state(check_state(state))
-        if error is not None:
-            refused[id(state)] = error
+        rows = yield from _state_rows(check_state(state))
+        if isinstance(rows, ValueError):
+            refused[id(state)] = rows
+        elif rows is not None:
+            entry_rows += rows[0]
+            state_rows.append(rows[1])
+    if state_rows:  # every State's rows in two statements, not two per State
+        yield QueryMany(INSERT_ENTRY, entry_rows)
+        yield QueryMany(PUT_STATE, state_rows)
     yield Query(COMMIT)
     for state in states:
         if id(state) not in refused:
@@ -305,7 +313,25 @@ def save_many_plan(
 
 
 def _write_state(state: State) -> Plan[ValueError | None]:
-    """Inside a write transaction: the new entries of `state` and its row, or why not."""
+    """Inside a write transaction: write the new entries of `state` and its row, or say why not."""
+    rows = yield from _state_rows(state)
+    if isinstance(rows, ValueError):
+        return rows
+    if rows is not None:
+        yield QueryMany(INSERT_ENTRY, rows[0])
+        yield Query(PUT_STATE, rows[1])
+    return None
+
+
+StateRows: TypeAlias = "tuple[list[tuple[Any, ...]], tuple[Any, ...]]"
+
+
+def _state_rows(state: State) -> Plan[StateRows | ValueError | None]:
+    """Inside a write transaction: the rows a save of `state` writes.
+
+    They are its new entries and its `states` row; None when nothing changed, or the
+    `ValueError` saying why the save is refused.
+    """
     folded = state._folded  # one immutable value: the entries written and the row agree
     size = len(folded.entries)
     last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
@@ -316,11 +342,10 @@ def _write_state(state: State) -> Plan[ValueError | None]:
     )
     if isinstance(lines, ValueError):
         return lines
-    if lines or not last:
-        rows = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
-        yield QueryMany(INSERT_ENTRY, rows)
-        yield Query(PUT_STATE, _state_row(state.id, folded))
-    return None
+    if not lines and last:
+        return None
+    rows: list[tuple[Any, ...]] = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
+    return rows, _state_row(state.id, folded)
 
 
 def _new_lines(state: State, tail: Tail, size: int) -> tuple[bytes, ...] | ValueError:
