@@ -74,6 +74,8 @@ stragglers: contextvars.ContextVar[list[threading.Event] | None] = contextvars.C
 
 async def wait_for(threads: list[threading.Event]) -> None:
     """Wait, shielded, until every thread in `threads` has finished."""
+    if all(done.is_set() for done in threads):
+        return
     with anyio.CancelScope(shield=True):
         for done in threads:
             if not done.is_set():
@@ -107,10 +109,8 @@ class _Turn:
         serial = [c for c in calls if (t := self.tools.get(c.name)) is not None and not t.parallel]
         try:
             if len(parallel) == 1 and not serial:
-                # One call needs no task group: run it here, saving a task per turn.
-                with anyio.CancelScope() as scope:
-                    self.scope = scope
-                    await self.run_call(parallel[0])
+                # One call needs no task group (nor a scope: there is no other call to cancel).
+                await self.run_call(parallel[0])
             elif parallel:
                 async with anyio.create_task_group() as group:
                     self.scope = group.cancel_scope
