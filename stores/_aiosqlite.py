@@ -22,6 +22,8 @@ from orchestrator import State
 
 from ._base import StateInfo
 from ._sql import (
+    BUSY_RETRY_PAUSE,
+    BUSY_RETRY_SECONDS,
     ROLLBACK,
     Operation,
     Plan,
@@ -30,6 +32,7 @@ from ._sql import (
     Work,
     create_private,
     delete_plan,
+    is_busy,
     list_plan,
     load_plan,
     memory_get_plan,
@@ -260,7 +263,18 @@ async def _drive(plan: Plan[_T], connection: aiosqlite.Connection) -> _T:
 
 async def _execute(connection: aiosqlite.Connection, operation: Operation) -> Any:
     if isinstance(operation, Query):
-        return builtins.list(await connection.execute_fetchall(operation.sql, operation.params))
+        if not operation.retry_busy:
+            rows = await connection.execute_fetchall(operation.sql, operation.params)
+            return builtins.list(rows)
+        deadline = anyio.current_time() + BUSY_RETRY_SECONDS
+        while True:
+            try:
+                rows = await connection.execute_fetchall(operation.sql, operation.params)
+                return builtins.list(rows)
+            except sqlite3.OperationalError as error:
+                if not is_busy(error) or anyio.current_time() > deadline:
+                    raise
+                await anyio.sleep(BUSY_RETRY_PAUSE)
     if isinstance(operation, QueryMany):
         await connection.executemany(operation.sql, operation.rows)
         return None

@@ -50,6 +50,7 @@ __all__ = (
     "Work",
     "create_private",
     "delete_plan",
+    "is_busy",
     "list_plan",
     "load_plan",
     "memory_get_plan",
@@ -176,10 +177,16 @@ Row: TypeAlias = tuple[Any, ...]
 
 @dataclass(frozen=True, slots=True)
 class Query:
-    """Run `sql` with `params`; the plan receives every row (`list[Row]`)."""
+    """Run `sql` with `params`; the plan receives every row (`list[Row]`).
+
+    `retry_busy` asks the driver to retry while SQLite answers "database is locked": switching
+    a new file to WAL does not wait through the busy timeout when another process opens the
+    file at the same moment.
+    """
 
     sql: str
     params: Sequence[Any] = ()
+    retry_busy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +207,16 @@ class Work:
 
 Operation: TypeAlias = Query | QueryMany | Work
 Plan: TypeAlias = Generator[Operation, Any, _T]
+
+# How long a driver retries a `retry_busy` query, and how long it waits between tries.
+BUSY_RETRY_SECONDS = BUSY_TIMEOUT_MS / 1000
+BUSY_RETRY_PAUSE = 0.005
+
+
+def is_busy(error: BaseException) -> bool:
+    """Whether `error` is SQLite's "database is locked" (another connection holds the lock)."""
+    return "database is locked" in str(error)
+
 
 # More entries than this are encoded or decoded off the event loop by the async driver.
 HEAVY_ENTRIES = 256
@@ -231,7 +248,7 @@ def open_plan(where: str) -> Plan[None]:
             of something else.
     """
     yield Query(SET_BUSY_TIMEOUT)
-    yield Query(SET_WAL)
+    yield Query(SET_WAL, retry_busy=True)
     yield Query(SET_SYNCHRONOUS)
     yield Query(BEGIN_WRITE)
     rows: list[Row] = yield Query(TABLES)

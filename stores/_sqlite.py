@@ -11,6 +11,7 @@ import builtins
 import os
 import sqlite3
 import threading
+import time
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -25,6 +26,8 @@ from ._batch import GroupCommit
 from ._memory import check_state
 from ._offload import ThreadedAsync
 from ._sql import (
+    BUSY_RETRY_PAUSE,
+    BUSY_RETRY_SECONDS,
     ROLLBACK,
     Operation,
     Plan,
@@ -33,6 +36,7 @@ from ._sql import (
     Work,
     create_private,
     delete_plan,
+    is_busy,
     list_plan,
     load_plan,
     memory_get_plan,
@@ -251,7 +255,16 @@ class SQLiteStore(ThreadedAsync):
 
 def _execute(connection: sqlite3.Connection, operation: Operation) -> Any:
     if isinstance(operation, Query):
-        return connection.execute(operation.sql, operation.params).fetchall()
+        if not operation.retry_busy:
+            return connection.execute(operation.sql, operation.params).fetchall()
+        deadline = time.monotonic() + BUSY_RETRY_SECONDS
+        while True:
+            try:
+                return connection.execute(operation.sql, operation.params).fetchall()
+            except sqlite3.OperationalError as error:
+                if not is_busy(error) or time.monotonic() > deadline:
+                    raise
+                time.sleep(BUSY_RETRY_PAUSE)
     if isinstance(operation, QueryMany):
         connection.executemany(operation.sql, operation.rows)
         return None

@@ -32,41 +32,41 @@ under an id that is taken, or an older copy with fewer entries, raises `ValueErr
 
 from __future__ import annotations
 
-import builtins
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, Literal, TypeVar, cast
+from typing import Any, ClassVar, cast
 
-import anyio
-import anyio.from_thread
-import anyio.to_thread
-import pydantic
 import pytest
-from anyio.from_thread import BlockingPortal, start_blocking_portal
+from anyio.from_thread import start_blocking_portal
 
 from orchestrator import (
     Agent,
-    Image,
     Memory,
     Message,
-    RawBlock,
-    ReasoningBlock,
     Reply,
-    RunStart,
     State,
     TextBlock,
-    ToolCall,
-    ToolResultBlock,
     ToolResultEntry,
-    Usage,
-    UserEntry,
     ValidationError,
-    tool,
 )
 from orchestrator.testing import FakeModel, tool_call
 
-from ._base import AsyncMemoryBackend, AsyncStore, MemoryBackend, StateInfo, Store, info_of
+from ._base import AsyncMemoryBackend, AsyncStore, MemoryBackend, Store, info_of
+from ._contract_support import (
+    Colour,
+    Loop,
+    Mode,
+    StoreClient,
+    assert_same,
+    crashed_pending,
+    crashed_waiting,
+    dated,
+    echo,
+    result_block,
+    rich_state,
+    tool_call_of,
+)
 
 __all__ = (
     "StoreClient",
@@ -75,363 +75,6 @@ __all__ = (
     "crashed_waiting",
     "rich_state",
 )
-
-_T = TypeVar("_T")
-Colour = Literal["sync", "async"]
-Mode = Literal["sync", "asyncio", "trio"]
-
-PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(256))
-_USAGE = Usage(input_tokens=120, output_tokens=30, cache_read_tokens=7, requests=1, cost=0.25)
-
-
-class Notes(pydantic.BaseModel):
-    """The typed data of `rich_state`."""
-
-    items: list[str] = []
-    score: int = 0
-
-
-class Loop(pydantic.BaseModel):
-    """A document of the memory tests: an open loop."""
-
-    title: str
-    status: Literal["open", "resolved"]
-    due: str | None = None
-
-
-def _call(call_id: str, name: str, **args: Any) -> ToolCall:
-    return ToolCall(call_id, name, cast("Any", args))
-
-
-def _result(call_id: str, *blocks: TextBlock | Image, is_error: bool = False) -> ToolResultBlock:
-    return ToolResultBlock(call_id, blocks, is_error)
-
-
-def rich_state(state_id: str = "rich") -> State:
-    """A State that has every kind of entry and value a store must keep.
-
-    Messages with images and a U+2028 inside text, a reply with reasoning, raw blocks and
-    parallel tool calls, results with images and errors, a child link, typed data, extra data
-    edits, a notice, a restore, an ask, a compaction, cleared results, and a finish.
-    """
-    state = State(
-        id=state_id,
-        messages=[Message.user("Look at this\u2028screenshot, ünïcode ✓", Image(PNG, "image/png"))],
-        extra_data={"repo": "api", "ids": [1, 2.5, None, True], "nested": {"a": {"b": "c"}}},
-        schema=Notes,
-    )
-    state._record_run_start(RunStart(agent="tester", model="fake", tools=("grep", "look")))
-    state._begin_think(model="fake")
-    grep, look = _call("c1", "grep", q="bug", n=3), _call("c2", "look", path="a.png")
-    reply = Message(
-        "assistant",
-        (
-            ReasoningBlock("I should search."),
-            TextBlock("Let me see."),
-            RawBlock("fake", {"signature": "abc", "n": [1, 2]}),
-            grep,
-            look,
-        ),
-    )
-    state._record_reply(Reply(reply, _USAGE, "tool_use", "fake-1"))
-    state._record_tool_result(
-        grep,
-        _result("c1", TextBlock("found in b.py")),
-        outcome="done",
-        state_update={"items": ["b"]},
-    )
-    state.add_message(Message.notice("the user is watching"))
-    state._record_tool_result(
-        look,
-        _result("c2", TextBlock("it shows"), Image(PNG, "image/jpeg"), is_error=True),
-        outcome="error",
-        child_ids=("rich-child",),
-        usage=Usage(input_tokens=5, requests=2),
-    )
-    state.set("score", 5)
-    before = state.snapshot()
-    state.add_message(Message.user("never mind"))
-    state.restore(before)
-    with state.edit_extra_data() as data:
-        data["k"] = {"a": None, "text": "line\nbreak\u2028sep"}
-        del data["repo"]
-    state._record_ask("Is it fixed?", {"fixed": False, "why": "tests"}, Usage(requests=1))
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant("It is in b.py."), _USAGE, "end_turn", "fake-1"))
-    state.clear_tool_results(keep_last=0)
-    state.compact("We found the bug in b.py.")
-    state.finish({"answer": 42, "files": ["b.py"]})
-    return state
-
-
-def crashed_waiting(state_id: str = "waiting") -> State:
-    """A State cut off while its request waited on the model (as a crash leaves it)."""
-    state = State(id=state_id, messages=[Message.user("Summarize the repo")])
-    state._record_run_start(RunStart(agent="tester", model="fake"))
-    state._begin_think(model="fake")
-    return state
-
-
-def crashed_pending(state_id: str = "pending") -> State:
-    """A State cut off with two tool calls open; one other call already has its result."""
-    state = State(id=state_id, messages=[Message.user("Fix the bug")])
-    state._record_run_start(RunStart(agent="tester", model="fake"))
-    state._begin_think(model="fake")
-    calls = (_call("c1", "grep", q="bug"), _call("c2", "edit", path="b.py"), _call("c3", "test"))
-    state._record_reply(Reply(Message.assistant("", calls), _USAGE, "tool_use", "fake"))
-    state._record_tool_result(calls[0], _result("c1", TextBlock("b.py:3")), outcome="done")
-    return state
-
-
-def _dated(state_id: str, at: datetime, *, parent: tuple[str, str] | None = None) -> State:
-    """A State of one user message recorded at `at` (and a run start linking it to `parent`)."""
-    entries: builtins.list[Any] = [
-        UserEntry(seq=0, turn=0, at=at, content=Message.user(f"task of {state_id}"))
-    ]
-    state = State(id=state_id, history=entries)
-    if parent is not None:
-        state._record_run_start(RunStart(parent_id=parent[0], parent_call_id=parent[1]))
-    return state
-
-
-def _assert_same(loaded: State, state: State) -> None:
-    """`loaded` is a new State with the value, history and times of `state`."""
-    assert loaded is not state
-    assert loaded.id == state.id
-    assert loaded.snapshot() == state.snapshot()
-    assert loaded.history == state.history
-    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
-    assert loaded.created_at == state.created_at
-    assert loaded.updated_at == state.updated_at
-    assert loaded.parent_id == state.parent_id
-    assert loaded.parent_call_id == state.parent_call_id
-
-
-@tool
-def echo(text: str) -> str:
-    """Say `text` back."""
-    return text
-
-
-class StoreClient:
-    """The store under test, called through its sync methods or awaited on an event loop.
-
-    Tests call it like a sync store; in an async mode each call awaits the store's
-    ``a``-method on the portal's event loop.
-    """
-
-    def __init__(self, store: Any, portal: BlockingPortal | None) -> None:
-        self.store = store
-        self.portal = portal
-
-    def call(self, func: Callable[..., Awaitable[_T]], *args: Any) -> _T:
-        """Run the coroutine function `func(*args)` on the event loop of this client."""
-        assert self.portal is not None
-        return self.portal.call(func, *args)
-
-    def save(self, state: State) -> None:
-        """`save` or `asave`."""
-        if self.portal is None:
-            self.store.save(state)
-        else:
-            self.call(self.store.asave, state)
-
-    def load(self, state_id: str) -> State:
-        """`load` or `aload`."""
-        if self.portal is None:
-            return cast("State", self.store.load(state_id))
-        return cast("State", self.call(self.store.aload, state_id))
-
-    def list(
-        self, *, parent_id: str | None = None, limit: int | None = None
-    ) -> builtins.list[StateInfo]:
-        """`list` or `alist`."""
-        infos: Any
-        if self.portal is None:
-            infos = self.store.list(parent_id=parent_id, limit=limit)
-            return cast("builtins.list[StateInfo]", infos)
-
-        async def alist() -> builtins.list[StateInfo]:
-            infos = await self.store.alist(parent_id=parent_id, limit=limit)
-            return cast("builtins.list[StateInfo]", infos)
-
-        return self.call(alist)
-
-    def delete(self, state_id: str) -> None:
-        """`delete` or `adelete`."""
-        if self.portal is None:
-            self.store.delete(state_id)
-        else:
-            self.call(self.store.adelete, state_id)
-
-    def memory_get(self, agent: str, space: str, key: str) -> str | None:
-        """`memory_get` or `amemory_get`."""
-        if self.portal is None:
-            return cast("str | None", self.store.memory_get(agent, space, key))
-        return cast("str | None", self.call(self.store.amemory_get, agent, space, key))
-
-    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
-        """`memory_scan` or `amemory_scan`."""
-        rows: Any
-        if self.portal is None:
-            rows = self.store.memory_scan(agent, space)
-        else:
-            rows = self.call(self.store.amemory_scan, agent, space)
-        return cast("builtins.list[tuple[str, str]]", rows)
-
-    def memory_put(
-        self, agent: str, space: str, key: str, data: str | None, effect: str | None = None
-    ) -> bool:
-        """`memory_put` or `amemory_put`."""
-        if self.portal is None:
-            return bool(self.store.memory_put(agent, space, key, data, effect=effect))
-
-        async def put() -> bool:
-            return bool(await self.store.amemory_put(agent, space, key, data, effect=effect))
-
-        return self.call(put)
-
-    def memory(self, agent: str) -> Memory:
-        """`Memory.open(agent, {"loops": Loop}, store)`."""
-        return Memory.open(agent, {"loops": Loop}, self.store)
-
-    def upsert(self, memory: Memory, doc_id: str, doc: Any) -> Any:
-        """``memory.collection("loops").upsert`` or ``aupsert``."""
-        loops = memory.collection("loops")
-        if self.portal is None:
-            return loops.upsert(doc_id, doc)
-        return self.call(loops.aupsert, doc_id, doc)
-
-    def loops(self, memory: Memory, **filters: Any) -> builtins.list[dict[str, Any]]:
-        """``memory.collection("loops").list(**filters)`` or ``alist``."""
-        loops = memory.collection("loops")
-        if self.portal is None:
-            return loops.list(**filters)
-
-        async def alist() -> builtins.list[dict[str, Any]]:
-            return await loops.alist(**filters)
-
-        return self.call(alist)
-
-    def ids(self, **filters: Any) -> builtins.list[str]:
-        """The ids `list` returns, in its order."""
-        return [info.id for info in self.list(**filters)]
-
-    def run_agent(self, agent: Agent, state: State) -> Any:
-        """`agent.run(state)`, or `await agent.arun(state)` on the loop."""
-        if self.portal is None:
-            return agent.run(state)
-        return self.call(agent.arun, state)
-
-    def child(self, state: State, child_id: str) -> State:
-        """`state.child(child_id)`, or `await state.achild(child_id)` on the loop."""
-        if self.portal is None:
-            return state.child(child_id)
-        return self.call(state.achild, child_id)
-
-    def concurrent_puts(
-        self, workers: int, puts: Callable[[int], Iterator[tuple[str, str, str, str | None]]]
-    ) -> builtins.list[bool]:
-        """Run memory writers ``0 .. workers-1`` at once; every `memory_put` result, in no order.
-
-        Writer `i` makes the writes ``(agent, key, data, effect)`` that `puts(i)` yields, in the
-        space ``"kv"``. Sync: each writer is a thread. Async: even writers are tasks, odd ones
-        threads awaiting on the loop from outside it.
-        """
-        results: builtins.list[bool] = []
-        lock = threading.Lock()
-        store = self.store
-
-        def record(applied: object) -> None:
-            with lock:
-                results.append(bool(applied))
-
-        if self.portal is None:
-            errors: builtins.list[BaseException] = []
-
-            def run(i: int) -> None:
-                try:
-                    for agent, key, data, effect in puts(i):
-                        record(store.memory_put(agent, "kv", key, data, effect=effect))
-                except BaseException as error:  # re-raised below, in the test's thread
-                    errors.append(error)
-
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if errors:
-                raise errors[0]
-            return results
-
-        async def put(agent: str, key: str, data: str | None, effect: str | None) -> None:
-            record(await store.amemory_put(agent, "kv", key, data, effect=effect))
-
-        def in_thread(i: int) -> None:
-            for agent, key, data, effect in puts(i):
-                anyio.from_thread.run(put, agent, key, data, effect)
-
-        async def in_task(i: int) -> None:
-            for agent, key, data, effect in puts(i):
-                await put(agent, key, data, effect)
-
-        async def main() -> None:
-            async with anyio.create_task_group() as group:
-                for i in range(workers):
-                    if i % 2:
-                        group.start_soon(anyio.to_thread.run_sync, in_thread, i)
-                    else:
-                        group.start_soon(in_task, i)
-
-        self.call(main)
-        return results
-
-    def concurrently(self, workers: int, rounds: Callable[[int], Iterator[State]]) -> None:
-        """Run the workers ``0 .. workers-1`` at the same time and wait for them all.
-
-        Worker `i` saves each State that `rounds(i)` yields (the generator changes the States
-        between its yields). Sync: every worker is a thread calling `save`. Async: even workers
-        are tasks awaiting `asave`, odd ones are threads awaiting `asave` on the loop from
-        outside it.
-        """
-        errors: builtins.list[BaseException] = []
-        store = self.store
-        if self.portal is None:
-
-            def run(i: int) -> None:
-                try:
-                    for state in rounds(i):
-                        store.save(state)
-                except BaseException as error:  # re-raised below, in the test's thread
-                    errors.append(error)
-
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if errors:
-                raise errors[0]
-            return
-
-        def in_thread(i: int) -> None:
-            for state in rounds(i):
-                anyio.from_thread.run(store.asave, state)
-
-        async def in_task(i: int) -> None:
-            for state in rounds(i):
-                await store.asave(state)
-
-        async def main() -> None:
-            async with anyio.create_task_group() as group:
-                for i in range(workers):
-                    if i % 2:
-                        group.start_soon(anyio.to_thread.run_sync, in_thread, i)
-                    else:
-                        group.start_soon(in_task, i)
-
-        self.call(main)
 
 
 class StoreContract:
@@ -518,7 +161,7 @@ class StoreContract:
         """A State with every kind of entry loads back as a new State of equal value and history."""
         state = rich_state()
         client.save(state)
-        _assert_same(client.load(state.id), state)
+        assert_same(client.load(state.id), state)
 
     def test_saves_after_every_entry_round_trip(self, client: StoreClient) -> None:
         """Saving after each entry (the history growing one at a time) stores the same history."""
@@ -531,7 +174,7 @@ class StoreContract:
                 assert loaded.history[:size] == prefix.history
                 assert not loaded._folded.open_turn
             else:
-                _assert_same(loaded, prefix)
+                assert_same(loaded, prefix)
         assert client.list()[0].entries == len(state.history)
 
     def test_an_empty_state_round_trips(self, client: StoreClient) -> None:
@@ -551,7 +194,7 @@ class StoreContract:
         loaded.restore(loaded.snapshot())
         loaded.add_message(Message.user("one more thing"))
         client.save(loaded)
-        _assert_same(client.load(state.id), loaded)
+        assert_same(client.load(state.id), loaded)
 
     # -- idempotent saves ------------------------------------------------------------------------
 
@@ -574,7 +217,7 @@ class StoreContract:
         assert client.list()[0].entries == 4
         loaded = client.load("grows")
         assert [entry.seq for entry in loaded.history] == [0, 1, 2, 3]
-        _assert_same(loaded, state)
+        assert_same(loaded, state)
 
     def test_an_unchanged_copy_saves_as_a_no_op(self, client: StoreClient) -> None:
         """Two loaded copies of one State, unchanged, both save without error or new entries."""
@@ -601,16 +244,16 @@ class StoreContract:
         """`child`/`achild` of a loaded parent load the child from the same store."""
         parent = State(id="parent", messages=[Message.user("delegate")])
         parent._begin_think(model="fake")
-        call = _call("c1", "helper", task="look")
+        call = tool_call_of("c1", "helper", task="look")
         parent._record_reply(Reply(Message.assistant("", [call])))
-        child = _dated("kid", datetime.now(UTC), parent=("parent", "c1"))
+        child = dated("kid", datetime.now(UTC), parent=("parent", "c1"))
         parent._record_tool_result(
-            call, _result("c1", TextBlock("done")), outcome="done", child_ids=("kid",)
+            call, result_block("c1", TextBlock("done")), outcome="done", child_ids=("kid",)
         )
         client.save(child)
         client.save(parent)
         opened = client.child(client.load("parent"), "kid")
-        _assert_same(opened, child)
+        assert_same(opened, child)
         assert opened._store is client.store
         assert opened.parent_id == "parent"
 
@@ -636,7 +279,7 @@ class StoreContract:
         """`list` orders by `updated_at`, newest first; a State saved again moves up."""
         base = datetime(2024, 5, 1, tzinfo=UTC)
         old, new, mid = (
-            _dated(name, base + timedelta(hours=h))
+            dated(name, base + timedelta(hours=h))
             for name, h in (("old", 1), ("new", 3), ("mid", 2))
         )
         for state in (old, new, mid):
@@ -651,7 +294,7 @@ class StoreContract:
         states = [
             rich_state(),
             crashed_pending(),
-            _dated("kid", datetime.now(UTC), parent=("p", "c")),
+            dated("kid", datetime.now(UTC), parent=("p", "c")),
         ]
         for state in states:
             client.save(state)
@@ -667,10 +310,10 @@ class StoreContract:
         """`list(parent_id=)` gives only the children of that State, newest first."""
         base = datetime(2024, 5, 1, tzinfo=UTC)
         states = [
-            _dated("a1", base + timedelta(minutes=1), parent=("a", "c1")),
-            _dated("b1", base + timedelta(minutes=2), parent=("b", "c1")),
-            _dated("a2", base + timedelta(minutes=3), parent=("a", "c2")),
-            _dated("a", base + timedelta(minutes=4)),
+            dated("a1", base + timedelta(minutes=1), parent=("a", "c1")),
+            dated("b1", base + timedelta(minutes=2), parent=("b", "c1")),
+            dated("a2", base + timedelta(minutes=3), parent=("a", "c2")),
+            dated("a", base + timedelta(minutes=4)),
         ]
         for state in states:
             client.save(state)
@@ -684,7 +327,7 @@ class StoreContract:
         """`list(limit=n)` gives the first `n`."""
         base = datetime(2024, 5, 1, tzinfo=UTC)
         for i in range(5):
-            client.save(_dated(f"s{i}", base + timedelta(seconds=i)))
+            client.save(dated(f"s{i}", base + timedelta(seconds=i)))
         assert client.ids(limit=2) == ["s4", "s3"]
         assert client.ids(limit=5) == ["s4", "s3", "s2", "s1", "s0"]
         assert client.ids(limit=50) == ["s4", "s3", "s2", "s1", "s0"]
@@ -701,7 +344,7 @@ class StoreContract:
         with pytest.raises(LookupError):
             client.load("gone")
         assert client.ids() == ["kept"]
-        _assert_same(client.load("kept"), kept)
+        assert_same(client.load("kept"), kept)
 
     def test_delete_of_a_missing_id_is_fine(self, client: StoreClient) -> None:
         """Deleting an id that is not stored does nothing."""
@@ -720,7 +363,7 @@ class StoreContract:
         client.save(second)
         second.add_message(Message.user("and more"))
         client.save(second)
-        _assert_same(client.load("reused"), second)
+        assert_same(client.load("reused"), second)
 
     # -- the save rule ---------------------------------------------------------------------------
 
@@ -732,7 +375,7 @@ class StoreContract:
         other.add_message(Message.user("more"))
         with pytest.raises(ValueError, match=r"taken.*load"):
             client.save(other)
-        _assert_same(client.load("taken"), first)
+        assert_same(client.load("taken"), first)
         assert client.list()[0].entries == 1
 
     def test_an_older_copy_is_refused(self, client: StoreClient) -> None:
@@ -747,7 +390,7 @@ class StoreContract:
         behind.add_message(Message.user("further"))
         with pytest.raises(ValueError, match=r"copied.*load"):
             client.save(behind)
-        _assert_same(client.load("copied"), ahead)
+        assert_same(client.load("copied"), ahead)
 
     # -- crash recovery --------------------------------------------------------------------------
 
@@ -767,7 +410,7 @@ class StoreContract:
         self._check_saved_once(client, loaded, stored + 1)
         answer = client.run_agent(Agent(FakeModel(["Done."]), store=client.store), loaded)
         assert answer == "Done."
-        _assert_same(client.load(state.id), loaded)
+        assert_same(client.load(state.id), loaded)
 
     def test_pending_calls_get_an_unknown_result(self, client: StoreClient) -> None:
         """Calls cut off without a result get an ``unknown`` result on load, never a re-run."""
@@ -791,7 +434,7 @@ class StoreContract:
         self._check_saved_once(client, loaded, stored + 2)
         agent = Agent(FakeModel(["I will check b.py first."]), store=client.store)
         assert client.run_agent(agent, loaded) == "I will check b.py first."
-        _assert_same(client.load(state.id), loaded)
+        assert_same(client.load(state.id), loaded)
 
     def test_a_cut_off_state_left_by_an_agent_runs_on(self, client: StoreClient) -> None:
         """An Agent runs a recovered State on to an answer, saving it through the store."""
@@ -802,7 +445,7 @@ class StoreContract:
         answer = client.run_agent(Agent(model, tools=[echo], store=client.store), loaded)
         assert answer == "All done."
         again = client.load("agent-run")
-        _assert_same(again, loaded)
+        assert_same(again, loaded)
         assert [entry.outcome for entry in again.history if isinstance(entry, ToolResultEntry)] == [
             "done",
             "unknown",
@@ -818,7 +461,7 @@ class StoreContract:
         assert client.list()[0].entries == size
         for _ in range(2):
             again = client.load(loaded.id)
-            _assert_same(again, loaded)
+            assert_same(again, loaded)
             client.save(again)
         assert client.list()[0].entries == size
 
@@ -845,7 +488,7 @@ class StoreContract:
 
         client.concurrently(workers, work)
         for state in [*own, shared]:
-            _assert_same(client.load(state.id), state)
+            assert_same(client.load(state.id), state)
         infos = client.list()
         assert len(infos) == workers + 1 + workers * rounds
         assert {info.id: info.entries for info in infos}["shared"] == 1 + workers * rounds
@@ -868,7 +511,7 @@ class StoreContract:
 
         client.concurrently(6, work)
         client.save(state)
-        _assert_same(client.load("busy"), state)
+        assert_same(client.load("busy"), state)
         assert client.list()[0].entries == 1 + 6 * 20
 
     # -- agent memory ----------------------------------------------------------------------------
