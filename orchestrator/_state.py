@@ -8,7 +8,6 @@ value without locking.
 from __future__ import annotations
 
 import difflib
-import re
 import threading
 import uuid
 from collections.abc import Generator, Iterable, Mapping
@@ -43,7 +42,6 @@ from ._typed import Handler, Schema
 
 __all__ = ("State", "error_text", "is_interruption", "validate_id")
 
-_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 
 _RENAMED = {
     "task": "messages=[Message.user(task)]",
