@@ -31,9 +31,10 @@ from .._messages import (
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price
-from ._retry import Failure, Progress, Provider, RetryPolicy, StreamBroken, run_with_retries
+from ._retry import Failure, Progress, RetryPolicy, StreamBroken, run_with_retries
 from ._wire import (
     Settings,
+    SettingsModel,
     SSEEvent,
     as_dict,
     as_int,
@@ -341,7 +342,7 @@ class _MessageStream:
 # -- the model -------------------------------------------------------------------------------------
 
 
-class AnthropicModel:
+class AnthropicModel(SettingsModel):
     """A Claude model through the Messages API, on the official ``anthropic`` SDK.
 
     Constructing one touches no network and needs no key: the key is read when the first
@@ -379,6 +380,9 @@ class AnthropicModel:
     """
 
     __slots__ = ("_cache", "_settings", "_thinking")
+
+    official_url = ANTHROPIC_URL
+    label = "Anthropic"
 
     def __init__(
         self,
@@ -434,45 +438,6 @@ class AnthropicModel:
             raise TypeError(f"AnthropicModel(cache=...) must be True or False, got {cache!r}.")
         self._thinking = thinking_budget
         self._cache = cache
-
-    @property
-    def name(self) -> str:
-        """The model name sent to the API."""
-        return self._settings.name
-
-    @property
-    def context_window(self) -> int | None:
-        """How many tokens fit in one request, or None when unknown."""
-        return self._settings.context_window
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to."""
-        return self._settings.base_url
-
-    @property
-    def price(self) -> Price | None:
-        """The prices `Usage.cost` is computed from, or None."""
-        return self._settings.price
-
-    @property
-    def retry(self) -> RetryPolicy:
-        """The retry policy."""
-        return self._settings.retry
-
-    @property
-    def _official(self) -> bool:
-        return self._settings.base_url == ANTHROPIC_URL
-
-    def __repr__(self) -> str:
-        where = "" if self._official else f", base_url={self._settings.base_url!r}"
-        return f"AnthropicModel({self._settings.name!r}{where})"
-
-    def _provider(self) -> Provider:
-        settings = self._settings
-        return Provider(
-            "Anthropic", settings.name, settings.base_url, settings.api_key_env, "AnthropicModel"
-        )
 
     def request_body(self, request: Request) -> dict[str, Any]:
         """The JSON body a request sends, but for ``stream``: to check what a model is sent."""

@@ -31,9 +31,10 @@ from .._messages import (
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price
-from ._retry import Failure, Progress, Provider, RetryPolicy, StreamBroken, run_with_retries
+from ._retry import Failure, Progress, RetryPolicy, StreamBroken, run_with_retries
 from ._wire import (
     Settings,
+    SettingsModel,
     SSEEvent,
     as_dict,
     as_int,
@@ -316,7 +317,7 @@ class _ChatStream:
 # -- the model -------------------------------------------------------------------------------------
 
 
-class OpenAIModel:
+class OpenAIModel(SettingsModel):
     """A model served through the Chat Completions API, on the official ``openai`` SDK.
 
     Works with OpenAI and with any compatible server through `base_url` (vLLM, Ollama, the
@@ -354,6 +355,9 @@ class OpenAIModel:
 
     __slots__ = ("_settings",)
 
+    official_url = OPENAI_URL
+    label = "OpenAI"
+
     def __init__(
         self,
         name: str,
@@ -388,49 +392,12 @@ class OpenAIModel:
         )
 
     @property
-    def name(self) -> str:
-        """The model name sent to the server."""
-        return self._settings.name
-
-    @property
-    def context_window(self) -> int | None:
-        """How many tokens fit in one request, or None when unknown."""
-        return self._settings.context_window
-
-    @property
-    def base_url(self) -> str:
-        """The API root requests go to."""
-        return self._settings.base_url
-
-    @property
-    def price(self) -> Price | None:
-        """The prices `Usage.cost` is computed from, or None."""
-        return self._settings.price
-
-    @property
-    def retry(self) -> RetryPolicy:
-        """The retry policy."""
-        return self._settings.retry
-
-    @property
-    def _official(self) -> bool:
-        return self._settings.base_url == OPENAI_URL
-
-    @property
     def _provider_id(self) -> str:
         """Whose `RawBlock`s this model sends back: OpenAI's, or this server's."""
         return "openai" if self._official else f"openai@{self._settings.base_url}"
 
-    def __repr__(self) -> str:
-        where = "" if self._official else f", base_url={self._settings.base_url!r}"
-        return f"OpenAIModel({self._settings.name!r}{where})"
-
-    def _provider(self) -> Provider:
-        label = "OpenAI" if self._official else "the OpenAI-compatible server"
-        settings = self._settings
-        return Provider(
-            label, settings.name, settings.base_url, settings.api_key_env, "OpenAIModel"
-        )
+    def _label(self) -> str:
+        return "OpenAI" if self._official else "the OpenAI-compatible server"
 
     def request_body(self, request: Request) -> dict[str, Any]:
         """The JSON body a request sends, but for the streaming fields: to check what is sent."""

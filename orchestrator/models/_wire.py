@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import anyio
 import anyio.lowlevel
@@ -336,3 +336,63 @@ def parse_tool_args(raw: str) -> dict[str, Any]:
     if isinstance(value, dict):
         return dict(cast("dict[str, Any]", value))
     return {INVALID_ARGUMENTS: raw}
+
+
+class SettingsModel:
+    """What `OpenAIModel` and `AnthropicModel` share: their checked settings and the accessors.
+
+    A subclass sets `official_url` (the provider's own API root) and `label` (how errors name
+    the provider), and builds `_settings` in its constructor.
+    """
+
+    __slots__ = ()
+
+    official_url: ClassVar[str]
+    label: ClassVar[str]
+    _settings: Settings
+
+    @property
+    def name(self) -> str:
+        """The model name sent to the server."""
+        return self._settings.name
+
+    @property
+    def context_window(self) -> int | None:
+        """How many tokens fit in one request, or None when unknown."""
+        return self._settings.context_window
+
+    @property
+    def base_url(self) -> str:
+        """The API root requests go to."""
+        return self._settings.base_url
+
+    @property
+    def price(self) -> Price | None:
+        """The prices `Usage.cost` is computed from, or None."""
+        return self._settings.price
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy."""
+        return self._settings.retry
+
+    @property
+    def _official(self) -> bool:
+        return self._settings.base_url == self.official_url
+
+    def _label(self) -> str:
+        return self.label
+
+    def __repr__(self) -> str:
+        where = "" if self._official else f", base_url={self._settings.base_url!r}"
+        return f"{type(self).__name__}({self._settings.name!r}{where})"
+
+    def _provider(self) -> Provider:
+        settings = self._settings
+        return Provider(
+            self._label(),
+            settings.name,
+            settings.base_url,
+            settings.api_key_env,
+            type(self).__name__,
+        )
