@@ -237,15 +237,16 @@ class _Turn:
                 self.fatal = error
             return
         entry = self._record(call, content, is_error, outcome, context, update)
-        _log.debug(
-            "state.tool.finished",
-            state_id=state.id,
-            turn=state.turn,
-            call_id=call.id,
-            tool=call.name,
-            outcome=outcome,
-            ms=round((time.perf_counter() - started) * 1000, 3),
-        )
+        if _log.debugging:  # the fields cost time on every call: only when they are logged
+            _log.debug(
+                "state.tool.finished",
+                state_id=state.id,
+                turn=state.turn,
+                call_id=call.id,
+                tool=call.name,
+                outcome=outcome,
+                ms=round((time.perf_counter() - started) * 1000, 3),
+            )
         agent._report("on_tool_end", state, call, entry)
         await agent._save(state)
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Sequence
-from typing import Any, TypeAlias
+from collections.abc import Iterable
+from typing import Any
 
 import anyio.lowlevel
 
@@ -14,10 +14,6 @@ from ._reply import Reply, Usage
 from .models import Request, TextCallback
 
 __all__ = ("FakeModel", "FakeModelExhausted", "tool_call")
-
-Item: TypeAlias = (
-    "str | ToolCall | Sequence[str | Block] | Reply | BaseException | Callable[[Request], Any]"
-)
 
 
 class FakeModelExhausted(AssertionError):

@@ -28,6 +28,11 @@ class Log:
         self._std = logging.getLogger(name)
         self._logger: Any = structlog.wrap_logger(self._std)
 
+    @property
+    def debugging(self) -> bool:
+        """Whether debug events are logged: check it before computing their fields."""
+        return self._std.isEnabledFor(logging.DEBUG)
+
     def debug(self, event: str, **fields: Any) -> None:
         """Log `event` at debug level, if enabled."""
         if self._std.isEnabledFor(logging.DEBUG):

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ._messages import Message
 
-__all__ = ("Reply", "Usage", "empty_usage")
+__all__ = ("Reply", "Usage")
 
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
 
@@ -68,11 +68,6 @@ class Usage:
 
 
 _EMPTY = Usage()
-
-
-def empty_usage() -> Usage:
-    """The shared empty `Usage`."""
-    return _EMPTY
 
 
 @dataclass(frozen=True, slots=True)

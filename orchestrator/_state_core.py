@@ -229,7 +229,10 @@ class StateCore:
 
     def _record_reply(self, reply: Reply) -> ModelReplyEntry:
         if not isinstance(reply, Reply):
-            raise TypeError(f"A model must return a Reply, got {type(reply).__name__}.")
+            raise TypeError(
+                f"A model must return a Reply, got {type(reply).__name__}: return"
+                " Reply(Message.assistant(text, tool_calls), Usage(...))."
+            )
         return cast("ModelReplyEntry", self._record(ModelReplyEntry, reply))
 
     def _record_error(
@@ -394,7 +397,9 @@ class StateCore:
         """Mark a compaction as under way (restore refuses meanwhile)."""
         with self._lock:
             if self._compacting:
-                raise ValueError("A compaction of this State is already under way.")
+                raise ValueError(
+                    "A compaction of this State is already under way: wait for it to end."
+                )
             self._compacting = True
         try:
             yield

@@ -208,7 +208,10 @@ class Schema:
             tp: Any = info.annotation
             reducers = [m for m in info.metadata if callable(m) and not isinstance(m, type)]
             if len(reducers) > 1:
-                raise TypeError(f"State schema field {key!r} has more than one reducer.")
+                raise TypeError(
+                    f"State schema field {key!r} has more than one reducer in Annotated[...]:"
+                    " keep the one that merges its values."
+                )
             _check_json_type(tp, key)
             adapter = _adapter(Annotated[tp, info], key)
             field = SchemaField(key, tp, reducers[0] if reducers else default_handler(tp), adapter)
