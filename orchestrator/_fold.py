@@ -127,6 +127,10 @@ class Seq(Sequence[_T]):
             raise IndexError(index)
         return self._items[index]
 
+    def after(self, start: int) -> tuple[_T, ...]:
+        """The items from `start` on, as a tuple (one slice of the backing list)."""
+        return tuple(self._items[max(0, start) : self._len])
+
     def to_tuple(self) -> tuple[_T, ...]:
         """The items as a tuple, built once per sequence."""
         if self._tuple is None:

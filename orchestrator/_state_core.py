@@ -463,5 +463,4 @@ class StateCore:
 
     def _entries_from(self, seq: int) -> tuple[HistoryEntry, ...]:
         """The entries from position `seq` on (what a store has not written yet)."""
-        entries = self._folded.entries
-        return tuple(entries.get(i) for i in range(seq, len(entries)))
+        return self._folded.entries.after(seq)

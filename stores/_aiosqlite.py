@@ -21,6 +21,7 @@ import anyio.to_thread
 from orchestrator import State
 
 from ._base import StateInfo
+from ._known import KnownTails
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -75,6 +76,7 @@ class AioSQLiteStore:
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = anyio.Lock()
+        self._known = KnownTails()  # the stored ends its connection wrote
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
 
@@ -97,7 +99,7 @@ class AioSQLiteStore:
                 or the file has another format version.
         """
         _require_asyncio("asave")
-        await self._run(save_plan(state, self, self._where))
+        await self._run(save_plan(state, self, self._where, self._known))
 
     async def aload(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
@@ -124,7 +126,7 @@ class AioSQLiteStore:
     async def adelete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
         _require_asyncio("adelete")
-        await self._run(delete_plan(state_id))
+        await self._run(delete_plan(state_id, self._known))
 
     # -- agent memory (`stores.AsyncMemoryBackend`) -------------------------------------------
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
 
-from orchestrator import HistoryEntry, State, Stopped, Usage
+from orchestrator import HistoryEntry, Message, State, Stopped, Usage
 
 __all__ = (
     "AsyncMemoryBackend",
@@ -28,6 +28,7 @@ __all__ = (
     "bind_state",
     "info_of",
     "recover_state",
+    "title_of",
 )
 
 TITLE_LENGTH = 200
@@ -50,6 +51,16 @@ class StateInfo:
     entries: int = 0
 
 
+def title_of(messages: Iterable[Message]) -> str:
+    """A State's title: its first user message's text (not a tool result), cut short."""
+    for message in messages:
+        if message.role == "user":
+            text = message.text
+            if text and not message.tool_results:
+                return text[:TITLE_LENGTH]
+    return ""
+
+
 def info_of(state: State) -> StateInfo:
     """The `StateInfo` of `state` as it is now.
 
@@ -57,17 +68,11 @@ def info_of(state: State) -> StateInfo:
     not cost more as the history grows.
     """
     folded = state._folded
-    messages = folded.messages
-    title = ""
-    for message in messages:
-        if message.role == "user" and not message.tool_results and message.text:
-            title = message.text[:TITLE_LENGTH]
-            break
     return StateInfo(
         id=state.id,
         parent_id=folded.parent_id,
         parent_call_id=folded.parent_call_id,
-        title=title,
+        title=title_of(folded.messages),
         created_at=folded.at_first,
         updated_at=folded.at_last,
         turn=folded.turn,

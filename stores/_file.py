@@ -181,7 +181,7 @@ class _Known:
         if self.tail.count == 0:
             return True
         line = _read_at(fd, self.last, self.end - self.last - 1)
-        return Tail.of(self.tail.count, line).digest == self.tail.digest
+        return line == self.tail.line
 
 
 def _is_id(name: str) -> bool:
@@ -310,7 +310,7 @@ class FileStore(ThreadedAsync):
                 # The last complete line is damaged: count the lines to name its index.
                 seq = _read_at(fd, end, 0).count(b"\n") - 1
             entry = decode_entry(last, state_id=state_id, index=seq)
-            known = _Known(Tail.of(seq + 1, last, entry), end, len(last))
+            known = _Known(Tail(seq + 1, last, entry), end, len(last))
         if end < size:
             os.ftruncate(fd, end)  # a torn line: the save that wrote it never returned
         return known
@@ -349,7 +349,7 @@ class FileStore(ThreadedAsync):
             with self._lock_for(state_id):
                 known = self._known.get(state_id)
                 if known is None or known.end == end:
-                    tail = Tail.of(len(lines), lines[-1]).holding(state)
+                    tail = Tail(len(lines), lines[-1]).holding(state)
                     self._known[state_id] = _Known.after(tail, end, lines)
         children = self.list(parent_id=state_id) if state.pending_calls else ()
         recover_state(state, children)

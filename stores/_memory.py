@@ -19,7 +19,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gc
-import hashlib
 import threading
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from datetime import UTC, datetime
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State
+from orchestrator._fold import Folded
 from orchestrator._memory import validate_key, validate_space
 from orchestrator._state import validate_id
 
@@ -46,35 +46,24 @@ __all__ = (
 )
 
 
-def _digest(line: bytes) -> bytes:
-    return hashlib.blake2b(line, digest_size=16).digest()
-
-
 @dataclass(frozen=True, slots=True)
 class Tail:
     """The end of a stored history: enough to check cheaply that a save continues it.
 
-    `count` entries are stored; `digest` is the hash of the last one's encoded line and `line`
-    that line; `entry` is that entry as an object, when this process has it (a State loaded or
-    saved here holds the same object, so the usual check is one identity test).
+    `count` entries are stored; `line` is the last one's encoded line and `entry` that entry as
+    an object, when this process has it (a State loaded or saved here holds the same object, so
+    the usual check is one identity test).
     """
 
     count: int = 0
-    digest: bytes = b""
-    entry: HistoryEntry | None = None
     line: bytes = b""
-
-    @classmethod
-    def of(cls, count: int, last_line: bytes, entry: HistoryEntry | None = None) -> Tail:
-        """The tail of a history of `count` entries whose last is encoded as `last_line`."""
-        return cls(count, _digest(last_line), entry, last_line)
+    entry: HistoryEntry | None = None
 
     def holding(self, state: State) -> Tail:
         """This tail, with the last stored entry taken from `state` (which holds them all)."""
         if self.count == 0:
             return self
-        entry = state._entries_from(self.count - 1)[0]
-        return Tail(self.count, self.digest, entry, self.line)
+        return Tail(self.count, self.line, state._entries_from(self.count - 1)[0])
 
     def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
         """Whether `boundary` is the stored last entry.
@@ -82,7 +71,7 @@ class Tail:
         It is when it is the same object, encodes to the same line, or (a line written by
         another library version, encoded differently) decodes to an equal entry.
         """
-        if boundary is self.entry or _digest(encode_entry(boundary)) == self.digest:
+        if boundary is self.entry or encode_entry(boundary) == self.line:
             return True
         if not self.line:
             return False
@@ -97,21 +86,26 @@ def check_state(state: object) -> State:
     return state
 
 
-def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
-    """The encoded entries of `state` that come after `tail`, and the tail once they are written.
+def continuation(
+    state: State, tail: Tail, folded: Folded | None = None
+) -> tuple[tuple[bytes, ...], Tail]:
+    """The encoded entries of `state` after `tail`, and the tail once they are written.
 
-    Only the new entries are encoded (plus, at most, the stored last one to compare it).
+    The entries are those of `folded`, a value of `state` taken earlier, if given (so they agree
+    with a row written from it); else its current ones. Only the new entries are encoded (plus,
+    at most, the stored last one to compare it).
 
     Raises:
         ValueError: `state` does not continue the stored history (see the module docstring).
     """
+    history = (state._folded if folded is None else folded).entries
     if tail.count == 0:
-        entries = state._entries_from(0)
+        entries = history.after(0)
         if not entries:
             return (), tail
         lines = tuple(encode_entry(entry) for entry in entries)
-        return lines, Tail.of(len(entries), lines[-1], entries[-1])
-    entries = state._entries_from(tail.count - 1)
+        return lines, Tail(len(entries), lines[-1], entries[-1])
+    entries = history.after(tail.count - 1)
     if not entries:
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store holds {tail.count} entries under this"
@@ -130,9 +124,9 @@ def continuation(state: State, tail: Tail) -> tuple[tuple[bytes, ...], Tail]:
         )
     new = entries[1:]
     if not new:
-        return (), Tail(tail.count, tail.digest, boundary, tail.line)
+        return (), Tail(tail.count, tail.line, boundary)
     lines = tuple(encode_entry(entry) for entry in new)
-    return lines, Tail.of(tail.count + len(new), lines[-1], new[-1])
+    return lines, Tail(tail.count + len(new), lines[-1], new[-1])
 
 
 @contextlib.contextmanager

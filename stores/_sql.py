@@ -27,19 +27,20 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 
 import pydantic
 
-from orchestrator import Message, State, Stopped, Usage
-from orchestrator._fold import Folded, Seq
+from orchestrator import State, Stopped, Usage
+from orchestrator._fold import Folded
 from orchestrator._state import validate_id
 from orchestrator._stopped import AnyStopped
 
-from ._base import TITLE_LENGTH, StateInfo, bind_state, recover_state
+from ._base import StateInfo, bind_state, recover_state, title_of
 from ._codec import FORMAT_VERSION, check_format
+from ._known import KnownTails
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
 __all__ = (
@@ -80,6 +81,8 @@ SET_SYNCHRONOUS = "PRAGMA synchronous = NORMAL"
 
 BEGIN_READ = "BEGIN"
 BEGIN_WRITE = "BEGIN IMMEDIATE"
+# Changes exactly when another connection committed to the file since this one last asked.
+DATA_VERSION = "PRAGMA data_version"
 COMMIT = "COMMIT"
 ROLLBACK = "ROLLBACK"
 
@@ -144,11 +147,24 @@ GET_FORMAT = "SELECT value FROM meta WHERE key = ?"
 
 LAST_ENTRY = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq DESC LIMIT 1"
 INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, ?)"
+# An upsert changes the row in place; REPLACE would delete it and insert it again, with
+# every index entry.
 PUT_STATE = """
-    INSERT OR REPLACE INTO states (
+    INSERT INTO states (
         id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,
         usage, entries
     ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    ON CONFLICT (id) DO UPDATE SET
+        parent_id = excluded.parent_id,
+        parent_call_id = excluded.parent_call_id,
+        title = excluded.title,
+        created_at = excluded.created_at,
+        updated_at = excluded.updated_at,
+        turn = excluded.turn,
+        finished = excluded.finished,
+        stopped = excluded.stopped,
+        usage = excluded.usage,
+        entries = excluded.entries
 """
 COUNT_ENTRIES = "SELECT entries FROM states WHERE id = ?"
 ENTRIES = "SELECT data FROM entries WHERE state_id = ? ORDER BY seq"
@@ -275,31 +291,27 @@ def _check_format(where: str) -> Plan[None]:
     check_format(rows[0][0] if rows else None, where=where)
 
 
-def save_plan(state: State, store: object, where: str) -> Plan[None]:
+def save_plan(state: State, store: object, where: str, known: KnownTails) -> Plan[None]:
     """Write the entries of `state` the store does not hold yet, and its `states` row.
 
     `state` must continue the stored history (`stores._memory.continuation`: its entry at the
-    stored end is the stored last one, checked with one primary-key read).
+    stored end is the stored last one).
 
     Raises:
         TypeError: `state` is not a State (at once, before any I/O).
         ValueError: The store holds a different history under this id (load it instead).
     """
-    return _save(check_state(state), store, where)
+    return _save_one(check_state(state), store, where, known)
 
 
-def _save(state: State, store: object, where: str) -> Plan[None]:
-    yield Query(BEGIN_WRITE)
-    yield from _check_format(where)  # another process may have moved the file on meanwhile
-    refused = yield from _write_state(state)
-    if refused is not None:
-        raise refused
-    yield Query(COMMIT)
-    state._bind_store(store)
+def _save_one(state: State, store: object, where: str, known: KnownTails) -> Plan[None]:
+    refused = yield from _save_many((state,), store, where, known)
+    if refused:
+        raise refused[id(state)]
 
 
 def save_many_plan(
-    states: Sequence[State], store: object, where: str
+    states: Sequence[State], store: object, where: str, known: KnownTails
 ) -> Plan[dict[int, ValueError]]:
     """Write several States in one transaction (a group commit); bind each one it wrote.
 
@@ -307,74 +319,80 @@ def save_many_plan(
     returned, keyed by ``id(state)``; the others are written. A failure of the database itself
     fails them all (the transaction is rolled back by the caller).
     """
-    refused: dict[int, ValueError] = {}
-    entry_rows: list[tuple[Any, ...]] = []
-    state_rows: list[tuple[Any, ...]] = []
-    yield Query(BEGIN_WRITE)
-    yield from _check_format(where)
+    return _save_many([check_state(state) for state in states], store, where, known)
+
+
+def _save_many(
+    states: Sequence[State], store: object, where: str, known: KnownTails
+) -> Plan[dict[int, ValueError]]:
+    yield from _begin_write(where, known)
+    saves: list[tuple[State, Folded, Tail]] = []
+    new = 0
     for state in states:
-        rows = yield from _state_rows(check_state(state))
-        if isinstance(rows, ValueError):
-            refused[id(state)] = rows
-        elif rows is not None:
-            entry_rows += rows[0]
-            state_rows.append(rows[1])
-    if state_rows:  # every State's rows in two statements, not two per State
-        yield QueryMany(INSERT_ENTRY, entry_rows)
-        yield QueryMany(PUT_STATE, state_rows)
+        folded = state._folded  # one immutable value: the entries written and the row agree
+        tail = known.get(state.id)
+        if tail is None:
+            last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
+            tail = Tail(last[0][0] + 1, bytes(last[0][1])) if last else Tail()
+        saves.append((state, folded, tail))
+        new += len(folded.entries) - tail.count
+    writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
+    if writes.states:  # every State's rows in two statements, not two per State
+        yield QueryMany(INSERT_ENTRY, writes.entries)
+        yield QueryMany(PUT_STATE, writes.states)
     yield Query(COMMIT)
+    for state_id, tail in writes.tails.items():
+        known.put(state_id, tail)
     for state in states:
-        if id(state) not in refused:
+        if id(state) not in writes.refused:
             state._bind_store(store)
-    return refused
+    return writes.refused
 
 
-def _write_state(state: State) -> Plan[ValueError | None]:
-    """Inside a write transaction: write the new entries of `state` and its row, or say why not."""
-    rows = yield from _state_rows(state)
-    if isinstance(rows, ValueError):
-        return rows
-    if rows is not None:
-        yield QueryMany(INSERT_ENTRY, rows[0])
-        yield Query(PUT_STATE, rows[1])
-    return None
+def _begin_write(where: str, known: KnownTails) -> Plan[None]:
+    """Take the write lock; check the format, unless no other connection wrote since we did."""
+    yield Query(BEGIN_WRITE)
+    version: list[Row] = yield Query(DATA_VERSION)
+    if not known.current(version[0][0]):
+        yield from _check_format(where)  # another process may have moved the file on meanwhile
+        known.trust(version[0][0])
 
 
-StateRows: TypeAlias = "tuple[list[tuple[Any, ...]], tuple[Any, ...]]"
+@dataclass(slots=True)
+class _Writes:
+    """The rows a save of several States writes, their tails once written, and the refused."""
+
+    entries: list[Row] = field(default_factory=list["Row"])
+    states: list[Row] = field(default_factory=list["Row"])
+    tails: dict[str, Tail] = field(default_factory=dict[str, Tail])
+    refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
 
 
-def _state_rows(state: State) -> Plan[StateRows | ValueError | None]:
-    """Inside a write transaction: the rows a save of `state` writes.
+def _writes(saves: Sequence[tuple[State, Folded, Tail]]) -> _Writes:
+    """The rows that save each State's `folded` value after its stored `tail` (no I/O).
 
-    They are its new entries and its `states` row; None when nothing changed, or the
-    `ValueError` saying why the save is refused.
+    A State that does not continue its stored history is refused (its `ValueError`, keyed by
+    ``id(state)``); one with nothing new writes nothing. Two States under one id in one batch
+    are taken in turn, the second after what the first writes (so it is refused, unless it
+    continues the first).
     """
-    folded = state._folded  # one immutable value: the entries written and the row agree
-    size = len(folded.entries)
-    last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
-    last_line = bytes(last[0][1]) if last else b""
-    tail = Tail.of(last[0][0] + 1, last_line) if last else Tail()
-    lines: tuple[bytes, ...] | ValueError = yield Work(
-        lambda: _new_lines(state, tail, size), heavy=size - tail.count > HEAVY_ENTRIES
-    )
-    if isinstance(lines, ValueError):
-        return lines
-    if not lines and last:
-        return None
-    rows: list[tuple[Any, ...]] = [(state.id, tail.count + i, line) for i, line in enumerate(lines)]
-    return rows, _state_row(state.id, folded)
-
-
-def _new_lines(state: State, tail: Tail, size: int) -> tuple[bytes, ...] | ValueError:
-    """The encoded entries of `state` after `tail`, up to entry `size` (the row's count).
-
-    Or the `ValueError` saying why `state` does not continue the stored history.
-    """
-    try:
-        lines, _ = continuation(state, tail)
-    except ValueError as error:
-        return error
-    return lines[: max(0, size - tail.count)]
+    writes = _Writes()
+    tails = writes.tails
+    for state, folded, stored in saves:
+        state_id = state.id
+        tail = tails.get(state_id, stored)
+        try:
+            lines, end = continuation(state, tail, folded)
+        except ValueError as error:
+            writes.refused[id(state)] = error
+            continue
+        if not lines and tail.count:
+            continue
+        first = tail.count
+        writes.entries += [(state_id, first + i, line) for i, line in enumerate(lines)]
+        writes.states.append(_state_row(state_id, folded))
+        tails[state_id] = end
+    return writes
 
 
 def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
@@ -449,17 +467,18 @@ def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]
     return [_info_of_row(row) for row in rows]
 
 
-def delete_plan(state_id: str) -> Plan[None]:
+def delete_plan(state_id: str, known: KnownTails) -> Plan[None]:
     """Forget the State `state_id`; nothing happens if it is absent.
 
     Raises:
         TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
     """
     validate_id(state_id, "state_id")
-    return _delete(state_id)
+    return _delete(state_id, known)
 
 
-def _delete(state_id: str) -> Plan[None]:
+def _delete(state_id: str, known: KnownTails) -> Plan[None]:
+    known.forget(state_id)
     yield Query(BEGIN_WRITE)
     yield Query(DELETE_ENTRIES, (state_id,))
     yield Query(DELETE_STATE, (state_id,))
@@ -578,22 +597,13 @@ def _datetime(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _title(messages: Seq[Message]) -> str:
-    """The first user message's text, cut as `stores.info_of` does."""
-    for index in range(len(messages)):
-        message = messages.get(index)
-        if message.role == "user" and not message.tool_results and message.text:
-            return str(message.text[:TITLE_LENGTH])
-    return ""
-
-
 def _state_row(state_id: str, folded: Folded) -> Row:
     """The `states` row of a folded value, in O(1): `info_of` would build the whole history."""
     return (
         state_id,
         folded.parent_id,
         folded.parent_call_id,
-        _title(folded.messages),
+        title_of(folded.messages),
         _micros(folded.at_first),
         _micros(folded.at_last),
         folded.turn,

@@ -23,6 +23,7 @@ from orchestrator import State
 
 from ._base import StateInfo
 from ._batch import GroupCommit
+from ._known import KnownTails
 from ._memory import check_state
 from ._offload import ThreadedAsync
 from ._sql import (
@@ -89,6 +90,7 @@ class SQLiteStore(ThreadedAsync):
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
+        self._known = KnownTails()  # the stored ends its connection wrote
         self._connection: sqlite3.Connection | None = None
         self._closed = False
 
@@ -110,7 +112,7 @@ class SQLiteStore(ThreadedAsync):
             ValueError: The store holds a different history under this id (load it instead),
                 or the file has another format version.
         """
-        self._run(save_plan(state, self, self._where))
+        self._run(save_plan(state, self, self._where, self._known))
 
     async def asave(self, state: State) -> None:
         """`save` in a worker thread; saves that arrive meanwhile share one transaction.
@@ -130,7 +132,7 @@ class SQLiteStore(ThreadedAsync):
     async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
         # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported
         # to the waiting saves; a cancellation reaches the writer at its next checkpoint.
-        plan = save_many_plan(states, self, self._where)
+        plan = save_many_plan(states, self, self._where, self._known)
         return await anyio.to_thread.run_sync(self._run, plan, limiter=self._offload_limiter())
 
     def load(self, state_id: str) -> State:
@@ -154,7 +156,7 @@ class SQLiteStore(ThreadedAsync):
 
     def delete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
-        self._run(delete_plan(state_id))
+        self._run(delete_plan(state_id, self._known))
 
     # -- agent memory (`stores.MemoryBackend`) ------------------------------------------------
 

@@ -139,6 +139,28 @@ async def test_another_history_under_a_taken_id_is_refused(store: AioSQLiteStore
 
 
 @on_asyncio
+async def test_a_save_after_another_connection_wrote_reads_the_stored_end_again(
+    path: Path,
+) -> None:
+    async with AioSQLiteStore(path) as first, AioSQLiteStore(path) as second:
+        state = State(id="shared", messages=[Message.user("one")])
+        await first.asave(state)
+        theirs = await second.aload("shared")
+        theirs.add_message(Message.user("theirs"))
+        await second.asave(theirs)
+        state.add_message(Message.user("ours"))
+        with pytest.raises(ValueError, match="entry 1 differs"):
+            await first.asave(state)
+        assert_same(await first.aload("shared"), theirs)
+        again = State(messages=[Message.user("again")])
+        await first.asave(again)
+        await first.adelete(again.id)
+        again.add_message(Message.user("more"))
+        await first.asave(again)  # deleted through this connection: written whole again
+        assert_same(await second.aload(again.id), again)
+
+
+@on_asyncio
 async def test_delete_and_list_by_parent(store: AioSQLiteStore) -> None:
     researcher = Agent(FakeModel(["Found it."]), name="researcher", description="Looks up.")
     parent = State(messages=[Message.user("look it up")])

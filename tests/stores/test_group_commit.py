@@ -71,6 +71,18 @@ async def test_a_refused_state_fails_alone(tmp_path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_two_states_under_one_id_in_one_batch_refuse_the_second(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "batch.db")
+    kept = State(id="twin", messages=[Message.user("kept")])
+    other = State(id="twin", messages=[Message.user("other")])
+    refused = await store._write_batch([kept, other])  # one transaction, as a batch writes it
+    assert list(refused) == [id(other)]
+    assert "store.load('twin')" in str(refused[id(other)])
+    assert store.load("twin").snapshot() == kept.snapshot()
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -> None:
     written: list[list[str]] = []
     entered = anyio.Event()

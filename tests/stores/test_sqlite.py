@@ -245,6 +245,36 @@ def test_another_history_under_a_taken_id_is_refused(store: SQLiteStore) -> None
     assert_same(store.load("taken"), loaded)  # nothing was written by the refused saves
 
 
+def test_a_save_after_another_connection_wrote_reads_the_stored_end_again(path: Path) -> None:
+    # A store remembers where each history it wrote ends; a write by another connection (here
+    # a second store on the file, as another process would be) must make it read the end again.
+    with SQLiteStore(path) as first, SQLiteStore(path) as second:
+        state = State(id="shared", messages=[Message.user("one")])
+        first.save(state)
+        theirs = second.load("shared")
+        theirs.add_message(Message.user("theirs"))
+        second.save(theirs)
+        state.add_message(Message.user("ours"))
+        with pytest.raises(ValueError, match="entry 1 differs"):
+            first.save(state)
+        assert_same(first.load("shared"), theirs)
+        second.delete("shared")
+        first.save(state)  # the other connection deleted it: written whole again
+        assert_same(second.load("shared"), state)
+
+
+def test_a_state_deleted_and_saved_again_is_written_whole(store: SQLiteStore, path: Path) -> None:
+    state = State(messages=[Message.user("one")])
+    store.save(state)
+    state.add_message(Message.user("two"))
+    store.save(state)
+    store.delete(state.id)
+    state.add_message(Message.user("three"))
+    store.save(state)
+    assert [seq for seq, _ in stored_rows(path, state.id)] == [0, 1, 2]
+    assert_same(store.load(state.id), state)
+
+
 def test_the_same_entry_written_with_other_formatting_still_continues(
     store: SQLiteStore, path: Path
 ) -> None:
