@@ -115,6 +115,85 @@ async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -
 
 
 @pytest.mark.anyio
+async def test_a_writer_cancelled_as_it_starts_still_writes_its_whole_batch() -> None:
+    # The writer's own save is cancelled just as its write starts: the other saves of its batch
+    # must not return until they are written (they once returned having written nothing).
+    written: list[list[str]] = []
+    blocking = anyio.Event()
+    release = anyio.Event()
+    writer = anyio.CancelScope()
+
+    async def flush(states: list[State]) -> dict[int, ValueError]:
+        if not written:
+            written.append([s.id for s in states])
+            blocking.set()
+            with anyio.CancelScope(shield=True):
+                await release.wait()
+            return {}
+        writer.cancel()  # the leader of the second batch is cancelled as its write starts
+        await anyio.lowlevel.checkpoint()
+        written.append([s.id for s in states])
+        return {}
+
+    commit = GroupCommit(flush)
+    returned: list[str] = []
+
+    async def lead() -> None:
+        with writer:
+            await commit.save(State(id="leader"))
+
+    async def follow() -> None:
+        await commit.save(State(id="follower"))
+        returned.append("follower")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, State(id="first"))
+        await blocking.wait()
+        group.start_soon(lead)  # the first to join the second batch leads it
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert written == [["first"], ["leader", "follower"]]
+    assert returned == ["follower"]
+
+
+@pytest.mark.anyio
+async def test_a_leader_cancelled_while_it_waits_hands_the_batch_on() -> None:
+    written: list[list[str]] = []
+    blocking = anyio.Event()
+    release = anyio.Event()
+
+    async def flush(states: list[State]) -> dict[int, ValueError]:
+        written.append([s.id for s in states])
+        if len(written) == 1:
+            blocking.set()
+            with anyio.CancelScope(shield=True):
+                await release.wait()
+        return {}
+
+    commit = GroupCommit(flush)
+    leader = anyio.CancelScope()
+
+    async def lead() -> None:
+        with leader:
+            await commit.save(State(id="leader"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, State(id="first"))
+        await blocking.wait()
+        group.start_soon(lead)
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(commit.save, State(id="follower"))
+        await anyio.wait_all_tasks_blocked()
+        leader.cancel()  # it waits for its turn: the follower must take the lead
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert written[0] == ["first"]
+    assert written[1][-1] == "follower"  # written, with or without the cancelled save's State
+
+
+@pytest.mark.anyio
 async def test_a_failed_transaction_fails_every_save_of_its_batch() -> None:
     async def flush(states: list[State]) -> dict[int, ValueError]:
         await anyio.lowlevel.checkpoint()
