@@ -9,7 +9,7 @@ import pytest
 
 from orchestrator import Message, RunStart, State
 from stores import AsyncStore, StateInfo, Store, info_of
-from stores._codec import decode_entry
+from stores._codec import _ENTRY, decode_entry, encode_entry
 from stores._memory import MemoryStore
 from stores.contract import crashed_pending, crashed_waiting, rich_state
 
@@ -135,3 +135,17 @@ def _info_from_snapshot(state: State) -> StateInfo:
         usage=snap.usage,
         entries=len(snap.history),
     )
+
+
+def test_each_kind_encodes_to_the_bytes_the_union_gives() -> None:
+    # encode_entry takes each kind's own serializer (twice as fast): it must write what the
+    # union would, for every kind of entry and value (images are base64).
+    recovered = crashed_waiting()
+    recovered._recover()  # an error entry: the request taken back
+    history = [*rich_state().history, *crashed_pending().history, *recovered.history]
+    assert {entry.kind for entry in history} >= {
+        "context_change", "extra_data", "run_start", "model_request", "model_reply",
+        "tool_result", "user", "notice", "error", "stop", "ask",
+    }  # fmt: skip
+    for entry in history:
+        assert encode_entry(entry) == _ENTRY.dump_json(entry)
