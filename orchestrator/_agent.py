@@ -8,6 +8,7 @@ variant.
 from __future__ import annotations
 
 import contextvars
+import functools
 import inspect
 import re
 import threading
@@ -55,6 +56,21 @@ def _as_iterable(tools: Any) -> Iterable[Any]:
 
 _T = TypeVar("_T")
 _log = get_log("agent")
+
+
+def _is_async(function: object) -> bool:
+    """Whether `function` is a coroutine function; cached, as every save asks it again."""
+    try:
+        return _is_async_cached(function)
+    except TypeError:  # unhashable
+        return inspect.iscoroutinefunction(function)
+
+
+@functools.lru_cache(maxsize=256)
+def _is_async_cached(function: object) -> bool:
+    return inspect.iscoroutinefunction(function)
+
+
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
@@ -543,7 +559,7 @@ class Agent:
         if store is None:
             return
         asave = getattr(store, "asave", None)
-        if asave is not None and inspect.iscoroutinefunction(asave):
+        if asave is not None and _is_async(getattr(asave, "__func__", asave)):
             await asave(state)
         else:
             await anyio.to_thread.run_sync(store.save, state)
