@@ -21,7 +21,7 @@ import anyio.to_thread
 from orchestrator import State
 
 from ._base import StateInfo
-from ._known import KnownTails
+from ._known import KnownStates
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -76,7 +76,7 @@ class AioSQLiteStore:
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = anyio.Lock()
-        self._known = KnownTails()  # the stored ends its connection wrote
+        self._known = KnownStates()  # what its connection stored
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
 

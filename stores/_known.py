@@ -1,4 +1,4 @@
-"""The stored ends of histories one SQLite connection knows, so a save need not read them.
+"""What one SQLite connection knows of the States it stored, so a save need not read it back.
 
 A save must know where the stored history of its State ends (`stores._memory.Tail`) to write
 only the entries after it and to check that the State continues it. Reading that end back costs
@@ -6,57 +6,88 @@ a query and the encoding of one entry per State and save: with a thousand subage
 turn, that was a third of the time the store took. A connection that wrote or read the end itself
 already knows it, and it stays true as long as no other connection wrote to the file, which
 SQLite counts for us: ``PRAGMA data_version`` changes exactly when another connection committed.
+
+The parts of a State's `states` row that seldom change (its title, its usage as JSON, ...) are
+kept beside, with the values they were made from, so the next save reuses them when those are
+the same objects.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from orchestrator import Message, Stopped, Usage
+
 from ._memory import Tail
 
-__all__ = ("KnownTails",)
+__all__ = ("KnownStates", "RowParts", "Stored")
 
 
-class KnownTails:
-    """The tails one connection wrote or read, by State id; forgotten when another one writes.
+@dataclass(frozen=True, slots=True)
+class RowParts:
+    """Parts of a `states` row, each beside the immutable value it was made from."""
+
+    title_from: Message | None  # the first message, when the title is its text
+    title: str
+    at_first: datetime | None
+    created: int | None
+    usage: Usage
+    usage_json: str
+    stopped: Stopped | None
+    stopped_json: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """What a connection knows of one State it stored: where its history ends, and its row."""
+
+    tail: Tail
+    row: RowParts | None = None
+
+
+class KnownStates:
+    """What one connection wrote or read of each State, by id; forgotten when another writes.
 
     Only the `limit` most recently used are kept, so a long-lived store holds a bounded number
-    (each keeps one entry and its encoded line).
+    (each keeps one entry, its encoded line, and a row's parts).
     """
 
-    __slots__ = ("_limit", "_tails", "_version")
+    __slots__ = ("_limit", "_states", "_version")
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._tails: dict[str, Tail] = {}
+        self._states: dict[str, Stored] = {}
         self._version: object = None
 
     def current(self, version: object) -> bool:
-        """Whether the file is still at the `version` given to `trust`; else forget every tail.
+        """Whether the file is still at the `version` given to `trust`; else forget everything.
 
         `version` is the file's ``data_version``, read inside the transaction once its lock is
         taken, so it cannot change before the commit.
         """
         if version == self._version:
             return True
-        self._tails.clear()
+        self._states.clear()
         self._version = None
         return False
 
     def trust(self, version: object) -> None:
-        """Keep tails while the file stays at `version` (its format was checked at it)."""
+        """Keep what is known while the file stays at `version` (its format was checked at it)."""
         self._version = version
 
-    def get(self, state_id: str) -> Tail | None:
-        """The known tail of `state_id`, or None (then read it from the file)."""
-        return self._tails.get(state_id)
+    def get(self, state_id: str) -> Stored | None:
+        """What is known of `state_id`, or None (then read its tail from the file)."""
+        return self._states.get(state_id)
 
-    def put(self, state_id: str, tail: Tail) -> None:
-        """Remember `tail` once the transaction that wrote or read it committed."""
-        tails = self._tails
-        tails.pop(state_id, None)  # to the end: the most recently used is forgotten last
-        tails[state_id] = tail
-        if len(tails) > self._limit:
-            del tails[next(iter(tails))]
+    def put(self, state_id: str, stored: Stored) -> None:
+        """Remember `stored` once the transaction that wrote or read it committed."""
+        states = self._states
+        states.pop(state_id, None)  # to the end: the most recently used is forgotten last
+        states[state_id] = stored
+        if len(states) > self._limit:
+            del states[next(iter(states))]
 
     def forget(self, state_id: str) -> None:
-        """Drop the tail of `state_id` (it was deleted through this connection)."""
-        self._tails.pop(state_id, None)
+        """Drop what is known of `state_id` (it was deleted through this connection)."""
+        self._states.pop(state_id, None)

@@ -40,7 +40,7 @@ from orchestrator._stopped import AnyStopped
 
 from ._base import StateInfo, bind_state, recover_state, title_of
 from ._codec import FORMAT_VERSION, check_format
-from ._known import KnownTails
+from ._known import KnownStates, RowParts, Stored
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
 __all__ = (
@@ -294,7 +294,7 @@ def _check_format(where: str) -> Plan[None]:
     check_format(rows[0][0] if rows else None, where=where)
 
 
-def save_plan(state: State, store: object, where: str, known: KnownTails) -> Plan[None]:
+def save_plan(state: State, store: object, where: str, known: KnownStates) -> Plan[None]:
     """Write the entries of `state` the store does not hold yet, and its `states` row.
 
     `state` must continue the stored history (`stores._memory.continuation`: its entry at the
@@ -307,14 +307,14 @@ def save_plan(state: State, store: object, where: str, known: KnownTails) -> Pla
     return _save_one(check_state(state), store, where, known)
 
 
-def _save_one(state: State, store: object, where: str, known: KnownTails) -> Plan[None]:
+def _save_one(state: State, store: object, where: str, known: KnownStates) -> Plan[None]:
     refused = yield from _save_many((state,), store, where, known)
     if refused:
         raise refused[id(state)]
 
 
 def save_many_plan(
-    states: Sequence[State], store: object, where: str, known: KnownTails
+    states: Sequence[State], store: object, where: str, known: KnownStates
 ) -> Plan[dict[int, ValueError]]:
     """Write several States in one transaction (a group commit); bind each one it wrote.
 
@@ -326,33 +326,33 @@ def save_many_plan(
 
 
 def _save_many(
-    states: Sequence[State], store: object, where: str, known: KnownTails
+    states: Sequence[State], store: object, where: str, known: KnownStates
 ) -> Plan[dict[int, ValueError]]:
     yield from _begin_write(where, known)
-    saves: list[tuple[State, Folded, Tail]] = []
+    saves: list[tuple[State, Folded, Stored]] = []
     new = 0
     for state in states:
         folded = state._folded  # one immutable value: the entries written and the row agree
-        tail = known.get(state.id)
-        if tail is None:
+        stored = known.get(state.id)
+        if stored is None:
             last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
-            tail = Tail(last[0][0] + 1, bytes(last[0][1])) if last else Tail()
-        saves.append((state, folded, tail))
-        new += len(folded.entries) - tail.count
+            stored = Stored(Tail(last[0][0] + 1, bytes(last[0][1])) if last else Tail())
+        saves.append((state, folded, stored))
+        new += len(folded.entries) - stored.tail.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
     if writes.states:  # every State's rows in two statements, not two per State
         yield QueryMany(INSERT_ENTRY, writes.entries)
         yield QueryMany(PUT_STATE, writes.states)
     yield Query(COMMIT)
-    for state_id, tail in writes.tails.items():
-        known.put(state_id, tail)
+    for state_id, stored in writes.stored.items():
+        known.put(state_id, stored)
     for state in states:
         if id(state) not in writes.refused:
             state._bind_store(store)
     return writes.refused
 
 
-def _begin_write(where: str, known: KnownTails) -> Plan[None]:
+def _begin_write(where: str, known: KnownStates) -> Plan[None]:
     """Take the write lock; check the format, unless no other connection wrote since we did."""
     yield Query(BEGIN_WRITE)
     version: list[Row] = yield Query(DATA_VERSION)
@@ -363,15 +363,15 @@ def _begin_write(where: str, known: KnownTails) -> Plan[None]:
 
 @dataclass(slots=True)
 class _Writes:
-    """The rows a save of several States writes, their tails once written, and the refused."""
+    """The rows a save of several States writes, what is stored once written, the refused."""
 
     entries: list[Row] = field(default_factory=list["Row"])
     states: list[Row] = field(default_factory=list["Row"])
-    tails: dict[str, Tail] = field(default_factory=dict[str, Tail])
+    stored: dict[str, Stored] = field(default_factory=dict[str, Stored])
     refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
 
 
-def _writes(saves: Sequence[tuple[State, Folded, Tail]]) -> _Writes:
+def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
     """The rows that save each State's `folded` value after its stored `tail` (no I/O).
 
     A State that does not continue its stored history is refused (its `ValueError`, keyed by
@@ -380,10 +380,11 @@ def _writes(saves: Sequence[tuple[State, Folded, Tail]]) -> _Writes:
     continues the first).
     """
     writes = _Writes()
-    tails = writes.tails
-    for state, folded, stored in saves:
+    written = writes.stored
+    for state, folded, known in saves:
         state_id = state.id
-        tail = tails.get(state_id, stored)
+        stored = written.get(state_id, known)
+        tail = stored.tail
         try:
             lines, end = continuation(state, tail, folded)
         except ValueError as error:
@@ -393,8 +394,9 @@ def _writes(saves: Sequence[tuple[State, Folded, Tail]]) -> _Writes:
             continue
         first = tail.count
         writes.entries += [(state_id, first + i, line) for i, line in enumerate(lines)]
-        writes.states.append(_state_row(state_id, folded))
-        tails[state_id] = end
+        row, parts = _state_row(state_id, folded, stored.row)
+        writes.states.append(row)
+        written[state_id] = Stored(end, parts)
     return writes
 
 
@@ -470,7 +472,7 @@ def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]
     return [_info_of_row(row) for row in rows]
 
 
-def delete_plan(state_id: str, known: KnownTails) -> Plan[None]:
+def delete_plan(state_id: str, known: KnownStates) -> Plan[None]:
     """Forget the State `state_id`; nothing happens if it is absent.
 
     Raises:
@@ -480,7 +482,7 @@ def delete_plan(state_id: str, known: KnownTails) -> Plan[None]:
     return _delete(state_id, known)
 
 
-def _delete(state_id: str, known: KnownTails) -> Plan[None]:
+def _delete(state_id: str, known: KnownStates) -> Plan[None]:
     known.forget(state_id)
     yield Query(BEGIN_WRITE)
     yield Query(DELETE_ENTRIES, (state_id,))
@@ -588,6 +590,10 @@ _USAGE: pydantic.TypeAdapter[Usage] = pydantic.TypeAdapter(Usage)
 _STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(AnyStopped | None)
 
 
+def _json(adapter: pydantic.TypeAdapter[Any], value: object) -> str | None:
+    return None if value is None else adapter.dump_json(value).decode()
+
+
 def _micros(at: datetime | None) -> int | None:
     if at is None:
         return None
@@ -600,21 +606,45 @@ def _datetime(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _state_row(state_id: str, folded: Folded) -> Row:
-    """The `states` row of a folded value, in O(1): `info_of` would build the whole history."""
-    return (
+def _state_row(state_id: str, folded: Folded, before: RowParts | None) -> tuple[Row, RowParts]:
+    """The `states` row of a folded value, in O(1) (`info_of` would build the whole history).
+
+    Parts made from the same objects as `before`'s are taken from it, not made again.
+    """
+    messages = folded.messages
+    first = messages.get(0) if len(messages) else None
+    if before is not None and first is not None and first is before.title_from:
+        title, title_from = before.title, first
+    else:
+        title = title_of(messages)
+        # Kept only when the first message gave the title: then later ones cannot change it.
+        title_from = first if title and first is not None and title_of((first,)) == title else None
+    at_first, usage, stopped = folded.at_first, folded.usage, folded.stopped
+    same = before is not None
+    parts = RowParts(
+        title_from,
+        title,
+        at_first,
+        before.created if same and at_first is before.at_first else _micros(at_first),
+        usage,
+        before.usage_json if same and usage is before.usage else _USAGE.dump_json(usage).decode(),
+        stopped,
+        before.stopped_json if same and stopped is before.stopped else _json(_STOPPED, stopped),
+    )
+    row = (
         state_id,
         folded.parent_id,
         folded.parent_call_id,
-        title_of(folded.messages),
-        _micros(folded.at_first),
+        title,
+        parts.created,
         _micros(folded.at_last),
         folded.turn,
         int(folded.finished),
-        None if folded.stopped is None else _STOPPED.dump_json(folded.stopped).decode(),
-        _USAGE.dump_json(folded.usage).decode(),
+        parts.stopped_json,
+        parts.usage_json,
         len(folded.entries),
     )
+    return row, parts
 
 
 def _info_of_row(row: Row) -> StateInfo:

@@ -23,7 +23,7 @@ from orchestrator import State
 
 from ._base import StateInfo
 from ._batch import GroupCommit
-from ._known import KnownTails
+from ._known import KnownStates
 from ._memory import check_state
 from ._offload import ThreadedAsync
 from ._sql import (
@@ -90,7 +90,7 @@ class SQLiteStore(ThreadedAsync):
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
-        self._known = KnownTails()  # the stored ends its connection wrote
+        self._known = KnownStates()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
         self._closed = False
 

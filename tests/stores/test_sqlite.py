@@ -185,6 +185,37 @@ def test_titles_and_naive_times_map_like_info_of(store: SQLiteStore) -> None:
     assert [info.id for info in store.list()] == [untitled.id, dated.id]
 
 
+def test_the_row_follows_every_change_between_saves(store: SQLiteStore) -> None:
+    # A store reuses the parts of a row whose sources did not change (title, usage, stop);
+    # each save must still list what info_of gives, as title, usage and stop change.
+    state = State()
+    empty = state.snapshot()
+    saved: list[StateInfo] = []
+
+    def save() -> None:
+        store.save(state)
+        (info,) = store.list()
+        assert info == info_of(state)
+        saved.append(info)
+
+    save()
+    state.add_message(Message.user("the question"))  # the first message gives the title
+    save()
+    state._begin_think(model="m")
+    state._record_reply(Reply(Message.assistant("ok"), Usage(input_tokens=3, cost=0.25)))
+    save()
+    state.finish("done")
+    save()
+    state.restore(empty)
+    state.add_message(Message.user("another start"))  # another first message
+    save()
+    assert [info.title for info in saved] == [
+        "", "the question", "the question", "the question", "another start",
+    ]  # fmt: skip
+    assert [info.usage.input_tokens for info in saved] == [0, 0, 3, 3, 3]  # spent stays spent
+    assert [info.finished for info in saved] == [False, False, False, True, False]
+
+
 def test_an_in_memory_database_works_while_the_store_is_open() -> None:
     with SQLiteStore(":memory:") as store:
         state = State(messages=[Message.user("kept in memory")])
