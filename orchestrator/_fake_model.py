@@ -20,9 +20,14 @@ class FakeModelExhausted(AssertionError):
     """The FakeModel was asked for more replies than it was given."""
 
 
+# Its own generator: seeding `random` (hypothesis does) cannot make ids repeat; and no uuid4,
+# which makes a system call for each id.
+_IDS = random.Random()
+
+
 def tool_call(name: str, /, **args: Any) -> ToolCall:
     """A `ToolCall` of the tool `name` with `args`, under a fresh id."""
-    return ToolCall(f"call_{random.getrandbits(64):016x}", name, args)  # not uuid4: no syscall
+    return ToolCall(f"call_{_IDS.getrandbits(64):016x}", name, args)
 
 
 class FakeModel:
