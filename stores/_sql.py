@@ -149,6 +149,15 @@ GET_FORMAT = "SELECT value FROM meta WHERE key = ?"
 # -- statements ------------------------------------------------------------------------------
 
 LAST_ENTRY = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq DESC LIMIT 1"
+_IDS_PER_QUERY = 500  # under SQLite's oldest limit of 999 parameters
+
+
+def having_entries(count: int) -> str:
+    """The query of which of `count` State ids have entries."""
+    marks = ", ".join("?" * count)
+    return f"SELECT DISTINCT state_id FROM entries WHERE state_id IN ({marks})"
+
+
 INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, ?)"
 # An upsert changes the row in place; REPLACE would delete it and insert it again, with
 # every index entry.
@@ -329,14 +338,18 @@ def _save_many(
     states: Sequence[State], store: object, where: str, known: KnownStates
 ) -> Plan[dict[int, ValueError]]:
     yield from _begin_write(where, known)
+    unknown = [state.id for state in states if known.get(state.id) is None]
+    stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
     saves: list[tuple[State, Folded, Stored]] = []
     new = 0
     for state in states:
         folded = state._folded  # one immutable value: the entries written and the row agree
         stored = known.get(state.id)
         if stored is None:
-            last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
-            stored = Stored(Tail(last[0][0] + 1, bytes(last[0][1])) if last else Tail())
+            stored = Stored(Tail())
+            if state.id in stored_ids:
+                last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
+                stored = Stored(Tail(last[0][0] + 1, bytes(last[0][1])))
         saves.append((state, folded, stored))
         new += len(folded.entries) - stored.tail.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
@@ -350,6 +363,16 @@ def _save_many(
         if id(state) not in writes.refused:
             state._bind_store(store)
     return writes.refused
+
+
+def _having_entries(state_ids: Sequence[str]) -> Plan[set[str]]:
+    """Which of `state_ids` have stored entries: a few queries for a batch of new States."""
+    found: set[str] = set()
+    for start in range(0, len(state_ids), _IDS_PER_QUERY):
+        chunk = state_ids[start : start + _IDS_PER_QUERY]
+        rows: list[Row] = yield Query(having_entries(len(chunk)), chunk)
+        found.update(row[0] for row in rows)
+    return found
 
 
 def _begin_write(where: str, known: KnownStates) -> Plan[None]:

@@ -83,6 +83,24 @@ async def test_two_states_under_one_id_in_one_batch_refuse_the_second(tmp_path: 
 
 
 @pytest.mark.anyio
+async def test_a_batch_of_many_new_states_still_checks_the_stored_ones(tmp_path: Path) -> None:
+    # New States are told from stored ones with a few queries (500 ids each), not one each:
+    # a taken id among 1,200 new ones must still be checked against its stored history.
+    path = tmp_path / "batch.db"
+    with SQLiteStore(path) as other:  # another connection: this store does not know it
+        other.save(State(id="taken", messages=[Message.user("first")]))
+    store = SQLiteStore(path)
+    new = [State(id=f"new{i}", messages=[Message.user(str(i))]) for i in range(1200)]
+    impostor = State(id="taken", messages=[Message.user("other")])
+    refused = await store._write_batch([*new[:700], impostor, *new[700:]])
+    assert list(refused) == [id(impostor)]
+    assert len(store.list()) == 1201
+    assert store.load("new1199").messages[0].text == "1199"
+    assert store.load("taken").messages[0].text == "first"
+    store.close()
+
+
+@pytest.mark.anyio
 async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -> None:
     written: list[list[str]] = []
     entered = anyio.Event()
