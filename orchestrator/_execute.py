@@ -31,7 +31,7 @@ from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
 from ._permissions import Allowed, Denied, decide
-from ._reply import Usage
+from ._reply import NO_USAGE, Usage
 from ._state import error_text, is_interruption
 from ._stopped import StoppedByPermission
 from ._tools import Tool, ToolInputError
@@ -174,7 +174,7 @@ class _Turn:
     async def _run_call(self, call: ToolCall) -> None:
         state, agent = self.state, self.agent
         agent._report("on_tool_start", state, call)
-        started = time.perf_counter()
+        started = time.perf_counter() if _log.debugging else 0.0
         tool = self.tools.get(call.name)
         context = self.contexts[call.id] = CallContext(state, call, agent)
         outcome: Outcome = "done"
@@ -328,7 +328,7 @@ class _Turn:
 
 
 def _children_usage(context: CallContext) -> Usage:
-    usage = Usage()
+    usage = NO_USAGE
     for child in context.children:
         usage = usage + child.usage
     return usage

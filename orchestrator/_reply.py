@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from ._messages import Message
 
-__all__ = ("Reply", "Usage")
+__all__ = ("NO_USAGE", "Reply", "Usage")
 
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
 
@@ -40,7 +40,7 @@ class Usage:
 
     def is_empty(self) -> bool:
         """Whether nothing was spent: every count 0 and no cost."""
-        return self is _EMPTY or (
+        return self is NO_USAGE or (
             self.cost is None
             and not self.requests
             and not self.input_tokens
@@ -67,7 +67,8 @@ class Usage:
         )
 
 
-_EMPTY = Usage()
+NO_USAGE = Usage()
+"""Nothing spent: shared, so code that often has nothing to add does not build one."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -42,7 +42,7 @@ from ._history import (
 )
 from ._json import freeze, same_json, thaw
 from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
-from ._reply import Reply, Usage
+from ._reply import NO_USAGE, Reply, Usage
 from ._snapshot import StateSnapshot
 from ._stopped import Stopped
 from ._typed import Handler, Schema, SchemaField, replace_values
@@ -296,7 +296,7 @@ class StateCore:
                 outcome=outcome,
                 child_ids=tuple(child_ids),
                 late=late,
-                usage=usage or Usage(),
+                usage=usage or NO_USAGE,
                 state_update=state_update,
             )
             entry = cast("ToolResultEntry", entry)
