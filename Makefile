@@ -25,6 +25,15 @@ lint: $(VENV)/.dev
 
 typecheck: $(VENV)/.dev
 	$(BIN)/pyright
+	# The public API must be fully typed as a user's type checker sees it installed (pyright
+	# cannot see through an editable install, so this checks a plain install of the tree).
+	rm -rf $(VENV)/verifytypes
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --target $(VENV)/verifytypes .
+	cd $(VENV)/verifytypes && for package in orchestrator stores; do \
+		PYTHONPATH=. ../bin/pyright --pythonpath ../bin/python --verifytypes $$package \
+		--ignoreexternal --outputjson > ../verifytypes-$$package.json \
+		|| { PYTHONPATH=. ../bin/pyright --pythonpath ../bin/python --verifytypes $$package \
+		--ignoreexternal; exit 1; }; done
 
 unit: $(VENV)/.dev
 	$(BIN)/python -m pytest

@@ -54,8 +54,8 @@ class ConsoleReporter(Reporter):
     """
 
     def __init__(self, console: Console | None = None, *, show_text: bool = True) -> None:
-        self.console = console or Console(stderr=True)
-        self.show_text = show_text
+        self.console: Console = console or Console(stderr=True)
+        self.show_text: bool = show_text
         self._nodes: dict[str, _Node] = {}
         self._roots: list[str] = []
         self._live: Live | None = None

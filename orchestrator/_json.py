@@ -13,7 +13,7 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, NoReturn, SupportsIndex, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex, TypeVar, cast, overload
 
 import pydantic
 
@@ -64,14 +64,11 @@ class FrozenDict(dict[_K, _V]):
     def __deepcopy__(self, memo: dict[int, Any]) -> FrozenDict[_K, _V]:
         return self
 
-    __setitem__ = _read_only
-    __delitem__ = _read_only
-    __ior__ = _read_only  # type: ignore[assignment]
-    clear = _read_only
-    pop = _read_only  # type: ignore[assignment]
-    popitem = _read_only
-    setdefault = _read_only  # type: ignore[assignment]
-    update = _read_only  # type: ignore[assignment]
+    # Read-only at run time. Type checkers see dict's signatures, so that a FrozenDict can be
+    # passed where a dict is expected and its public type stays exact.
+    if not TYPE_CHECKING:
+        __setitem__ = __delitem__ = __ior__ = _read_only
+        clear = pop = popitem = setdefault = update = _read_only
 
 
 class FrozenList(list[_T]):
@@ -113,18 +110,9 @@ class FrozenList(list[_T]):
             return _frozen_list(super().__getitem__(index))
         return super().__getitem__(index)
 
-    __setitem__ = _read_only  # type: ignore[assignment]
-    __delitem__ = _read_only  # type: ignore[assignment]
-    __iadd__ = _read_only  # type: ignore[assignment]
-    __imul__ = _read_only  # type: ignore[assignment]
-    append = _read_only
-    extend = _read_only
-    insert = _read_only
-    pop = _read_only  # type: ignore[assignment]
-    remove = _read_only
-    clear = _read_only
-    sort = _read_only  # type: ignore[assignment]
-    reverse = _read_only
+    if not TYPE_CHECKING:  # read-only at run time, as FrozenDict
+        __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
+        append = extend = insert = pop = remove = clear = sort = reverse = _read_only
 
 
 def _frozen_dict(items: dict[Any, Any]) -> FrozenDict[Any, Any]:

@@ -69,9 +69,9 @@ class Loop:
                 raise TypeError(f"@loop(until=[...]) takes functions of the state, got {fn!r}.")
         if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"@loop(limit=...) must be an integer >= 1, got {limit!r}.")
-        self.body = body
-        self.until = until
-        self.limit = limit
+        self.body: LoopBody = body
+        self.until: tuple[Until, ...] = until
+        self.limit: int = limit
 
     def __repr__(self) -> str:
         names = [getattr(fn, "__name__", repr(fn)) for fn in self.until]

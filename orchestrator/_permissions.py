@@ -176,7 +176,7 @@ class AllowByName(Permission):
 
     def __init__(self, patterns: Iterable[str] | str) -> None:
         self._patterns = _patterns("AllowByName", patterns)
-        self.name = repr(self)
+        self.name: str = repr(self)
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -230,7 +230,7 @@ class DenyByName(Permission):
             raise TypeError(f"DenyByName(stop=...) must be a bool, got {type(stop).__name__}.")
         self._reason = reason
         self._stop = stop
-        self.name = repr(self)
+        self.name: str = repr(self)
 
     @property
     def patterns(self) -> tuple[str, ...]:
@@ -385,7 +385,7 @@ class AskApproval(Permission):
         self._callback = callback
         self._deny_stop = deny_stop
         self._is_async = _is_async_callable(callback)
-        self.name = repr(self)
+        self.name: str = repr(self)
 
     @property
     def callback(self) -> ApprovalCallback | None:

@@ -250,8 +250,8 @@ class ToolInputError(OrchestratorError):
     """
 
     def __init__(self, tool: str, issues: Iterable[Issue]) -> None:
-        self.tool = tool
-        self.issues = tuple(issues)
+        self.tool: str = tool
+        self.issues: tuple[Issue, ...] = tuple(issues)
         lines = [f"Invalid arguments for the tool {tool!r}:"]
         lines += [f"- {format_path(issue.path)}: {issue.message}" for issue in self.issues]
         lines.append("Call the tool again with every problem fixed.")
