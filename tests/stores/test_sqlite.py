@@ -35,6 +35,7 @@ from orchestrator import (
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, StateInfo, info_of
+from stores._known import KnownStates, Stored
 from stores._sqlite import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -292,6 +293,29 @@ def test_a_save_after_another_connection_wrote_reads_the_stored_end_again(path: 
         second.delete("shared")
         first.save(state)  # the other connection deleted it: written whole again
         assert_same(second.load("shared"), state)
+
+
+def test_a_save_interrupted_right_after_its_commit_can_be_saved_again(
+    store: SQLiteStore, path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl+C during COMMIT is raised as the call returns: the rows are written but the store
+    # never learns it. The next save must read the stored end, not write the same rows again.
+    state = State(messages=[Message.user("one")])
+    store.save(state)
+    state.add_message(Message.user("two"))
+    put = KnownStates.put
+
+    def interrupted(self: KnownStates, state_id: str, stored: Stored) -> None:
+        monkeypatch.setattr(KnownStates, "put", put)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(KnownStates, "put", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        store.save(state)
+    assert [seq for seq, _ in stored_rows(path, state.id)] == [0, 1]  # it was committed
+    state.add_message(Message.user("three"))
+    store.save(state)
+    assert_same(store.load(state.id), state)
 
 
 def test_a_state_deleted_and_saved_again_is_written_whole(store: SQLiteStore, path: Path) -> None:
