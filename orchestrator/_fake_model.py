@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 from collections.abc import Iterable
@@ -20,9 +21,12 @@ class FakeModelExhausted(AssertionError):
     """The FakeModel was asked for more replies than it was given."""
 
 
-# Its own generator: seeding `random` (hypothesis does) cannot make ids repeat; and no uuid4,
-# which makes a system call for each id.
+# Its own generator: seeding `random` (hypothesis does) cannot make ids repeat; reseeded in a
+# forked child, which would otherwise draw the parent's ids; and no uuid4, which makes a
+# system call for each id.
 _IDS = random.Random()
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_IDS.seed)
 
 
 def tool_call(name: str, /, **args: Any) -> ToolCall:
