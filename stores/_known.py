@@ -24,6 +24,9 @@ from ._memory import Tail
 __all__ = ("KnownStates", "RowParts", "Stored")
 
 
+_LONGEST_LINE = 64 * 1024  # bytes of a last entry's encoded line worth keeping
+
+
 @dataclass(frozen=True, slots=True)
 class RowParts:
     """Parts of a `states` row, each beside the immutable value it was made from."""
@@ -81,9 +84,15 @@ class KnownStates:
         return self._states.get(state_id)
 
     def put(self, state_id: str, stored: Stored) -> None:
-        """Remember `stored` once the transaction that wrote or read it committed."""
+        """Remember `stored` once the transaction that wrote or read it committed.
+
+        A State whose last entry is long (an image, say) is not kept: its next save reads the
+        end back, rather than this holding megabytes after the State is gone.
+        """
         states = self._states
         states.pop(state_id, None)  # to the end: the most recently used is forgotten last
+        if len(stored.tail.line) > _LONGEST_LINE:
+            return
         states[state_id] = stored
         if len(states) > self._limit:
             del states[next(iter(states))]

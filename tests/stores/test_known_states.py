@@ -37,3 +37,11 @@ def test_only_the_most_recently_written_are_kept() -> None:
     assert known.get("b") is None
     assert known.get("a") == Stored(Tail(2, b"a2"))
     assert known.get("c") == Stored(Tail(1, b"c"))
+
+
+def test_a_state_whose_last_entry_is_long_is_not_kept() -> None:
+    known = KnownStates()
+    known.put("image", Stored(Tail(1, b"x" * 70_000)))
+    known.put("text", Stored(Tail(1, b"x" * 1_000)))
+    assert known.get("image") is None  # read back from the file at its next save
+    assert known.get("text") is not None

@@ -24,6 +24,7 @@ import pytest
 from orchestrator import (
     Agent,
     ErrorEntry,
+    Image,
     Message,
     ModelReplyEntry,
     Reply,
@@ -314,6 +315,18 @@ def test_a_save_interrupted_right_after_its_commit_can_be_saved_again(
         store.save(state)
     assert [seq for seq, _ in stored_rows(path, state.id)] == [0, 1]  # it was committed
     state.add_message(Message.user("three"))
+    store.save(state)
+    assert_same(store.load(state.id), state)
+
+
+def test_a_state_ending_in_a_long_entry_saves_again_and_again(store: SQLiteStore) -> None:
+    # Its end is too long to keep in memory: each save reads it back from the file instead.
+    state = State(messages=[Message.user("look", Image(b"\x89PNG" + bytes(100_000), "image/png"))])
+    store.save(state)
+    store.save(state)  # nothing new: nothing written
+    state.add_message(Message.user("and now?", Image(bytes(80_000), "image/png")))
+    store.save(state)
+    state.add_message(Message.user("thanks"))
     store.save(state)
     assert_same(store.load(state.id), state)
 
