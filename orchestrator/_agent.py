@@ -432,12 +432,13 @@ class Agent:
         finally:
             thinking.reset(token)
         state._record_reply(reply)
-        _log.debug(
-            "state.think.finished",
-            state_id=state.id,
-            turn=state.turn,
-            calls=len(reply.message.tool_calls),
-        )
+        if _log.debugging:  # the fields cost time on every think: only when they are logged
+            _log.debug(
+                "state.think.finished",
+                state_id=state.id,
+                turn=state.turn,
+                calls=len(reply.message.tool_calls),
+            )
         await self._save(state)
         self._report("on_think_end", state, reply)
         return reply
