@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, TypeAlias, overload
+from typing import TYPE_CHECKING, TypeAlias, cast, overload
 
 import anyio.to_thread
 
@@ -47,12 +47,20 @@ async def run_body(body: LoopBody, agent: Agent, state: State) -> None:
     A sync body runs in a worker thread so that the sync Agent methods it calls can hop back
     onto the event loop.
     """
+    await _runner(body)(agent, state)
+
+
+def _runner(body: LoopBody) -> Callable[[Agent, State], Awaitable[None]]:
+    """`body` as an async function: itself if async, else a call in a worker thread."""
     if inspect.iscoroutinefunction(body) or inspect.iscoroutinefunction(
         getattr(body, "__call__", None)  # noqa: B004 - an object with async __call__
     ):
-        await body(agent, state)  # type: ignore[misc]
-    else:
+        return cast("Callable[[Agent, State], Awaitable[None]]", body)
+
+    async def in_thread(agent: Agent, state: State) -> None:
         await anyio.to_thread.run_sync(body, agent, state)
+
+    return in_thread
 
 
 class Loop:
@@ -79,9 +87,10 @@ class Loop:
         return f"Loop({body!r}, until={names}, limit={self.limit})"
 
     async def __call__(self, agent: Agent, state: State) -> None:
+        run = _runner(self.body)  # asked once per call: inspect is slow for a per-turn check
         turns = 0
         while self._should_continue(state, turns):
-            await run_body(self.body, agent, state)
+            await run(agent, state)
             turns += 1
 
     def _should_continue(self, state: State, turns: int) -> bool:
