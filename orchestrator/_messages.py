@@ -12,7 +12,7 @@ import mimetypes
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import Field
 
@@ -140,19 +140,21 @@ class ToolResultBlock:
     def __post_init__(self) -> None:
         _require_str("ToolResultBlock", "call_id", self.call_id)
         content: object = self.content
-        if isinstance(content, str):
-            content = (TextBlock(content),)
-        if not isinstance(content, Iterable):
-            raise TypeError("ToolResultBlock.content must be a str or a sequence of blocks.")
-        blocks = tuple(content)  # pyright: ignore[reportUnknownArgumentType]
-        for block in blocks:
+        if type(content) is not tuple:  # the common case, a tuple, is kept as it is
+            if isinstance(content, str):
+                content = (TextBlock(content),)
+            if not isinstance(content, Iterable):
+                raise TypeError("ToolResultBlock.content must be a str or a sequence of blocks.")
+            content = tuple(content)  # pyright: ignore[reportUnknownArgumentType]
+            object.__setattr__(self, "content", content)
+        for block in cast("tuple[object, ...]", content):
             if not isinstance(block, TextBlock | Image):
                 raise TypeError(
                     "ToolResultBlock.content holds TextBlock and Image items only,"
                     f" got {type(block).__name__}."
                 )
-        object.__setattr__(self, "content", blocks)
-        object.__setattr__(self, "is_error", bool(self.is_error))
+        if type(self.is_error) is not bool:
+            object.__setattr__(self, "is_error", bool(self.is_error))
 
     @property
     def text(self) -> str:
@@ -203,21 +205,22 @@ class Message:
         if self.role not in ("user", "assistant"):
             raise ValueError(f"Message.role must be 'user' or 'assistant', got {self.role!r}.")
         content: object = self.content
-        if isinstance(content, str):
-            raise TypeError(
-                "Message.content is a tuple of blocks, not a str: use Message.user(text)"
-                " or Message.assistant(text)."
-            )
-        if not isinstance(content, Iterable):
-            raise TypeError("Message.content must be a sequence of blocks.")
-        blocks = tuple(content)  # pyright: ignore[reportUnknownArgumentType]
-        for block in blocks:
+        if type(content) is not tuple:  # the common case, a tuple, is kept as it is
+            if isinstance(content, str):
+                raise TypeError(
+                    "Message.content is a tuple of blocks, not a str: use Message.user(text)"
+                    " or Message.assistant(text)."
+                )
+            if not isinstance(content, Iterable):
+                raise TypeError("Message.content must be a sequence of blocks.")
+            content = tuple(content)  # pyright: ignore[reportUnknownArgumentType]
+            object.__setattr__(self, "content", content)
+        for block in cast("tuple[object, ...]", content):
             if not isinstance(block, _BLOCK_TYPES):
                 raise TypeError(
                     f"Message.content holds blocks (TextBlock, Image, ToolCall, ...),"
                     f" got {type(block).__name__}."
                 )
-        object.__setattr__(self, "content", blocks)
 
     @classmethod
     def user(cls, text: str, *images: Image) -> Message:
