@@ -154,7 +154,8 @@ def freeze(value: Any, path: str = "") -> Any:
                 f"{_where(path)} is {value!r}, which JSON cannot hold: use None or a finite number."
             )
         return value
-    if isinstance(value, Mapping):
+    # An atom item is kept without a call: that would format its path, only used in an error.
+    if kind is dict or isinstance(value, Mapping):
         items: dict[str, Any] = {}
         for key, item in cast("Mapping[object, Any]", value).items():
             if not isinstance(key, str):
@@ -162,11 +163,14 @@ def freeze(value: Any, path: str = "") -> Any:
                     f"{_where(path)} has the key {key!r} of type {type(key).__name__}:"
                     " JSON keys are strings. Convert the key with str()."
                 )
-            items[key] = freeze(item, f"{path}[{key!r}]")
+            items[key] = item if type(item) in _ATOMS else freeze(item, f"{path}[{key!r}]")
         return _frozen_dict(items)
     if isinstance(value, list | tuple):
         items_list = cast("Iterable[Any]", value)
-        return _frozen_list(freeze(item, f"{path}[{i}]") for i, item in enumerate(items_list))
+        return _frozen_list(
+            item if type(item) in _ATOMS else freeze(item, f"{path}[{i}]")
+            for i, item in enumerate(items_list)
+        )
     if isinstance(value, enum.Enum):
         raise TypeError(
             f"{_where(path)} is the enum member {value!r}, which is not JSON: record its .value."
