@@ -17,6 +17,10 @@ from .models import Request, TextCallback
 __all__ = ("FakeModel", "FakeModelExhausted", "tool_call")
 
 
+# What every scripted reply spent; a Usage is immutable, so all of them share this one.
+_ONE_REQUEST = Usage(requests=1)
+
+
 class FakeModelExhausted(AssertionError):
     """The FakeModel was asked for more replies than it was given."""
 
@@ -104,7 +108,7 @@ class FakeModel:
             raise item
         if isinstance(item, Reply):
             return item
-        usage = Usage(requests=1)
+        usage = _ONE_REQUEST
         if isinstance(item, str):
             return Reply(Message.assistant(item), usage, stop_reason="end_turn", model=self._name)
         if isinstance(item, ToolCall):
