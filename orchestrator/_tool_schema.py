@@ -380,12 +380,13 @@ class Parameters:
                     " pass it to bind(args, state, memory=agent.memory)."
                 )
             kwargs[param] = memory
-        if not isinstance(args, Mapping):
+        if not isinstance(args, dict | Mapping):  # dict first: a fast check, no ABC
             shown = type(args).__name__
             issue = Issue((), f"must be a JSON object of named arguments, got {shown}")
             raise ToolInputError(self.tool, (issue,))
-        plain = thaw(dict(cast("Mapping[Any, Any]", args)))
-        if set(plain) == {INVALID_ARGUMENTS}:
+        # thaw copies a dict (a FrozenDict too): only another Mapping needs dict() first.
+        plain = thaw(args if isinstance(args, dict) else dict(cast("Mapping[Any, Any]", args)))
+        if len(plain) == 1 and INVALID_ARGUMENTS in plain:
             text = _shown(plain[INVALID_ARGUMENTS])
             issue = Issue(
                 (),
