@@ -48,6 +48,12 @@ INTERRUPTED = "(interrupted by user)"
 ALLOWED = Allowed()
 
 
+def _new_list() -> list[Any]:
+    # Not `list[str]` as the factory: calling a generic alias costs 7x more (it tries to set
+    # __orig_class__ on the list and swallows the failure), and every tool call makes a context.
+    return []
+
+
 @dataclass(slots=True)
 class CallContext:
     """The tool call a task or worker thread is running: subagents started here link to it."""
@@ -55,9 +61,9 @@ class CallContext:
     state: State
     call: ToolCall
     agent: Agent
-    child_ids: list[str] = field(default_factory=list[str])
-    children: list[State] = field(default_factory=list["State"])
-    failures: list[BaseException] = field(default_factory=list[BaseException])  # of children
+    child_ids: list[str] = field(default_factory=_new_list)
+    children: list[State] = field(default_factory=_new_list)
+    failures: list[BaseException] = field(default_factory=_new_list)  # of children
     # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
     ordinals: itertools.count[int] = field(default_factory=itertools.count)
 
