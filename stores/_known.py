@@ -98,5 +98,5 @@ class KnownStates:
             del states[next(iter(states))]
 
     def forget(self, state_id: str) -> None:
-        """Drop what is known of `state_id` (it was deleted through this connection)."""
+        """Drop what is known of `state_id`: it was deleted, or a write of it is under way."""
         self._states.pop(state_id, None)

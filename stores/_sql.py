@@ -326,6 +326,7 @@ def save_many_plan(
 def _save_many(
     states: Sequence[State], store: object, where: str, known: KnownStates
 ) -> Plan[dict[int, ValueError]]:
+    """One transaction: find each State's stored end (known, or read), write what follows."""
     yield from _begin_write(where, known)
     unknown = [state.id for state in states if known.get(state.id) is None]
     stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
