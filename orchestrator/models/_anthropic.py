@@ -15,8 +15,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-import anyio
-
 from .._json import thaw
 from .._messages import (
     Block,
@@ -31,7 +29,7 @@ from .._messages import (
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price
-from ._retry import Failure, Progress, RetryPolicy, StreamBroken, run_with_retries
+from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
     Settings,
     SettingsModel,
@@ -40,13 +38,9 @@ from ._wire import (
     as_int,
     missing_sdk,
     parse_tool_args,
-    read_events,
-    shared_ssl_context,
 )
 
 if TYPE_CHECKING:
-    import anthropic
-
     from .._tools import ToolSpec
 
 __all__ = ("ANTHROPIC_URL", "AnthropicModel", "anthropic_messages", "anthropic_tools")
@@ -468,50 +462,24 @@ class AnthropicModel(SettingsModel):
             ProviderError: Any other failure, a reply that broke off mid-stream included.
         """
         sdk = _import_anthropic()
-        provider = self._provider()
-        # Anthropic-compatible servers still expect a key: a missing one is an AuthError.
-        key = self._settings.key(provider, placeholder=False)
-        provider = provider.with_secret(key)
-        body = self.request_body(request)
-        context = await shared_ssl_context()
-        client = sdk.AsyncAnthropic(
-            api_key=key.reveal(),
-            base_url=self._settings.base_url,
-            max_retries=0,
-            default_headers=dict(self._settings.headers),
-            http_client=sdk.DefaultAsyncHttpxClient(verify=context),
-        )
 
-        async def send(progress: Progress) -> Reply:
-            stream = _MessageStream(self._settings.name)
+        def open_response(client: Any, body: dict[str, Any]) -> Any:
             # Only the required fields go through the SDK's signature; the rest as they are.
-            async with client.messages.with_streaming_response.create(
+            return client.messages.with_streaming_response.create(
                 model=body["model"],
                 max_tokens=body["max_tokens"],
                 messages=body["messages"],
                 stream=True,
                 extra_body={key: body[key] for key in body.keys() - _REQUIRED} or None,
-            ) as response:
-                await read_events(
-                    response.http_response, stream.handle, on_text, progress, stream.has_content
-                )
-            return stream.reply(self._settings.price)
+            )
 
-        def classify(error: Exception) -> Failure | None:
-            if isinstance(error, sdk.APIStatusError):
-                return provider.status_failure(
-                    error.status_code, error.body, error.response.headers, error.request_id
-                )
-            if isinstance(error, sdk.APIConnectionError):
-                return provider.connection_failure(error)
-            return provider.classify(error)
-
-        try:
-            return await run_with_retries(self._settings.retry, provider, send, classify)
-        finally:
-            await _close(client)
-
-
-async def _close(client: anthropic.AsyncAnthropic) -> None:
-    with anyio.CancelScope(shield=True):
-        await client.close()
+        return await self._stream(
+            request,
+            on_text,
+            sdk=sdk,
+            client_class=sdk.AsyncAnthropic,
+            # Anthropic-compatible servers still expect a key: a missing one is an AuthError.
+            placeholder_key=False,
+            open_response=open_response,
+            new_stream=lambda: _MessageStream(self._settings.name),
+        )

@@ -17,9 +17,10 @@ import os
 import ssl
 import threading
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 import anyio
 import anyio.lowlevel
@@ -27,12 +28,13 @@ import anyio.to_thread
 
 from .._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
-from ._retry import Progress, Provider, RetryPolicy, Secret
+from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
 
 if TYPE_CHECKING:
     import httpx2
 
-    from ._base import TextCallback
+    from .._reply import Reply
+    from ._base import Request, TextCallback
 
 __all__ = (
     "INVALID_ARGUMENTS",
@@ -338,6 +340,22 @@ def parse_tool_args(raw: str) -> dict[str, Any]:
     return {INVALID_ARGUMENTS: raw}
 
 
+class ReplyStream(Protocol):
+    """A provider's reply as its server-sent events come in."""
+
+    def handle(self, event: SSEEvent) -> str | None:
+        """Take one event; return the text it adds, if any."""
+        ...
+
+    def has_content(self) -> bool:
+        """Whether the reply holds text, reasoning or a tool call yet."""
+        ...
+
+    def reply(self, price: Price | None) -> Reply:
+        """The finished reply, its usage priced with `price`."""
+        ...
+
+
 class SettingsModel:
     """What `OpenAIModel` and `AnthropicModel` share: their checked settings and the accessors.
 
@@ -396,3 +414,61 @@ class SettingsModel:
             settings.api_key_env,
             type(self).__name__,
         )
+
+    def request_body(self, request: Request) -> dict[str, Any]:
+        """The JSON body of `request` for this provider's API."""
+        raise NotImplementedError
+
+    async def _stream(
+        self,
+        request: Request,
+        on_text: TextCallback | None,
+        *,
+        sdk: Any,
+        client_class: Callable[..., Any],
+        placeholder_key: bool,
+        open_response: Callable[[Any, dict[str, Any]], AbstractAsyncContextManager[Any]],
+        new_stream: Callable[[], ReplyStream],
+    ) -> Reply:
+        """Send `request` through the provider's SDK and stream its reply, with retries.
+
+        Both official SDKs have the same shape: a client class taking the key, the base URL and
+        an httpx client, `APIStatusError` and `APIConnectionError`. `open_response(client, body)`
+        opens the streaming response; `new_stream()` reads one attempt's events.
+        """
+        provider = self._provider()
+        key = self._settings.key(provider, placeholder=placeholder_key)
+        provider = provider.with_secret(key)
+        body = self.request_body(request)
+        context = await shared_ssl_context()
+        client = client_class(
+            api_key=key.reveal(),
+            base_url=self._settings.base_url,
+            max_retries=0,
+            default_headers=dict(self._settings.headers),
+            http_client=sdk.DefaultAsyncHttpxClient(verify=context),
+        )
+
+        async def send(progress: Progress) -> Reply:
+            stream = new_stream()
+            async with open_response(client, body) as response:
+                await read_events(
+                    response.http_response, stream.handle, on_text, progress, stream.has_content
+                )
+            return stream.reply(self._settings.price)
+
+        def classify(error: Exception) -> Failure | None:
+            if isinstance(error, sdk.APIStatusError):
+                status: Any = error  # the SDK's error type, which only the SDK module knows
+                return provider.status_failure(
+                    status.status_code, status.body, status.response.headers, status.request_id
+                )
+            if isinstance(error, sdk.APIConnectionError):
+                return provider.connection_failure(error)
+            return provider.classify(error)
+
+        try:
+            return await run_with_retries(self._settings.retry, provider, send, classify)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.close()
