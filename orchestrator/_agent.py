@@ -8,15 +8,12 @@ variant.
 from __future__ import annotations
 
 import contextvars
-import functools
-import inspect
 import re
 import threading
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast, overload
 
 import anyio
-import anyio.to_thread
 
 from ._ask import ask as _ask
 from ._ask import compact as _compact
@@ -32,7 +29,7 @@ from ._reply import Reply
 from ._reporting import Reporter, thinking
 from ._state import RESERVED, State, is_interruption
 from ._subagents import AgentTool
-from ._sync import run_sync
+from ._sync import call_twin, run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
 from .models import Model, Request
@@ -56,19 +53,6 @@ def _as_iterable(tools: Any) -> Iterable[Any]:
 
 _T = TypeVar("_T")
 _log = get_log("agent")
-
-
-def _is_async(function: object) -> bool:
-    """Whether `function` is a coroutine function; cached, as every save asks it again."""
-    try:
-        return _is_async_cached(function)
-    except TypeError:  # unhashable
-        return inspect.iscoroutinefunction(function)
-
-
-@functools.lru_cache(maxsize=256)
-def _is_async_cached(function: object) -> bool:
-    return inspect.iscoroutinefunction(function)
 
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -559,11 +543,7 @@ class Agent:
         store = self._store_for(state)
         if store is None:
             return
-        asave = getattr(store, "asave", None)
-        if asave is not None and _is_async(getattr(asave, "__func__", asave)):
-            await asave(state)
-        else:
-            await anyio.to_thread.run_sync(store.save, state)
+        await call_twin(store, "save", state)
 
     async def _save_or_take_back(self, state: State) -> None:
         """Save a recorded request; if that fails (or is cancelled), take the request back."""

@@ -6,13 +6,13 @@ value), each `until` function (`StoppedByUntil(fn.__name__)`), the limit (`Stopp
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias, cast, overload
 
 import anyio.to_thread
 
 from ._stopped import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
+from ._sync import is_async_callable
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -52,9 +52,7 @@ async def run_body(body: LoopBody, agent: Agent, state: State) -> None:
 
 def _runner(body: LoopBody) -> Callable[[Agent, State], Awaitable[None]]:
     """`body` as an async function: itself if async, else a call in a worker thread."""
-    if inspect.iscoroutinefunction(body) or inspect.iscoroutinefunction(
-        getattr(body, "__call__", None)  # noqa: B004 - an object with async __call__
-    ):
+    if is_async_callable(body):
         return cast("Callable[[Agent, State], Awaitable[None]]", body)
 
     async def in_thread(agent: Agent, state: State) -> None:

@@ -22,20 +22,18 @@ from __future__ import annotations
 
 import builtins
 import difflib
-import functools
-import inspect
 import json
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
-import anyio.to_thread
 import pydantic
 
 from ._errors import Issue, ValidationError
 from ._json import freeze
 from ._state import validate_id
+from ._sync import call_twin
 
 __all__ = (
     "KV_SPACE",
@@ -204,11 +202,7 @@ class _Store:
 
     async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Await the store's async twin of `method` (a sync-only store's runs in a thread)."""
-        twin = getattr(self._store, "a" + method, None)
-        if twin is not None and inspect.iscoroutinefunction(twin):
-            return await twin(*args, **kwargs)
-        sync = functools.partial(getattr(self._store, method), *args, **kwargs)
-        return await anyio.to_thread.run_sync(sync)
+        return await call_twin(self._store, method, *args, **kwargs)
 
 
 # -- documents ----------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ import anyio.to_thread
 
 from ._messages import ToolCall
 from ._state import State
+from ._sync import is_async_callable
 
 __all__ = (
     "AllowByName",
@@ -323,12 +324,6 @@ def _read_answer(prompt: str) -> str | None:
         return None
 
 
-def _is_async_callable(value: object) -> bool:
-    """Whether calling `value` gives a coroutine: an async function, or an async `__call__`."""
-    method = getattr(type(value), "__call__", None)  # noqa: B004 - not a callable() test
-    return inspect.iscoroutinefunction(value) or inspect.iscoroutinefunction(method)
-
-
 def _call_boxed(callback: Callable[..., object], *args: object) -> tuple[object]:
     """Call `callback` in a worker thread; the box lets a returned coroutine reach the loop."""
     return (callback(*args),)
@@ -384,7 +379,7 @@ class AskApproval(Permission):
             )
         self._callback = callback
         self._deny_stop = deny_stop
-        self._is_async = _is_async_callable(callback)
+        self._is_async = is_async_callable(callback)
         self.name: str = repr(self)
 
     @property

@@ -4,11 +4,16 @@ A sync method called from plain code starts an event loop (`anyio.run`). Called 
 thread of a running async run (a sync tool, a sync loop body), it hops onto that loop
 (`anyio.from_thread.run`). Called on a thread that runs an event loop, it would deadlock, so it
 raises `TypeError` naming the async twin.
+
+The other way, `call_twin` awaits an object's async twin of a method, or runs the sync one in a
+worker thread; `is_async_callable` is the one test of what is async.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -16,9 +21,40 @@ from typing import Any, TypeVar
 import anyio
 import anyio.from_thread
 
-__all__ = ("run_sync",)
+__all__ = ("call_twin", "is_async_callable", "run_sync")
 
 _T = TypeVar("_T")
+
+
+def is_async_callable(value: object) -> bool:
+    """Whether calling `value` gives a coroutine: an async function, or an async `__call__`."""
+    method = getattr(type(value), "__call__", None)  # noqa: B004 - not a callable() test
+    return _coroutine_function(value) or _coroutine_function(method)
+
+
+async def call_twin(owner: object, method: str, *args: Any, **kwargs: Any) -> Any:
+    """Await `owner`'s async twin of `method` (``"a" + method``), or run `method` in a thread.
+
+    So a sync-only store (or memory backend) never blocks the event loop.
+    """
+    twin = getattr(owner, "a" + method, None)
+    if twin is not None and _coroutine_function(getattr(twin, "__func__", twin)):
+        return await twin(*args, **kwargs)
+    call = functools.partial(getattr(owner, method), *args, **kwargs)
+    return await anyio.to_thread.run_sync(call)
+
+
+def _coroutine_function(value: object) -> bool:
+    # Cached: an agent asks it of its store at every save.
+    try:
+        return _coroutine_function_cached(value)
+    except TypeError:  # unhashable
+        return inspect.iscoroutinefunction(value)
+
+
+@functools.lru_cache(maxsize=256)
+def _coroutine_function_cached(value: object) -> bool:
+    return inspect.iscoroutinefunction(value)
 
 
 def _event_loop_running_here() -> bool:

@@ -26,6 +26,7 @@ import anyio.to_thread
 from ._json import freeze
 from ._memory import Memory
 from ._state import State
+from ._sync import is_async_callable
 from ._tool_result import (
     Converted,
     OutputMapping,
@@ -127,12 +128,6 @@ def _check_inputs(tool: str, value: object) -> Mapping[str, str]:
     return MappingProxyType(cast("dict[str, str]", mapping))
 
 
-def _is_async(fn: object) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - an async __call__ of a callable object
-    )
-
-
 def _check_not_generator(tool: str, fn: object) -> None:
     if inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(
@@ -197,9 +192,9 @@ class Tool:
                 f"{cls.__name__} defines both run and arun: a tool is either sync (run) or"
                 " async (arun). Keep one."
             )
-        if run is not None and _is_async(run):
+        if run is not None and is_async_callable(run):
             raise TypeError(f"{cls.__name__}.run is async: name it arun.")
-        if arun is not None and not _is_async(arun):
+        if arun is not None and not is_async_callable(arun):
             raise TypeError(f"{cls.__name__}.arun must be `async def`; name a sync method run.")
 
     def __init__(
@@ -254,7 +249,7 @@ class Tool:
         self._output_handlers: Mapping[str, Handler] = MappingProxyType(
             {out.key: out.handler for out in outputs if out.handler is not None}
         )
-        self._is_async = _is_async(target)
+        self._is_async = is_async_callable(target)
         self._parameters = Parameters.analyse(
             target, tool=name, inputs_from_state=self.inputs_from_state, descriptions=arg_docs
         )
