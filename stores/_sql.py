@@ -638,40 +638,38 @@ def _state_row(state_id: str, folded: Folded, before: RowParts | None) -> tuple[
         # Kept only when the first message gave the title: then later ones cannot change it.
         title_from = first if title and first is not None and title_of((first,)) == title else None
     at_first, usage, stopped = folded.at_first, folded.usage, folded.stopped
+    same = before is not None
+    created = before.created if same and at_first is before.at_first else _micros(at_first)
+    usage_json = (
+        before.usage_json if same and usage is before.usage else _USAGE.dump_json(usage).decode()
+    )
+    stopped_json = (
+        before.stopped_json if same and stopped is before.stopped else _json(_STOPPED, stopped)
+    )
     if (
-        before is not None
+        same
         and title_from is before.title_from
         and title == before.title
         and at_first is before.at_first
         and usage is before.usage
         and stopped is before.stopped
     ):
-        parts = before  # most saves: nothing the parts are made from changed
+        parts = before  # most saves: nothing changed, and no new object to collect
     else:
-        same = before is not None
         parts = RowParts(
-            title_from,
-            title,
-            at_first,
-            before.created if same and at_first is before.at_first else _micros(at_first),
-            usage,
-            before.usage_json
-            if same and usage is before.usage
-            else _USAGE.dump_json(usage).decode(),
-            stopped,
-            before.stopped_json if same and stopped is before.stopped else _json(_STOPPED, stopped),
+            title_from, title, at_first, created, usage, usage_json, stopped, stopped_json
         )
     row = (
         state_id,
         folded.parent_id,
         folded.parent_call_id,
         title,
-        parts.created,
+        created,
         _micros(folded.at_last),
         folded.turn,
         int(folded.finished),
-        parts.stopped_json,
-        parts.usage_json,
+        stopped_json,
+        usage_json,
         len(folded.entries),
     )
     return row, parts
