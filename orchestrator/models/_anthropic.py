@@ -28,7 +28,7 @@ from .._messages import (
 )
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
-from ._price import Price
+from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
     Settings,
@@ -315,21 +315,12 @@ class _MessageStream:
         read = self.usage.get("cache_read_input_tokens", 0)
         output = self.usage.get("output_tokens", 0)
         total = fresh + written + read
-        cost = None
-        if price is not None:
-            cost = price.cost(
-                input_tokens=total,
-                output_tokens=output,
-                cache_read_tokens=read,
-                cache_write_tokens=written,
-            )
-        return Usage(
+        return request_usage(
+            price,
             input_tokens=total,
             output_tokens=output,
             cache_read_tokens=read,
             cache_write_tokens=written,
-            requests=1,
-            cost=cost,
         )
 
 

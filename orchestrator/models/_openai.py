@@ -28,7 +28,7 @@ from .._messages import (
 )
 from .._reply import Reply, Usage
 from ._base import Request, TextCallback
-from ._price import Price
+from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
     Settings,
@@ -294,17 +294,8 @@ class _ChatStream:
         cached = as_int(details.get("cached_tokens")) or as_int(
             usage.get("prompt_cache_hit_tokens")
         )
-        cost = None
-        if price is not None:
-            cost = price.cost(
-                input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached
-            )
-        return Usage(
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            cache_read_tokens=cached,
-            requests=1,
-            cost=cost,
+        return request_usage(
+            price, input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached
         )
 
 

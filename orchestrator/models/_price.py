@@ -5,7 +5,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ("Price",)
+from .._reply import Usage
+
+__all__ = ("Price", "request_usage")
 
 
 def _check(name: str, value: object, *, optional: bool) -> None:
@@ -67,3 +69,22 @@ class Price:
             + output_tokens * self.output
         )
         return total / 1_000_000
+
+
+def request_usage(
+    price: Price | None,
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    cache_read_tokens: int = 0,
+    cache_write_tokens: int = 0,
+) -> Usage:
+    """The `Usage` of one request, its cost from `price` (None when there is no price)."""
+    counts = {
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "cache_read_tokens": cache_read_tokens,
+        "cache_write_tokens": cache_write_tokens,
+    }
+    cost = None if price is None else price.cost(**counts)
+    return Usage(**counts, requests=1, cost=cost)
