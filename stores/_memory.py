@@ -103,7 +103,7 @@ def continuation(
         entries = history.after(0)
         if not entries:
             return (), tail
-        lines = tuple(encode_entry(entry) for entry in entries)
+        lines = tuple([encode_entry(entry) for entry in entries])
         return lines, Tail(len(entries), lines[-1], entries[-1])
     entries = history.after(tail.count - 1)
     if not entries:
@@ -122,10 +122,13 @@ def continuation(
             f" store.load({state.id!r}) and continue that one, or save this one under a new id"
             " (state.fork())."
         )
+    if len(entries) == 2:  # the usual save: one entry since the last
+        line = encode_entry(entries[1])
+        return (line,), Tail(tail.count + 1, line, entries[1])
     new = entries[1:]
     if not new:
         return (), Tail(tail.count, tail.line, boundary)
-    lines = tuple(encode_entry(entry) for entry in new)
+    lines = tuple([encode_entry(entry) for entry in new])
     return lines, Tail(tail.count + len(new), lines[-1], new[-1])
 
 

@@ -26,7 +26,7 @@ to upgrade a read lock (the upgrade is what fails with "database is locked" unde
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
@@ -208,10 +208,14 @@ class Query:
 
 @dataclass(frozen=True, slots=True)
 class QueryMany:
-    """Run `sql` once per row of `rows` (``executemany``); the plan receives None."""
+    """Run `sql` once per row of `rows` (``executemany``); the plan receives None.
+
+    `rows` may be an iterator (it is read once): ``zip`` over columns hands sqlite3 one reused
+    tuple, where a list of rows keeps a tuple per row alive until the statement ends.
+    """
 
     sql: str
-    rows: Sequence[Sequence[Any]]
+    rows: Iterable[Sequence[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -349,7 +353,7 @@ def _save_many(
         # the next save to read the stored end, not to trust the end before this write.
         known.forget(state_id)
     if writes.states:  # every State's rows in two statements, not two per State
-        yield QueryMany(INSERT_ENTRY, writes.entries)
+        yield QueryMany(INSERT_ENTRY, zip(writes.ids, writes.seqs, writes.lines, strict=True))
         yield QueryMany(PUT_STATE, writes.states)
     yield Query(COMMIT)
     for state_id, stored in writes.stored.items():
@@ -381,9 +385,16 @@ def _begin_write(where: str, known: KnownStates) -> Plan[None]:
 
 @dataclass(slots=True)
 class _Writes:
-    """The rows a save of several States writes, what is stored once written, the refused."""
+    """The rows a save of several States writes, what is stored once written, the refused.
 
-    entries: list[Row] = field(default_factory=list["Row"])
+    The entries' rows are kept as three columns (the row of entry i is ``ids[i], seqs[i],
+    lines[i]``): lists of strings, ints and bytes are three objects for the collector to follow,
+    where a tuple per row would be one each.
+    """
+
+    ids: list[str] = field(default_factory=list[str])
+    seqs: list[int] = field(default_factory=list[int])
+    lines: list[bytes] = field(default_factory=list[bytes])
     states: list[Row] = field(default_factory=list["Row"])
     stored: dict[str, Stored] = field(default_factory=dict[str, Stored])
     refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
@@ -399,6 +410,7 @@ def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
     """
     writes = _Writes()
     written = writes.stored
+    ids, seqs, lines_of = writes.ids, writes.seqs, writes.lines
     for state, folded, known in saves:
         state_id = state.id
         stored = written.get(state_id, known)
@@ -410,8 +422,9 @@ def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
             continue
         if not lines and tail.count:
             continue
-        first = tail.count
-        writes.entries += [(state_id, first + i, line) for i, line in enumerate(lines)]
+        ids += [state_id] * len(lines)
+        seqs += range(tail.count, end.count)
+        lines_of += lines
         row, parts = _state_row(state_id, folded, stored.row)
         writes.states.append(row)
         written[state_id] = Stored(end, parts)
