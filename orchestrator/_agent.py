@@ -305,7 +305,8 @@ class Agent:
             if self._schema is not None:
                 state._bind_schema(self._schema)
             link = self._start(state)
-            await self._save(state)
+            if self._loop is not default_loop:  # which saves it with its first request
+                await self._save(state)
             self._report("on_run_start", state)
             _log.info("state.run.started", state_id=state.id, agent=self._name)
             await self._run_loop(state)
@@ -393,6 +394,10 @@ class Agent:
         Raises:
             ValueError: The State is finished, calls are pending, or a request is waiting.
         """
+        return await self._think(state)
+
+    async def _think(self, state: State, *, saved_next: bool = False) -> Reply:
+        """`athink`; with `saved_next`, a reply without calls is saved by the caller's next save."""
         self._require_unfinished(state, "think")
         messages = state._begin_think(model=self._model.name)
         self._report("on_think_start", state)
@@ -423,7 +428,8 @@ class Agent:
                 turn=state.turn,
                 calls=len(reply.message.tool_calls),
             )
-        await self._save(state)
+        if not saved_next or reply.message.tool_calls:  # calls: saved before any tool runs
+            await self._save(state)
         self._report("on_think_end", state, reply)
         return reply
 
@@ -453,10 +459,14 @@ class Agent:
 
     async def ause_tools(self, state: State) -> None:
         """Run `state.pending_calls` with this agent's tools and record every result."""
+        await self._use_tools(state)
+
+    async def _use_tools(self, state: State, *, saved_next: bool = False) -> None:
+        """`ause_tools`; with `saved_next`, the last result is saved by the caller's next save."""
         self._require_unfinished(state, "use_tools")
         if state._folded.waiting:
             raise ValueError("use_tools while the model is being waited on: think first.")
-        await run_tools(self, state)
+        await run_tools(self, state, saved_next=saved_next)
 
     def use_tools(self, state: State) -> None:
         """The sync twin of `ause_tools`."""

@@ -95,9 +95,10 @@ def _text(text: str) -> tuple[TextBlock | Image, ...]:
 class _Turn:
     """One `use_tools` call: its limiter, its outcome flags, and the calls it runs."""
 
-    def __init__(self, agent: Agent, state: State) -> None:
+    def __init__(self, agent: Agent, state: State, *, saved_next: bool = False) -> None:
         self.agent = agent
         self.state = state
+        self.saved_next = saved_next
         self.tools: Mapping[str, Tool] = agent._tools_by_name
         limit = agent.max_concurrency
         self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
@@ -230,7 +231,7 @@ class _Turn:
                 outcome, content, is_error = "error", _text(text), True
                 entry = self._record(call, content, is_error, outcome, context, update)
                 agent._report("on_tool_end", state, call, entry)
-                await agent._save(state)
+                await self._save_result()
                 return
             _log.warning(
                 "state.tool.raised",
@@ -254,7 +255,13 @@ class _Turn:
                 ms=round((time.perf_counter() - started) * 1000, 3),
             )
         agent._report("on_tool_end", state, call, entry)
-        await agent._save(state)
+        await self._save_result()
+
+    async def _save_result(self) -> None:
+        """Save a result just recorded; the turn's last one waits for the caller's next save."""
+        if self.saved_next and not self.state._folded.pending:
+            return
+        await self.agent._save(self.state)
 
     async def _invoke(self, tool: Tool, kwargs: dict[str, Any], context: CallContext) -> Any:
         timeout = tool.timeout if tool.timeout is not None else self.agent.tool_timeout
@@ -349,14 +356,18 @@ class _Result(Exception):
         self.text = text
 
 
-async def run_tools(agent: Agent, state: State) -> None:
-    """Run `state.pending_calls` with `agent`'s tools: the core of `use_tools`."""
+async def run_tools(agent: Agent, state: State, *, saved_next: bool = False) -> None:
+    """Run `state.pending_calls` with `agent`'s tools: the core of `use_tools`.
+
+    `saved_next`: the caller saves `state` next, with nothing in between (the default loop's
+    next request), so the turn's last result is written with that save, not in one of its own.
+    """
     calls = state.pending_calls
     if not calls:
         await anyio.lowlevel.checkpoint()
         return
     await anyio.lowlevel.checkpoint_if_cancelled()
-    turn = _Turn(agent, state)
+    turn = _Turn(agent, state, saved_next=saved_next)
     try:
         await turn.run(calls)
     finally:

@@ -148,9 +148,12 @@ def loop(
 
 
 async def _default_body(agent: Agent, state: State) -> None:
-    await agent.athink(state)
+    # `athink` and `ause_tools`, but a reply without calls and a turn's last result are saved
+    # with the next save (the next request's, or the run's end), as nothing runs in between:
+    # a save point less per turn, and the same entries saved before the model or a tool runs.
+    await agent._think(state, saved_next=True)
     if state.pending_calls:
-        await agent.ause_tools(state)
+        await agent._use_tools(state, saved_next=True)
 
 
 default_loop = Loop(_default_body, until=(waiting_for_user,), limit=DEFAULT_LIMIT)

@@ -1,0 +1,152 @@
+"""Where an Agent saves: every entry is stored before the model is asked, before a tool runs,
+and when the run ends; the default loop writes save points that follow each other as one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import Agent, Message, State, loop, tool, waiting_for_user
+from orchestrator.models import Request
+from orchestrator.testing import FakeModel, tool_call
+from stores import MemoryStore
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore that counts its saves, and wakes `saved()` waiters after each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+        self._saved = anyio.Event()
+
+    async def asave(self, state: State) -> None:
+        self.saves += 1
+        await super().asave(state)
+        self._saved.set()
+        self._saved = anyio.Event()
+
+    async def saved(self) -> None:
+        """Wait for the next save to complete."""
+        await self._saved.wait()
+
+
+def stored_entries(store: MemoryStore, state: State) -> int:
+    """How many entries of `state` the store holds."""
+    infos = [info for info in store.list() if info.id == state.id]
+    return infos[0].entries if infos else 0
+
+
+@loop(until=[waiting_for_user])
+async def by_hand(agent: Agent, state: State) -> None:
+    """The default loop's steps, written out: each save point is saved on its own."""
+    await agent.athink(state)
+    if state.pending_calls:
+        await agent.ause_tools(state)
+
+
+@pytest.mark.anyio
+async def test_every_entry_is_stored_before_the_model_is_asked_and_before_a_tool_runs() -> None:
+    store = MemoryStore()
+    state = State(messages=[Message.user("Go")])
+    seen: list[tuple[str, int, int]] = []
+
+    def request(reply: Any) -> Any:
+        def respond(_: Request) -> Any:
+            seen.append(("request", stored_entries(store, state), len(state.history)))
+            return reply
+
+        return respond
+
+    @tool
+    async def look() -> str:
+        """Look."""
+        seen.append(("tool", stored_entries(store, state), len(state.history)))
+        return "seen"
+
+    model = FakeModel([request(tool_call("look")), request(tool_call("look")), request("Done.")])
+    assert await Agent(model, tools=[look], store=store).arun(state) == "Done."
+    assert [what for what, _, _ in seen] == ["request", "tool", "request", "tool", "request"]
+    for what, stored, recorded in seen:
+        assert stored == recorded, what
+    assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_a_result_is_stored_while_the_other_calls_of_its_turn_run() -> None:
+    store = CountingStore()
+    state = State(messages=[Message.user("Go")])
+
+    @tool
+    async def quick() -> str:
+        """Answer at once."""
+        return "quick"
+
+    @tool
+    async def slow() -> str:
+        """Wait until the quick result is stored."""
+        with anyio.fail_after(5):
+            while not quick_result_stored():
+                await store.saved()
+        return "slow"
+
+    def quick_result_stored() -> bool:
+        # A load closes the calls it finds open with an "unknown" result: look for the real one.
+        for entry in store.load(state.id).history:
+            if entry.kind == "tool_result" and entry.call.name == "quick":
+                return entry.outcome == "done"
+        return False
+
+    model = FakeModel([[tool_call("slow"), tool_call("quick")], "Done."])
+    assert await Agent(model, tools=[quick, slow], store=store).arun(state) == "Done."
+
+
+@pytest.mark.anyio
+async def test_the_default_loop_writes_consecutive_save_points_as_one() -> None:
+    @tool
+    async def look() -> str:
+        """Look."""
+        return "seen"
+
+    store = CountingStore()
+    model = FakeModel([tool_call("look"), "Done."])
+    await Agent(model, tools=[look], store=store).arun("Go")
+    # Request 1 with the run's start, reply 1, request 2 with the result, the end with reply 2.
+    assert store.saves == 4
+
+    store = CountingStore()
+    model = FakeModel([tool_call("look"), "Done."])
+    state = State(messages=[Message.user("Go")])
+    await Agent(model, tools=[look], store=store, loop=by_hand).arun(state)
+    # A loop of one's own may do anything between the steps: each is saved on its own.
+    assert store.saves == 7
+    assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_athink_and_ause_tools_called_directly_save_what_they_record() -> None:
+    @tool
+    async def look() -> str:
+        """Look."""
+        return "seen"
+
+    store = MemoryStore()
+    agent = Agent(FakeModel([tool_call("look"), "Done."]), tools=[look], store=store)
+    state = State(messages=[Message.user("Go")])
+    await agent.athink(state)
+    await agent.ause_tools(state)
+    assert store.load(state.id).history == state.history  # the turn's last result too
+    await agent.athink(state)
+    assert state.answer == "Done."
+    assert store.load(state.id).history == state.history  # a reply without calls too
+
+
+@pytest.mark.anyio
+async def test_a_run_that_stops_at_once_is_saved() -> None:
+    store = MemoryStore()
+    state = State(messages=[Message.user("Hi"), Message.assistant("Hello.")])
+    await Agent(FakeModel([]), store=store).arun(state)  # waiting for the user: no request
+    assert store.load(state.id).history == state.history
+    assert [entry.kind for entry in state.history][-2:] == ["run_start", "stop"]
