@@ -7,11 +7,13 @@ thread and so work on asyncio and trio. The SQL and the steps of each call are t
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import os
 import sqlite3
 import threading
 import time
+import weakref
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -93,6 +95,7 @@ class SQLiteStore(ThreadedAsync):
         self._known = KnownStates()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
         self._closed = False
+        self._last_group: tuple[weakref.ref[object], GroupCommit] | None = None
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -120,6 +123,22 @@ class SQLiteStore(ThreadedAsync):
         Raises what `save` raises, for this State only: a refused State does not fail the
         others of its batch.
         """
+        await self._group_commit().save(check_state(state))
+
+    def _group_commit(self) -> GroupCommit:
+        """This store's group commit on the running event loop.
+
+        Found through a RunVar, which costs about a microsecond and an object per call; on
+        asyncio the last one found is kept beside the loop it belongs to, and taken while that
+        loop is the running one (a save of a thousand subagents is ~40 us in all).
+        """
+        try:
+            loop: object = asyncio.get_running_loop()
+        except RuntimeError:  # trio
+            loop = None
+        last = self._last_group
+        if loop is not None and last is not None and last[0]() is loop:
+            return last[1]
         batches = _BATCHES.get(None)
         if batches is None:
             batches = WeakKeyDictionary[SQLiteStore, GroupCommit]()
@@ -127,7 +146,9 @@ class SQLiteStore(ThreadedAsync):
         batch = batches.get(self)
         if batch is None:
             batch = batches[self] = GroupCommit(self._write_batch)
-        await batch.save(check_state(state))
+        if loop is not None:
+            self._last_group = (weakref.ref(loop), batch)
+        return batch
 
     async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
         # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported

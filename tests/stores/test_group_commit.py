@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,38 @@ async def test_a_failed_transaction_fails_every_save_of_its_batch() -> None:
         for i in range(3):
             group.start_soon(save, State(id=f"s{i}"))
     assert len(failures) == 3
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_one_store_serves_event_loops_in_turn_and_in_two_threads(
+    tmp_path: Path, backend: str
+) -> None:
+    # Each event loop has its own group commit (its events belong to that loop): a store
+    # used by one loop after another, and by two loops at once, must never mix them up.
+    store = SQLiteStore(tmp_path / "loops.db")
+
+    async def save_many(prefix: str) -> None:
+        async with anyio.create_task_group() as group:
+            for i in range(30):
+                state = State(id=f"{prefix}-{i}", messages=[Message.user(str(i))])
+                group.start_soon(store.asave, state)
+
+    for round_ in range(3):
+        anyio.run(save_many, f"turn{round_}", backend=backend)
+    failures: list[BaseException] = []
+
+    def in_thread(prefix: str) -> None:
+        try:
+            for round_ in range(5):
+                anyio.run(save_many, f"{prefix}{round_}", backend=backend)
+        except BaseException as error:  # reported by the main thread
+            failures.append(error)
+
+    threads = [threading.Thread(target=in_thread, args=(name,)) for name in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len(store.list()) == 3 * 30 + 2 * 5 * 30
+    store.close()
