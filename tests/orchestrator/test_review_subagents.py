@@ -16,6 +16,7 @@ from orchestrator import Agent, Message, Reporter, State, ToolCall, ToolResultEn
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore, StateInfo
+from tests.doubles import ThreadCheckedStore
 
 TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
 
@@ -26,40 +27,6 @@ def child_ids(state: State) -> builtins.list[str]:
 
 def has_results(request: Request) -> bool:
     return bool(request.messages[-1].tool_results)
-
-
-class SyncOnlyStore:
-    """A `stores.Store` (sync methods only) that notes calls made on the event loop's thread."""
-
-    def __init__(self) -> None:
-        self.inner = MemoryStore()
-        self.loop_thread: int | None = None
-        self.on_loop: builtins.list[str] = []
-
-    def _note(self, method: str) -> None:
-        if threading.get_ident() == self.loop_thread:
-            self.on_loop.append(method)
-
-    def save(self, state: State) -> None:
-        self._note("save")
-        self.inner.save(state)
-        state._bind_store(self)
-
-    def load(self, state_id: str) -> State:
-        self._note("load")
-        loaded = self.inner.load(state_id)
-        loaded._bind_store(self)
-        return loaded
-
-    def list(
-        self, *, parent_id: str | None = None, limit: int | None = None
-    ) -> builtins.list[StateInfo]:
-        self._note("list")
-        return self.inner.list(parent_id=parent_id, limit=limit)
-
-    def delete(self, state_id: str) -> None:
-        self._note("delete")
-        self.inner.delete(state_id)
 
 
 class AsyncOnlyStore:
@@ -103,8 +70,7 @@ async def run_with_one_child(store: Any) -> tuple[State, str]:
 async def test_achild_opens_a_child_from_a_sync_store_off_the_loop_thread() -> None:
     # Seed 004, achild: "The async version of child: the same lookup and the same errors";
     # issue 4: sync stores are "called from worker threads inside async runs".
-    store = SyncOnlyStore()
-    store.loop_thread = threading.get_ident()
+    store = ThreadCheckedStore(threading.get_ident())
     state, kid = await run_with_one_child(store)
     loaded = store.load(state.id)
     assert loaded.child(kid).answer == "helped"  # the sync lookup works

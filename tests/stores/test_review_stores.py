@@ -49,6 +49,7 @@ from stores import (
     recover_state,
 )
 from stores.contract import StoreContract
+from tests.doubles import ThreadCheckedStore
 
 TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
 NO_SPACE = "No space left on device"
@@ -60,42 +61,6 @@ Backend = Literal["memory", "file", "sqlite"]
 def loop_thread() -> int:
     """The thread this test runs on: in an async test, the event loop's thread."""
     return threading.get_ident()
-
-
-class ThreadCheckedStore:
-    """A sync-only store (`stores.Store`, no ``a``-methods) that notes calls on the loop thread."""
-
-    def __init__(self, loop_thread: int) -> None:
-        self.inner = MemoryStore()
-        self.loop_thread = loop_thread
-        self.calls: builtins.list[str] = []
-        self.on_loop: builtins.list[str] = []
-
-    def _note(self, method: str) -> None:
-        self.calls.append(method)
-        if threading.get_ident() == self.loop_thread:
-            self.on_loop.append(method)
-
-    def save(self, state: State) -> None:
-        self._note("save")
-        self.inner.save(state)
-        state._bind_store(self)
-
-    def load(self, state_id: str) -> State:
-        self._note("load")
-        loaded = self.inner.load(state_id)
-        loaded._bind_store(self)
-        return loaded
-
-    def list(
-        self, *, parent_id: str | None = None, limit: int | None = None
-    ) -> builtins.list[StateInfo]:
-        self._note("list")
-        return self.inner.list(parent_id=parent_id, limit=limit)
-
-    def delete(self, state_id: str) -> None:
-        self._note("delete")
-        self.inner.delete(state_id)
 
 
 class BreakableStore(MemoryStore):
