@@ -16,7 +16,7 @@ import functools
 import inspect
 import sys
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.from_thread
@@ -32,16 +32,18 @@ def is_async_callable(value: object) -> bool:
     return _coroutine_function(value) or _coroutine_function(method)
 
 
-async def call_twin(owner: object, method: str, *args: Any, **kwargs: Any) -> Any:
-    """Await `owner`'s async twin of `method` (``"a" + method``), or run `method` in a thread.
+def call_twin(owner: object, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+    """`owner`'s async twin of `method` (``"a" + method``) called, or `method` in a thread.
 
-    So a sync-only store (or memory backend) never blocks the event loop.
+    So a sync-only store (or memory backend) never blocks the event loop. Await the result. A
+    plain function, not a coroutine: an agent calls it at every save, and the twin's own
+    coroutine is awaited without one more wrapped around it.
     """
     twin = getattr(owner, "a" + method, None)
     if twin is not None and _coroutine_function(getattr(twin, "__func__", twin)):
-        return await twin(*args, **kwargs)
+        return cast("Awaitable[Any]", twin(*args, **kwargs))
     call = functools.partial(getattr(owner, method), *args, **kwargs)
-    return await anyio.to_thread.run_sync(call)
+    return anyio.to_thread.run_sync(call)
 
 
 def _coroutine_function(value: object) -> bool:
