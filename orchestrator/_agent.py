@@ -29,7 +29,7 @@ from ._reply import Reply
 from ._reporting import Reporter, thinking
 from ._state import RESERVED, State, is_interruption
 from ._subagents import AgentTool
-from ._sync import call_twin, run_sync
+from ._sync import call_twin, has_async_twin, run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
 from .models import Model, Request
@@ -550,10 +550,13 @@ class Agent:
 
     async def _save(self, state: State) -> None:
         """Save `state` at a save point; a sync store runs in a worker thread."""
-        store = self._store_for(state)
+        store = self._store if self._store is not None else state._store
         if store is None:
             return
-        await call_twin(store, "save", state)
+        if has_async_twin(store, "save"):
+            await store.asave(state)
+        else:
+            await call_twin(store, "save", state)
 
     async def _save_or_take_back(self, state: State) -> None:
         """Save a recorded request; if that fails (or is cancelled), take the request back."""
