@@ -105,31 +105,33 @@ def continuation(
             return (), tail
         lines = tuple([encode_entry(entry) for entry in entries])
         return lines, Tail(len(entries), lines[-1], entries[-1])
-    entries = history.after(tail.count - 1)
-    if not entries:
+    count = tail.count
+    if len(history) < count:
         raise ValueError(
-            f"State {state.id!r} cannot be saved: the store holds {tail.count} entries under this"
+            f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
             " id and this State has fewer, so it is an older copy or another State. Load the"
             f" stored one with store.load({state.id!r}) and continue that one, or save this one"
             " under a new id (state.fork())."
         )
-    boundary = entries[0]
+    boundary = history.get(count - 1)
     if not tail.continued_by(state.id, boundary):
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store already holds a State with this id"
-            f" whose history is different (entry {tail.count - 1} differs), and a save only adds"
+            f" whose history is different (entry {count - 1} differs), and a save only adds"
             " entries to the history it continues. Load the stored one with"
             f" store.load({state.id!r}) and continue that one, or save this one under a new id"
             " (state.fork())."
         )
-    if len(entries) == 2:  # the usual save: one entry since the last
-        line = encode_entry(entries[1])
-        return (line,), Tail(tail.count + 1, line, entries[1])
-    new = entries[1:]
-    if not new:
-        return (), Tail(tail.count, tail.line, boundary)
+    added = len(history) - count
+    if added == 0:
+        return (), Tail(count, tail.line, boundary)
+    if added == 1:  # the usual save: one entry since the last
+        entry = history.get(count)
+        line = encode_entry(entry)
+        return (line,), Tail(count + 1, line, entry)
+    new = history.after(count)
     lines = tuple([encode_entry(entry) for entry in new])
-    return lines, Tail(tail.count + len(new), lines[-1], new[-1])
+    return lines, Tail(count + added, lines[-1], new[-1])
 
 
 @contextlib.contextmanager
