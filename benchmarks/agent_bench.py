@@ -171,7 +171,7 @@ def bench_subagents(repeats: int) -> list[Metric]:
     ]
 
 
-def bench_fanout(children: int, repeats: int = 3) -> list[Metric]:
+def bench_fanout(children: int, repeats: int = 5) -> list[Metric]:
     """`children` concurrent children, each 3 turns with one async tool call: time and memory,
     with no store and with a `SQLiteStore` (the store may add under 2x).
 
