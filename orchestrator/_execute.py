@@ -231,7 +231,8 @@ class _Turn:
                 outcome, content, is_error = "error", _text(text), True
                 entry = self._record(call, content, is_error, outcome, context, update)
                 agent._report("on_tool_end", state, call, entry)
-                await self._save_result()
+                if self._result_saved_now():
+                    await agent._save(state)
                 return
             _log.warning(
                 "state.tool.raised",
@@ -255,13 +256,12 @@ class _Turn:
                 ms=round((time.perf_counter() - started) * 1000, 3),
             )
         agent._report("on_tool_end", state, call, entry)
-        await self._save_result()
+        if self._result_saved_now():
+            await agent._save(state)
 
-    async def _save_result(self) -> None:
-        """Save a result just recorded; the turn's last one waits for the caller's next save."""
-        if self.saved_next and not self.state._folded.pending:
-            return
-        await self.agent._save(self.state)
+    def _result_saved_now(self) -> bool:
+        """Whether to save a result just recorded now: not the turn's last with `saved_next`."""
+        return not self.saved_next or bool(self.state._folded.pending)
 
     async def _invoke(self, tool: Tool, kwargs: dict[str, Any], context: CallContext) -> Any:
         timeout = tool.timeout if tool.timeout is not None else self.agent.tool_timeout
