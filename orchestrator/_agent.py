@@ -550,7 +550,7 @@ class Agent:
 
     async def _save(self, state: State) -> None:
         """Save `state` at a save point; a sync store runs in a worker thread."""
-        store = self._store if self._store is not None else state._store
+        store = self._store_for(state)
         if store is None:
             return
         if has_async_twin(store, "save"):
