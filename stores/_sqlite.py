@@ -52,6 +52,14 @@ from ._sql import (
     save_plan,
 )
 
+try:
+    from sniffio import current_async_library as _running_library
+except ModuleNotFoundError:  # then trio, which needs sniffio, is not installed either
+
+    def _running_library() -> str:
+        return "asyncio"
+
+
 __all__ = ("SQLiteStore",)
 
 # One capacity limiter per store and event loop: a limiter is bound to the loop that used it
@@ -132,10 +140,9 @@ class SQLiteStore(ThreadedAsync):
         asyncio the last one found is kept beside the loop it belongs to, and taken while that
         loop is the running one (a save of a thousand subagents is ~40 us in all).
         """
-        try:
-            loop: object = asyncio.get_running_loop()
-        except RuntimeError:  # trio
-            loop = None
+        # Not asyncio.get_running_loop() alone: trio run as a guest of an asyncio loop sees
+        # that loop too, and its saves must not share asyncio's batches and events.
+        loop = asyncio.get_running_loop() if _running_library() == "asyncio" else None
         last = self._last_group
         if loop is not None and last is not None and last[0]() is loop:
             return last[1]

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+import trio
 
 from orchestrator import Message, State
 from stores import SQLiteStore
@@ -265,4 +267,59 @@ def test_one_store_serves_event_loops_in_turn_and_in_two_threads(
         thread.join()
     assert failures == []
     assert len(store.list()) == 3 * 30 + 2 * 5 * 30
+    store.close()
+
+
+def test_trio_as_a_guest_of_asyncio_keeps_its_own_group_commit(tmp_path: Path) -> None:
+    # Inside trio run as a guest of an asyncio loop, asyncio.get_running_loop() finds the
+    # host's loop: the store must still tell trio's saves from asyncio's (their events differ).
+    store = SQLiteStore(tmp_path / "guest.db")
+
+    async def save_rounds(states: list[State], gather: Any, sleep: Any) -> None:
+        for round_ in range(50):
+            for state in states:
+                state.add_message(Message.user(f"round {round_}"))
+            await gather(states)
+            await sleep(0)
+
+    async def in_trio(states: list[State]) -> None:
+        async with trio.open_nursery() as nursery:
+            for state in states:
+                nursery.start_soon(store.asave, state)
+
+    async def in_asyncio(states: list[State]) -> None:
+        async with anyio.create_task_group() as group:
+            for state in states:
+                group.start_soon(store.asave, state)
+
+    guests = [State(id=f"trio-{i}", messages=[Message.user("go")]) for i in range(3)]
+    hosts = [State(id=f"asyncio-{i}", messages=[Message.user("go")]) for i in range(3)]
+
+    async def host() -> None:
+        loop = asyncio.get_running_loop()
+        finished = anyio.Event()
+        outcome: list[Any] = []
+
+        def done(result: Any) -> None:
+            outcome.append(result)
+            finished.set()
+
+        trio.lowlevel.start_guest_run(
+            save_rounds,
+            guests,
+            in_trio,
+            trio.sleep,
+            run_sync_soon_threadsafe=loop.call_soon_threadsafe,
+            run_sync_soon_not_threadsafe=loop.call_soon,
+            done_callback=done,
+            host_uses_signal_set_wakeup_fd=True,
+        )
+        await save_rounds(hosts, in_asyncio, anyio.sleep)
+        with anyio.fail_after(20):
+            await finished.wait()
+        outcome[0].unwrap()
+
+    anyio.run(host, backend="asyncio")
+    for state in guests + hosts:
+        assert store.load(state.id).history == state.history
     store.close()
