@@ -311,6 +311,7 @@ class Agent:
             _log.info("state.run.started", state_id=state.id, agent=self._name)
             await self._run_loop(state)
             await self._save(state)
+            await self._save_late_entries(state, threads)
         except BaseException as exc:
             error = exc
             if link is not None:
@@ -318,9 +319,10 @@ class Agent:
             with anyio.CancelScope(shield=True):
                 self._close_after(state, exc)
                 await self._save_after(state, exc)
+                await self._save_late_entries(state, threads, exc)
             raise
         finally:
-            await wait_for(threads)  # timed-out sync tools: nothing runs on after the run
+            await wait_for(threads)  # nothing runs on after the run (waited for above already)
             stragglers.reset(threads_token)
             state._end_run()
             _run_reporters.reset(reporter_token)
@@ -557,6 +559,22 @@ class Agent:
             await store.asave(state)
         else:
             await call_twin(store, "save", state)
+
+    async def _save_late_entries(
+        self, state: State, threads: list[threading.Event], error: BaseException | None = None
+    ) -> None:
+        """Wait for the run's timed-out sync tools, then save what they recorded meanwhile.
+
+        Such a tool's thread runs on after its call got a timeout result, and may still change
+        the State (``state.set``): the run saves once more after them, not before.
+        """
+        if not threads:
+            return
+        await wait_for(threads)
+        if error is None:
+            await self._save(state)
+        else:
+            await self._save_after(state, error)
 
     async def _save_or_take_back(self, state: State) -> None:
         """Save a recorded request; if that fails (or is cancelled), take the request back."""

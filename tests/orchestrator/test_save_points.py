@@ -3,6 +3,7 @@ and when the run ends; the default loop writes save points that follow each othe
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import anyio
@@ -150,3 +151,32 @@ async def test_a_run_that_stops_at_once_is_saved() -> None:
     await Agent(FakeModel([]), store=store).arun(state)  # waiting for the user: no request
     assert store.load(state.id).history == state.history
     assert [entry.kind for entry in state.history][-2:] == ["run_start", "stop"]
+
+
+@pytest.mark.anyio
+async def test_what_a_timed_out_sync_tool_records_later_is_saved_before_the_run_returns() -> None:
+    # Found by a review: the run saved, then waited for the timed-out tool's thread, which
+    # recorded one more entry that no save wrote.
+    release = threading.Event()
+
+    class ReleasingStore(MemoryStore):
+        """Lets the tool's thread go on once the run's end (its stop) is saved."""
+
+        async def asave(self, state: State) -> None:
+            await super().asave(state)
+            if state.history[-1].kind == "stop":
+                release.set()
+
+    @tool(timeout=0.01)
+    def slow(state: State) -> str:
+        """Take too long, then note progress in the state."""
+        release.wait(5)
+        state.set("progress", "late")
+        return "never seen"
+
+    store = ReleasingStore()
+    state = State(messages=[Message.user("Go")])
+    agent = Agent(FakeModel([tool_call("slow"), "Done."]), tools=[slow], store=store)
+    assert await agent.arun(state) == "Done."
+    assert state.get("progress") == "late"
+    assert store.load(state.id).history == state.history
