@@ -2,7 +2,8 @@
 
 Every hook is a no-op here; subclass and override the ones you need. Hooks run on the event
 loop thread, so keep them quick. Children report to the same reporter: `state.parent_id` tells
-where they hang.
+where they hang. A hook may run before the entries it follows are in the store (they are stored
+before the model is asked, a tool runs, or the run returns): read the State it is given.
 """
 
 from __future__ import annotations
