@@ -21,7 +21,9 @@ import anyio.to_thread
 from orchestrator import State
 
 from ._base import StateInfo
+from ._batch import LoopGroupCommits
 from ._known import KnownStates
+from ._memory import check_state
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -41,7 +43,7 @@ from ._sql import (
     memory_scan_plan,
     not_a_store,
     open_plan,
-    save_plan,
+    save_many_plan,
 )
 
 __all__ = ("AioSQLiteStore",)
@@ -79,6 +81,7 @@ class AioSQLiteStore:
         self._known = KnownStates()  # what its connection stored
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
+        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
 
     def __repr__(self) -> str:
         return f"AioSQLiteStore({self._path!r})"
@@ -93,13 +96,19 @@ class AioSQLiteStore:
     async def asave(self, state: State) -> None:
         """Write the entries of `state` not stored yet and its info; bind it to this store.
 
+        Saves that arrive while one is being written share one transaction.
+
         Raises:
             TypeError: `state` is not a State, or this is not asyncio.
             ValueError: The store holds a different history under this id (load it instead),
-                or the file has another format version.
+                or the file has another format version. A refused State does not fail the
+                others of its batch.
         """
         _require_asyncio("asave")
-        await self._run(save_plan(state, self, self._where, self._known))
+        await self._batches.current().save(check_state(state))
+
+    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
+        return await self._run(save_many_plan(states, self, self._where, self._known))
 
     async def aload(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.

@@ -7,13 +7,11 @@ thread and so work on asyncio and trio. The SQL and the steps of each call are t
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import os
 import sqlite3
 import threading
 import time
-import weakref
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -24,7 +22,7 @@ import anyio.lowlevel
 from orchestrator import State
 
 from ._base import StateInfo
-from ._batch import GroupCommit
+from ._batch import LoopGroupCommits
 from ._known import KnownStates
 from ._memory import check_state
 from ._offload import ThreadedAsync
@@ -52,24 +50,12 @@ from ._sql import (
     save_plan,
 )
 
-try:
-    from sniffio import current_async_library as _running_library
-except ModuleNotFoundError:  # then trio, which needs sniffio, is not installed either
-
-    def _running_library() -> str:
-        return "asyncio"
-
-
 __all__ = ("SQLiteStore",)
 
 # One capacity limiter per store and event loop: a limiter is bound to the loop that used it
 # first, and a sync `agent.run` starts a new loop each time.
 _LIMITERS: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]] = (
     anyio.lowlevel.RunVar("stores_sqlite_limiters")
-)
-# One group commit per store and event loop, for the same reason.
-_BATCHES: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, GroupCommit]] = (
-    anyio.lowlevel.RunVar("stores_sqlite_batches")
 )
 
 
@@ -103,7 +89,7 @@ class SQLiteStore(ThreadedAsync):
         self._known = KnownStates()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
         self._closed = False
-        self._last_group: tuple[weakref.ref[object], GroupCommit] | None = None
+        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -131,31 +117,7 @@ class SQLiteStore(ThreadedAsync):
         Raises what `save` raises, for this State only: a refused State does not fail the
         others of its batch.
         """
-        await self._group_commit().save(check_state(state))
-
-    def _group_commit(self) -> GroupCommit:
-        """This store's group commit on the running event loop.
-
-        Found through a RunVar, which costs about a microsecond and an object per call; on
-        asyncio the last one found is kept beside the loop it belongs to, and taken while that
-        loop is the running one (a save of a thousand subagents is ~40 us in all).
-        """
-        # Not asyncio.get_running_loop() alone: trio run as a guest of an asyncio loop sees
-        # that loop too, and its saves must not share asyncio's batches and events.
-        loop = asyncio.get_running_loop() if _running_library() == "asyncio" else None
-        last = self._last_group
-        if loop is not None and last is not None and last[0]() is loop:
-            return last[1]
-        batches = _BATCHES.get(None)
-        if batches is None:
-            batches = WeakKeyDictionary[SQLiteStore, GroupCommit]()
-            _BATCHES.set(batches)
-        batch = batches.get(self)
-        if batch is None:
-            batch = batches[self] = GroupCommit(self._write_batch)
-        if loop is not None:
-            self._last_group = (weakref.ref(loop), batch)
-        return batch
+        await self._batches.current().save(check_state(state))
 
     async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
         # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported

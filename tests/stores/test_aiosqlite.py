@@ -359,3 +359,39 @@ async def test_a_crash_inside_a_tool_gives_the_call_an_unknown_result(
     assert_same(again, state)
     assert not [e for e in again.history if isinstance(e, ErrorEntry)]
     assert again.answer == "I could not tell whether it deployed."
+
+
+@on_asyncio
+async def test_concurrent_saves_share_transactions_and_refusals_stay_per_state(path: Path) -> None:
+    class CountingStore(AioSQLiteStore):
+        def __init__(self, path: Path) -> None:
+            super().__init__(path)
+            self.batches: list[int] = []
+
+        async def _write_batch(self, states: list[State]) -> dict[int, ValueError]:
+            self.batches.append(len(states))
+            return await super()._write_batch(states)
+
+    async with CountingStore(path) as store:
+        await store.asave(State(id="taken", messages=[Message.user("first")]))
+        states = [State(id=f"s{i}", messages=[Message.user(str(i))]) for i in range(50)]
+        impostor = State(id="taken", messages=[Message.user("another history")])
+        refused: list[BaseException] = []
+
+        async def save_impostor() -> None:
+            try:
+                await store.asave(impostor)
+            except ValueError as error:
+                refused.append(error)
+
+        async with anyio.create_task_group() as group:
+            for state in states:
+                group.start_soon(store.asave, state)
+            group.start_soon(save_impostor)
+        assert sum(store.batches) == 1 + 51
+        assert len(store.batches) < 1 + 51  # saves that waited went out together
+        assert len(refused) == 1
+        assert "taken" in str(refused[0])
+        for state in states:
+            assert (await store.aload(state.id)).history == state.history
+        assert (await store.aload("taken")).messages[0].text == "first"

@@ -323,3 +323,57 @@ def test_trio_as_a_guest_of_asyncio_keeps_its_own_group_commit(tmp_path: Path) -
     for state in guests + hosts:
         assert store.load(state.id).history == state.history
     store.close()
+
+
+@pytest.mark.anyio
+async def test_a_save_cancelled_while_its_batch_waits_is_not_written() -> None:
+    # Its batch waits behind a write: cancelled then, the State leaves the batch; a State that
+    # another save of the batch still waits for stays in it.
+    written: list[list[str]] = []
+    entered = anyio.Event()
+    release = anyio.Event()
+
+    async def flush(states: list[State]) -> dict[int, ValueError]:
+        written.append([s.id for s in states])
+        if len(written) == 1:
+            entered.set()
+            with anyio.CancelScope(shield=True):
+                await release.wait()
+        return {}
+
+    commit = GroupCommit(flush)
+    first, dropped, shared = State(id="first"), State(id="dropped"), State(id="shared")
+    cancelled = anyio.CancelScope()
+
+    async def cancelled_saves() -> None:
+        with cancelled:
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(commit.save, dropped)
+                inner.start_soon(commit.save, shared)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, first)
+        await entered.wait()
+        group.start_soon(cancelled_saves)
+        group.start_soon(commit.save, shared)  # waits for `shared` too, and is not cancelled
+        await anyio.wait_all_tasks_blocked()
+        cancelled.cancel()
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert written == [["first"], ["shared"]]
+
+
+@pytest.mark.anyio
+async def test_a_sqlite_save_in_a_cancelled_scope_raises_and_writes_nothing(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "cancelled.db")
+    state = State(messages=[Message.user("hi")])
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await store.asave(state)
+    assert scope.cancelled_caught
+    assert store.list() == []
+    await store.asave(state)  # the store is not left waiting on anything
+    assert store.load(state.id).history == state.history
+    store.close()
