@@ -18,7 +18,7 @@ import anyio
 
 from orchestrator import Agent, Loop, Message, State, tool, waiting_for_user
 from orchestrator.testing import FakeModel, tool_call
-from stores import SQLiteStore
+from stores import AioSQLiteStore, SQLiteStore
 
 from .report import Metric
 
@@ -173,7 +173,8 @@ def bench_subagents(repeats: int) -> list[Metric]:
 
 def bench_fanout(children: int, repeats: int = 5) -> list[Metric]:
     """`children` concurrent children, each 3 turns with one async tool call: time and memory,
-    with no store and with a `SQLiteStore` (the store may add under 2x).
+    with no store and with a `SQLiteStore` (the store may add under 2x), and the time with an
+    `AioSQLiteStore` (best of 2 runs).
 
     Wall times are medians of `repeats` runs, with and without the store taken in turn (this
     machine's speed drifts); the ratio is the median of each pair's. Memory is measured in a
@@ -188,6 +189,7 @@ def bench_fanout(children: int, repeats: int = 5) -> list[Metric]:
     peak = _fanout_peak_mb(children)
     seconds, with_store = statistics.median(plain), statistics.median(stored)
     ratio = statistics.median(s / p for s, p in zip(stored, plain, strict=True))
+    with_aiosqlite = min(anyio.run(_fanout_aiosqlite, children) for _ in range(2))
     return [
         Metric(
             f"subagents.fanout.{children}.s",
@@ -219,6 +221,12 @@ def bench_fanout(children: int, repeats: int = 5) -> list[Metric]:
             "< 2x",
             ratio < 2,
         ),
+        Metric(
+            f"subagents.fanout.{children}.aiosqlite.s",
+            f"{children:,} concurrent children x 3 turns, AioSQLiteStore",
+            with_aiosqlite,
+            "s",
+        ),
     ]
 
 
@@ -236,24 +244,37 @@ def _fanout_peak_mb(children: int) -> float:
 
 def _fanout(children: int, store: Any) -> float:
     """Wall seconds of one fan-out run."""
-
-    @tool
-    async def step() -> str:
-        """One step."""
-        await anyio.lowlevel.checkpoint()
-        return "ok"
-
-    async def run() -> None:
-        @tool
-        async def delegate(task: str) -> str:
-            """Run a child agent."""
-            model = FakeModel([tool_call("step"), tool_call("step"), tool_call("step"), "done"])
-            return str(await Agent(model, tools=[step]).arun(task))
-
-        calls = [tool_call("delegate", task=f"part {i}") for i in range(children)]
-        await Agent(FakeModel([calls, "all done"]), tools=[delegate], store=store).arun("go")
-
     gc.collect()
     start = time.perf_counter()
-    anyio.run(run)
+    anyio.run(_lead, children, store)
     return time.perf_counter() - start
+
+
+async def _fanout_aiosqlite(children: int) -> float:
+    """Wall seconds of one fan-out run saved by an `AioSQLiteStore` (opened in this loop)."""
+    with tempfile.TemporaryDirectory() as folder:
+        async with AioSQLiteStore(Path(folder) / "f.db") as store:
+            gc.collect()
+            start = time.perf_counter()
+            await _lead(children, store)
+            return time.perf_counter() - start
+
+
+@tool(name="step")
+async def _step() -> str:
+    """One step."""
+    await anyio.lowlevel.checkpoint()
+    return "ok"
+
+
+async def _lead(children: int, store: Any) -> None:
+    """A lead whose one turn starts `children` children of 3 tool turns each."""
+
+    @tool
+    async def delegate(task: str) -> str:
+        """Run a child agent."""
+        model = FakeModel([tool_call("step"), tool_call("step"), tool_call("step"), "done"])
+        return str(await Agent(model, tools=[_step]).arun(task))
+
+    calls = [tool_call("delegate", task=f"part {i}") for i in range(children)]
+    await Agent(FakeModel([calls, "all done"]), tools=[delegate], store=store).arun("go")
