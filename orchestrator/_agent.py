@@ -29,7 +29,7 @@ from ._reply import Reply
 from ._reporting import Reporter, thinking
 from ._state import RESERVED, State, is_interruption
 from ._subagents import AgentTool
-from ._sync import call_twin, has_async_twin, run_sync
+from ._sync import call_twin, run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
 from .models import Model, Request
@@ -555,10 +555,7 @@ class Agent:
         store = self._store_for(state)
         if store is None:
             return
-        if has_async_twin(store, "save"):
-            await store.asave(state)
-        else:
-            await call_twin(store, "save", state)
+        await call_twin(store, "save", state)
 
     async def _save_late_entries(
         self, state: State, threads: list[threading.Event], error: BaseException | None = None

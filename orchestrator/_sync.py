@@ -21,7 +21,7 @@ from typing import Any, TypeVar, cast
 import anyio
 import anyio.from_thread
 
-__all__ = ("call_twin", "has_async_twin", "is_async_callable", "run_sync")
+__all__ = ("call_twin", "is_async_callable", "run_sync")
 
 _T = TypeVar("_T")
 
@@ -37,8 +37,12 @@ def call_twin(owner: object, method: str, *args: Any, **kwargs: Any) -> Awaitabl
 
     So a sync-only store (or memory backend) never blocks the event loop. Await the result. A
     plain function, not a coroutine: an agent calls it at every save, and the twin's own
-    coroutine is awaited without one more wrapped around it.
+    coroutine is awaited without one more wrapped around it. Whether a class has the async twin
+    is asked once per class; an object whose class lacks it may still have one of its own.
     """
+    name = _async_twin_of(type(owner), method)
+    if name is not None:
+        return cast("Awaitable[Any]", getattr(owner, name)(*args, **kwargs))
     twin = getattr(owner, "a" + method, None)
     if twin is not None and _coroutine_function(getattr(twin, "__func__", twin)):
         return cast("Awaitable[Any]", twin(*args, **kwargs))
@@ -46,22 +50,15 @@ def call_twin(owner: object, method: str, *args: Any, **kwargs: Any) -> Awaitabl
     return anyio.to_thread.run_sync(call)
 
 
-def has_async_twin(owner: object, method: str) -> bool:
-    """Whether `owner`'s class defines an async twin of `method` (``"a" + method``).
-
-    Cached per class: an agent asks it of its store at every save, and then calls the twin
-    itself, cheaper than through `call_twin`.
-    """
-    return _class_has_async_twin(type(owner), method)
-
-
 @functools.lru_cache(maxsize=256)
-def _class_has_async_twin(cls: type, method: str) -> bool:
-    return inspect.iscoroutinefunction(getattr(cls, "a" + method, None))
+def _async_twin_of(cls: type, method: str) -> str | None:
+    """The name of the async twin of `method` that `cls` defines, or None."""
+    name = sys.intern("a" + method)
+    return name if inspect.iscoroutinefunction(getattr(cls, name, None)) else None
 
 
 def _coroutine_function(value: object) -> bool:
-    # Cached: an agent asks it of its store at every save.
+    # Cached: asked again and again of the same few functions (loop bodies, stores' twins).
     try:
         return _coroutine_function_cached(value)
     except TypeError:  # unhashable
