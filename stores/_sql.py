@@ -332,13 +332,13 @@ def _save_many(
 ) -> Plan[dict[int, ValueError]]:
     """One transaction: find each State's stored end (known, or read), write what follows."""
     yield from _begin_write(where, known)
-    unknown = [state.id for state in states if known.get(state.id) is None]
+    ends = [known.get(state.id) for state in states]
+    unknown = [state.id for state, end in zip(states, ends, strict=True) if end is None]
     stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
     saves: list[tuple[State, Folded, Stored]] = []
     new = 0
-    for state in states:
+    for state, stored in zip(states, ends, strict=True):
         folded = state._folded  # one immutable value: the entries written and the row agree
-        stored = known.get(state.id)
         if stored is None:
             stored = Stored(Tail())
             if state.id in stored_ids:
