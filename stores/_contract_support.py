@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime
 from typing import Any, Literal, TypeVar, cast
 
@@ -58,6 +58,7 @@ __all__ = (
 )
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 Colour = Literal["sync", "async"]
 Mode = Literal["sync", "asyncio", "trio"]
 
@@ -322,74 +323,55 @@ class StoreClient:
         """Run memory writers ``0 .. workers-1`` at once; every `memory_put` result, in no order.
 
         Writer `i` makes the writes ``(agent, key, data, effect)`` that `puts(i)` yields, in the
-        space ``"kv"``. Sync: each writer is a thread. Async: even writers are tasks, odd ones
-        threads awaiting on the loop from outside it.
+        space ``"kv"``, as `in_workers` runs them.
         """
         results: builtins.list[bool] = []
         lock = threading.Lock()
         store = self.store
 
-        def record(applied: object) -> None:
+        def put(write: tuple[str, str, str, str | None]) -> None:
+            agent, key, data, effect = write
+            applied = store.memory_put(agent, "kv", key, data, effect=effect)
             with lock:
                 results.append(bool(applied))
 
-        if self.portal is None:
-            errors: builtins.list[BaseException] = []
+        async def aput(write: tuple[str, str, str, str | None]) -> None:
+            agent, key, data, effect = write
+            applied = await store.amemory_put(agent, "kv", key, data, effect=effect)
+            with lock:
+                results.append(bool(applied))
 
-            def run(i: int) -> None:
-                try:
-                    for agent, key, data, effect in puts(i):
-                        record(store.memory_put(agent, "kv", key, data, effect=effect))
-                except BaseException as error:  # re-raised below, in the test's thread
-                    errors.append(error)
-
-            threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
-            if errors:
-                raise errors[0]
-            return results
-
-        async def put(agent: str, key: str, data: str | None, effect: str | None) -> None:
-            record(await store.amemory_put(agent, "kv", key, data, effect=effect))
-
-        def in_thread(i: int) -> None:
-            for agent, key, data, effect in puts(i):
-                anyio.from_thread.run(put, agent, key, data, effect)
-
-        async def in_task(i: int) -> None:
-            for agent, key, data, effect in puts(i):
-                await put(agent, key, data, effect)
-
-        async def main() -> None:
-            async with anyio.create_task_group() as group:
-                for i in range(workers):
-                    if i % 2:
-                        group.start_soon(anyio.to_thread.run_sync, in_thread, i)
-                    else:
-                        group.start_soon(in_task, i)
-
-        self.call(main)
+        self.in_workers(workers, puts, put, aput)
         return results
 
     def concurrently(self, workers: int, rounds: Callable[[int], Iterator[State]]) -> None:
         """Run the workers ``0 .. workers-1`` at the same time and wait for them all.
 
         Worker `i` saves each State that `rounds(i)` yields (the generator changes the States
-        between its yields). Sync: every worker is a thread calling `save`. Async: even workers
-        are tasks awaiting `asave`, odd ones are threads awaiting `asave` on the loop from
-        outside it.
+        between its yields), with `save` or `asave` as `in_workers` runs them.
         """
-        errors: builtins.list[BaseException] = []
-        store = self.store
+        self.in_workers(workers, rounds, self.store.save, self.store.asave)
+
+    def in_workers(
+        self,
+        workers: int,
+        items: Callable[[int], Iterator[_I]],
+        sync: Callable[[_I], object],
+        asynchronous: Callable[[_I], Coroutine[Any, Any, object]],
+    ) -> None:
+        """Run workers ``0 .. workers-1`` at once, each on the items `items(i)` yields, in order.
+
+        Sync: every worker is a thread calling `sync(item)`; the first error is re-raised here.
+        Async: even workers are tasks awaiting `asynchronous(item)`, odd ones threads awaiting it
+        on the loop from outside it.
+        """
         if self.portal is None:
+            errors: builtins.list[BaseException] = []
 
             def run(i: int) -> None:
                 try:
-                    for state in rounds(i):
-                        store.save(state)
+                    for item in items(i):
+                        sync(item)
                 except BaseException as error:  # re-raised below, in the test's thread
                     errors.append(error)
 
@@ -403,12 +385,12 @@ class StoreClient:
             return
 
         def in_thread(i: int) -> None:
-            for state in rounds(i):
-                anyio.from_thread.run(store.asave, state)
+            for item in items(i):
+                anyio.from_thread.run(asynchronous, item)
 
         async def in_task(i: int) -> None:
-            for state in rounds(i):
-                await store.asave(state)
+            for item in items(i):
+                await asynchronous(item)
 
         async def main() -> None:
             async with anyio.create_task_group() as group:
