@@ -28,6 +28,27 @@ class CountingStore(SQLiteStore):
         return await super()._write_batch(states)
 
 
+class HeldFirstBatch:
+    """A flush that notes each batch's State ids and holds the first until `release` is set.
+
+    Made inside the event loop (its events belong to it); `entered` is set when the first
+    batch is being written.
+    """
+
+    def __init__(self) -> None:
+        self.written: list[list[str]] = []
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, states: list[State]) -> dict[int, ValueError]:
+        self.written.append([s.id for s in states])
+        if len(self.written) == 1:
+            self.entered.set()
+            with anyio.CancelScope(shield=True):  # like a thread that is never abandoned
+                await self.release.wait()
+        return {}
+
+
 @pytest.mark.anyio
 async def test_concurrent_saves_share_transactions_and_all_land(tmp_path: Path) -> None:
     store = CountingStore(tmp_path / "batch.db")
@@ -105,18 +126,7 @@ async def test_a_batch_of_many_new_states_still_checks_the_stored_ones(tmp_path:
 
 @pytest.mark.anyio
 async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -> None:
-    written: list[list[str]] = []
-    entered = anyio.Event()
-    release = anyio.Event()
-
-    async def flush(states: list[State]) -> dict[int, ValueError]:
-        written.append([s.id for s in states])
-        if len(written) == 1:
-            entered.set()
-            with anyio.CancelScope(shield=True):  # like a thread that is never abandoned
-                await release.wait()
-        return {}
-
+    flush = HeldFirstBatch()
     commit = GroupCommit(flush)
     first, second = State(id="first"), State(id="second")
     writer = anyio.CancelScope()
@@ -127,12 +137,12 @@ async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -
 
     async with anyio.create_task_group() as group:
         group.start_soon(first_save)
-        await entered.wait()
+        await flush.entered.wait()
         group.start_soon(commit.save, second)  # queued while the first batch is written
         await anyio.wait_all_tasks_blocked()
         writer.cancel()
-        release.set()
-    assert written == [["first"], ["second"]]
+        flush.release.set()
+    assert flush.written == [["first"], ["second"]]
 
 
 @pytest.mark.anyio
@@ -181,18 +191,7 @@ async def test_a_writer_cancelled_as_it_starts_still_writes_its_whole_batch() ->
 
 @pytest.mark.anyio
 async def test_a_leader_cancelled_while_it_waits_hands_the_batch_on() -> None:
-    written: list[list[str]] = []
-    blocking = anyio.Event()
-    release = anyio.Event()
-
-    async def flush(states: list[State]) -> dict[int, ValueError]:
-        written.append([s.id for s in states])
-        if len(written) == 1:
-            blocking.set()
-            with anyio.CancelScope(shield=True):
-                await release.wait()
-        return {}
-
+    flush = HeldFirstBatch()
     commit = GroupCommit(flush)
     leader = anyio.CancelScope()
 
@@ -202,16 +201,16 @@ async def test_a_leader_cancelled_while_it_waits_hands_the_batch_on() -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(commit.save, State(id="first"))
-        await blocking.wait()
+        await flush.entered.wait()
         group.start_soon(lead)
         await anyio.wait_all_tasks_blocked()
         group.start_soon(commit.save, State(id="follower"))
         await anyio.wait_all_tasks_blocked()
         leader.cancel()  # it waits for its turn: the follower must take the lead
         await anyio.wait_all_tasks_blocked()
-        release.set()
-    assert written[0] == ["first"]
-    assert written[1][-1] == "follower"  # written, with or without the cancelled save's State
+        flush.release.set()
+    assert flush.written[0] == ["first"]
+    assert flush.written[1][-1] == "follower"  # written, with or without the cancelled save's State
 
 
 @pytest.mark.anyio
@@ -329,18 +328,7 @@ def test_trio_as_a_guest_of_asyncio_keeps_its_own_group_commit(tmp_path: Path) -
 async def test_a_save_cancelled_while_its_batch_waits_is_not_written() -> None:
     # Its batch waits behind a write: cancelled then, the State leaves the batch; a State that
     # another save of the batch still waits for stays in it.
-    written: list[list[str]] = []
-    entered = anyio.Event()
-    release = anyio.Event()
-
-    async def flush(states: list[State]) -> dict[int, ValueError]:
-        written.append([s.id for s in states])
-        if len(written) == 1:
-            entered.set()
-            with anyio.CancelScope(shield=True):
-                await release.wait()
-        return {}
-
+    flush = HeldFirstBatch()
     commit = GroupCommit(flush)
     first, dropped, shared = State(id="first"), State(id="dropped"), State(id="shared")
     cancelled = anyio.CancelScope()
@@ -353,14 +341,14 @@ async def test_a_save_cancelled_while_its_batch_waits_is_not_written() -> None:
 
     async with anyio.create_task_group() as group:
         group.start_soon(commit.save, first)
-        await entered.wait()
+        await flush.entered.wait()
         group.start_soon(cancelled_saves)
         group.start_soon(commit.save, shared)  # waits for `shared` too, and is not cancelled
         await anyio.wait_all_tasks_blocked()
         cancelled.cancel()
         await anyio.wait_all_tasks_blocked()
-        release.set()
-    assert written == [["first"], ["shared"]]
+        flush.release.set()
+    assert flush.written == [["first"], ["shared"]]
 
 
 @pytest.mark.anyio
