@@ -1,11 +1,14 @@
-"""Test doubles shared by several test modules."""
+"""Test doubles, documents and helpers shared by several test modules."""
 
 from __future__ import annotations
 
 import builtins
 import threading
+from typing import Literal
 
-from orchestrator import State
+import pydantic
+
+from orchestrator import State, ToolResultEntry
 from stores import MemoryStore, StateInfo
 
 
@@ -47,3 +50,24 @@ class ThreadCheckedStore:
     def delete(self, state_id: str) -> None:
         self._note("delete")
         self.inner.delete(state_id)
+
+
+class Loop(pydantic.BaseModel):
+    """An open loop: something to come back to."""
+
+    title: str
+    status: Literal["open", "resolved"]
+    due: str | None = None
+
+
+class Person(pydantic.BaseModel):
+    """A person: a document with a constrained field."""
+
+    name: str
+    age: int = pydantic.Field(ge=0)
+    tags: list[str] = []
+
+
+def results(state: State) -> list[ToolResultEntry]:
+    """The `tool_result` entries of `state`, in order."""
+    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]

@@ -27,11 +27,11 @@ from orchestrator import (
     RateLimitError,
     Reporter,
     State,
-    ToolResultEntry,
     tool,
 )
 from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
 from stores import MemoryStore, SQLiteStore
+from tests.doubles import results
 from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
 
 KEY = "sk-review-SECRET-9f8e7d6c5b4a"
@@ -126,10 +126,6 @@ class Recorder(Reporter):
 
     def on_text(self, state: State, chunk: str) -> None:
         self.text.append(chunk)
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def free_port() -> int:

@@ -37,6 +37,7 @@ from orchestrator import (
 from orchestrator.models import Request
 from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, FakeModelExhausted, tool_call
+from tests.doubles import results
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -48,10 +49,6 @@ def assert_replays(state: State) -> None:
 
 def kinds(state: State) -> list[str]:
     return [entry.kind for entry in state.history]
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def errors(state: State) -> list[str]:

@@ -31,12 +31,9 @@ from orchestrator import (
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AskApproval
 from orchestrator.testing import FakeModel, tool_call
+from tests.doubles import results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def result_of(state: State, call: ToolCall) -> ToolResultEntry:

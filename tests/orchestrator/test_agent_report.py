@@ -41,6 +41,7 @@ from orchestrator.permissions import (
     Permission,
 )
 from orchestrator.testing import FakeModel, tool_call
+from tests.doubles import results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,10 +50,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def assert_replays(state: State) -> None:
     assert State(history=state.history).snapshot() == state.snapshot()
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def result_of(state: State, call: ToolCall) -> ToolResultEntry:

@@ -33,6 +33,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
+from tests.doubles import results
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -55,10 +56,6 @@ def assert_consistent(state: State) -> None:
     assert sorted(answered) == sorted(requested)
     assert len(set(answered)) == len(answered)
     assert_replays(state)
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def result_of(state: State, call: ToolCall) -> ToolResultEntry:

@@ -9,27 +9,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 import pytest
 
 from orchestrator import Issue, Memory, OrchestratorError, ValidationError
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-
-
-class Loop(pydantic.BaseModel):
-    """An open loop: something to come back to."""
-
-    title: str
-    status: Literal["open", "resolved"]
-    due: str | None = None
-
-
-class Person(pydantic.BaseModel):
-    name: str
-    age: int = pydantic.Field(ge=0)
-    tags: list[str] = []
+from tests.doubles import Loop, Person
 
 
 class Team(pydantic.BaseModel):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import anyio
 import pydantic
@@ -19,24 +19,12 @@ from orchestrator import (
     Message,
     State,
     ToolCall,
-    ToolResultEntry,
     tool,
 )
 from orchestrator.permissions import AllowByReadOnly
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-
-
-class Loop(pydantic.BaseModel):
-    """An open loop: something to come back to."""
-
-    title: str
-    status: Literal["open", "resolved"]
-    due: str | None = None
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
+from tests.doubles import Loop, results
 
 
 def result_text(state: State, call: ToolCall) -> str:

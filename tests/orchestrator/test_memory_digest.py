@@ -11,24 +11,16 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-import pydantic
 import pytest
 
 from orchestrator import Agent, Memory, Message, State, ToolCall, ToolResultEntry, tool
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, SQLiteStore
+from tests.doubles import Loop
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Loop(pydantic.BaseModel):
-    """An open loop: something to come back to."""
-
-    title: str
-    status: Literal["open", "resolved"]
-    due: str | None = None
 
 
 @tool

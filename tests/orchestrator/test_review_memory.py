@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pydantic
 import pytest
@@ -20,30 +20,12 @@ from orchestrator import (
     Message,
     State,
     ToolCall,
-    ToolResultEntry,
     ValidationError,
     tool,
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-
-
-class Loop(pydantic.BaseModel):
-    """An open loop."""
-
-    title: str
-    status: Literal["open", "resolved"]
-    due: str | None = None
-
-
-class Person(pydantic.BaseModel):
-    name: str
-    age: int = pydantic.Field(ge=0)
-    tags: list[str] = []
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
+from tests.doubles import Loop, Person, results
 
 
 def digest(model: FakeModel, store: Any, *tools: Any, name: str = "digest") -> Agent:

@@ -40,16 +40,13 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
+from tests.doubles import results
 
 How = Literal["as_tool", "agent_in_tools", "async_tool", "sync_tool"]
 HOWS: tuple[How, ...] = ("as_tool", "agent_in_tools", "async_tool", "sync_tool")
 TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def result_of(state: State, call: ToolCall) -> ToolResultEntry:

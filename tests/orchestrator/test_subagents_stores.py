@@ -22,22 +22,18 @@ from orchestrator import (
     State,
     Tool,
     ToolCall,
-    ToolResultEntry,
     Usage,
     tool,
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
+from tests.doubles import results
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def child_ids(state: State) -> list[str]:

@@ -12,9 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from orchestrator import Agent, ErrorEntry, Message, State, ToolResultEntry, tool
+from orchestrator import Agent, ErrorEntry, Message, State, tool
 from orchestrator.testing import FakeModel
 from stores._file import FileStore
+from tests.doubles import results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,10 +64,6 @@ def check(name: str) -> str:
 def deploy(target: str) -> str:
     """Deploy to a target."""
     return f"deployed to {target}"
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def test_a_crash_inside_a_tool_leaves_an_unknown_result(tmp_path: Path) -> None:
