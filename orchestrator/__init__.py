@@ -13,6 +13,8 @@ from ._errors import OrchestratorError as OrchestratorError
 from ._errors import OutputError as OutputError
 from ._errors import ProviderError as ProviderError
 from ._errors import RateLimitError as RateLimitError
+from ._errors import StoreDamagedError as StoreDamagedError
+from ._errors import StoreError as StoreError
 from ._errors import ToolError as ToolError
 from ._errors import ValidationError as ValidationError
 from ._history import AskEntry as AskEntry
@@ -127,6 +129,8 @@ __all__ = (
     "StoppedByLimit",
     "StoppedByPermission",
     "StoppedByUntil",
+    "StoreDamagedError",
+    "StoreError",
     "TextBlock",
     "Tool",
     "ToolCall",

@@ -6,10 +6,12 @@ The tree::
     ├── OutputError              a structured answer stayed invalid after its retries
     ├── ValidationError          a document failed its collection's model (`.issues`)
     ├── ToolInputError           a model's tool-call arguments are wrong (`.issues`)
-    └── ProviderError            a model provider failed
-        ├── RateLimitError       the provider asked us to slow down
-        ├── AuthError            the key is missing or refused
-        └── ContextTooLongError  the request does not fit the model's window
+    ├── ProviderError            a model provider failed
+    │   ├── RateLimitError       the provider asked us to slow down
+    │   ├── AuthError            the key is missing or refused
+    │   └── ContextTooLongError  the request does not fit the model's window
+    └── StoreError               a store's backend failed (its own error is the cause)
+        └── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
     ToolError                    raised by tools: the model sees the message as an error result
 
 Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
@@ -28,6 +30,8 @@ __all__ = (
     "OutputError",
     "ProviderError",
     "RateLimitError",
+    "StoreDamagedError",
+    "StoreError",
     "ToolError",
     "ValidationError",
 )
@@ -75,6 +79,23 @@ class AuthError(ProviderError):
 
 class ContextTooLongError(ProviderError):
     """The request is longer than the model's context window."""
+
+
+class StoreError(OrchestratorError):
+    """A store's backend failed: the disk, the database or its connection.
+
+    The backend's own exception is chained as the cause (``raise ... from error``), and the
+    message names the store and, where one is concerned, the State.
+    """
+
+
+class StoreDamagedError(StoreError, ValueError):
+    """What a store holds is damaged or was changed behind its back.
+
+    A damaged file, an entry whose integrity check fails, a missing or extra entry, a row that
+    cannot be read: the message names the store, the State and where the damage is, and says
+    what to do (restore from a backup, or delete the State). It is a `ValueError` too.
+    """
 
 
 class ToolError(Exception):
