@@ -17,9 +17,12 @@ from ._base import bind_state as bind_state
 from ._base import info_of as info_of
 from ._base import recover_state as recover_state
 from ._codec import FORMAT_VERSION as FORMAT_VERSION
+from ._codec import chain_digests as chain_digests
+from ._codec import check_chain as check_chain
 from ._codec import check_format as check_format
 from ._codec import decode_entry as decode_entry
 from ._codec import encode_entry as encode_entry
+from ._codec import first_digest as first_digest
 from ._file import FileStore as FileStore
 from ._memory import MemoryStore as MemoryStore
 from ._offload import ThreadedAsync as ThreadedAsync
@@ -38,9 +41,12 @@ __all__ = (
     "Store",
     "ThreadedAsync",
     "bind_state",
+    "chain_digests",
+    "check_chain",
     "check_format",
     "decode_entry",
     "encode_entry",
+    "first_digest",
     "info_of",
     "recover_state",
 )

@@ -33,6 +33,7 @@ from ._sql import (
     Query,
     QueryMany,
     Work,
+    backend_error,
     create_private,
     delete_plan,
     is_busy,
@@ -41,7 +42,6 @@ from ._sql import (
     memory_get_plan,
     memory_put_plan,
     memory_scan_plan,
-    not_a_store,
     open_plan,
     save_many_plan,
 )
@@ -123,7 +123,7 @@ class AioSQLiteStore:
                 State and the entry's index), or the file has another format version.
         """
         _require_asyncio("aload")
-        return await self._run(load_plan(state_id, self, self._where))
+        return await self._run(load_plan(state_id, self, self._where), state_id)
 
     async def alist(
         self, *, parent_id: str | None = None, limit: int | None = None
@@ -135,7 +135,7 @@ class AioSQLiteStore:
     async def adelete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
         _require_asyncio("adelete")
-        await self._run(delete_plan(state_id, self._known))
+        await self._run(delete_plan(state_id, self._known), state_id)
 
     # -- agent memory (`stores.AsyncMemoryBackend`) -------------------------------------------
 
@@ -212,11 +212,12 @@ class AioSQLiteStore:
 
     # -- running plans ------------------------------------------------------------------------
 
-    async def _run(self, plan: Plan[_T]) -> _T:
+    async def _run(self, plan: Plan[_T], state_id: str | None = None) -> _T:
         """Carry out `plan`, one at a time; roll back if it fails.
 
         The plan runs shielded, so a cancellation never leaves a write half-done: it is raised
-        when the plan has ended.
+        when the plan has ended. An error of SQLite is raised as the library's
+        (`stores._sql.backend_error`), naming `state_id` if the call is about one State.
         """
         try:
             await anyio.lowlevel.checkpoint_if_cancelled()
@@ -226,13 +227,18 @@ class AioSQLiteStore:
         result: builtins.list[_T] = []  # set in the shielded scope, which swallows nothing
         with anyio.CancelScope(shield=True):
             async with self._lock:
-                connection = await self._connect()
                 try:
-                    result.append(await _drive(plan, connection))
-                except BaseException:
-                    if connection.in_transaction:
-                        await connection.execute(ROLLBACK)
-                    raise
+                    connection = await self._connect()
+                    try:
+                        result.append(await _drive(plan, connection))
+                    except BaseException:
+                        if connection.in_transaction:
+                            await connection.execute(ROLLBACK)
+                        raise
+                except (sqlite3.Error, OSError) as error:
+                    raise backend_error(self._where, error, state_id) from error
+                finally:
+                    plan.close()
         await anyio.lowlevel.checkpoint_if_cancelled()
         return result[0]
 
@@ -247,12 +253,6 @@ class AioSQLiteStore:
         connection = await aiosqlite.connect(self._path, isolation_level=None)
         try:
             await _drive(open_plan(self._where), connection)
-        except sqlite3.OperationalError:
-            await connection.close()
-            raise
-        except sqlite3.DatabaseError as error:  # e.g. "file is not a database"
-            await connection.close()
-            raise not_a_store(self._path, error) from None
         except BaseException:
             await connection.close()
             raise

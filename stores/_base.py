@@ -36,7 +36,12 @@ TITLE_LENGTH = 200
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StateInfo:
-    """What a store knows of a State without loading it: what `list` returns."""
+    """What a store knows of a State without loading it: what `list` returns.
+
+    `damage` says why a State's info could not be read, when it could not (then only `id` is
+    sure, and loading the State raises `orchestrator.StoreDamagedError`, or loads it if its
+    history is whole): damage to one State never stops `list` from returning the others.
+    """
 
     id: str
     parent_id: str | None = None
@@ -49,6 +54,7 @@ class StateInfo:
     finished: bool = False
     usage: Usage = field(default_factory=Usage)
     entries: int = 0
+    damage: str | None = None
 
 
 def title_of(messages: Iterable[Message]) -> str:

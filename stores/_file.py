@@ -2,8 +2,12 @@
 
 Layout under the store's folder::
 
-    <id>/log.jsonl   one encoded history entry per line, appended and fsynced on each save
-    <id>/info.json   the State's `StateInfo` and the stored format version, replaced atomically
+    <id>/log.jsonl   one history entry per line, appended and fsynced on each save:
+                     ``{"d": "<digest>", "e": <the entry's encoded JSON>}``
+    <id>/info.json   the State's `StateInfo`, the stored format version and the digest of the
+                     last entry it counts (``head``), replaced atomically after each append
+    <id>/children.jsonl   ``{"id", "call"}`` of each child State saved here, appended when the
+                     child is first saved with its parent link (crash recovery reads it)
     .memory/<agent>/log.jsonl   the agent's memory: one write per line, appended and fsynced
     .memory/<agent>/lock        taken (`flock`) by every memory call, shared to read
 
@@ -11,8 +15,12 @@ A State's folder appears whole or not at all (it is written under a hidden name,
 files are created with mode 0600 and folders 0700. An entry is saved once its line, newline
 included, is on disk: a last line without its newline is what a crash mid-write leaves, so it
 is ignored on load and cut before the next append. Lines are split on the newline byte only
-(JSON text holds no raw newline, but it may hold U+2028). Any other damaged line is an error
-naming the State and the entry's index.
+(JSON text holds no raw newline, but it may hold U+2028). Each line's digest is chained with the
+one before (`stores._codec`), and info.json counts the entries and holds the last one's digest,
+so a damaged, missing, repeated or moved line is a `StoreDamagedError` naming the State and the
+entry's index. The log may hold more entries than info.json counts (a crash between the two
+writes), never fewer. A State folder of format 1 (lines without digests) loads as it is and is
+rewritten with digests by its next save.
 
 Many threads may use one store; processes may share the folder (appends take a `flock`), but
 each State should be run by one process at a time.
@@ -27,27 +35,40 @@ under a new id. Memory is safe for many threads and processes: each call holds t
 
 from __future__ import annotations
 
+import binascii
 import builtins
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import threading
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import pydantic
 
-from orchestrator import State
+from orchestrator import State, StoreError
 from orchestrator._state import validate_id
 
 from ._base import StateInfo, bind_state, info_of, recover_state
-from ._codec import FORMAT_VERSION, check_format, decode_entry
+from ._codec import (
+    DIGEST_SIZE,
+    FORMAT_V1,
+    FORMAT_VERSION,
+    chain_digests,
+    check_format,
+    damaged,
+    decode_entry,
+    first_digest,
+    missing_entries,
+)
 from ._memory import (
+    Continuation,
     Tail,
     check_list_args,
     check_memory,
@@ -62,6 +83,13 @@ __all__ = ("FileStore",)
 
 LOG = "log.jsonl"
 INFO = "info.json"
+CHILDREN = "children.jsonl"
+MEMORY_FORMAT = 1
+"""The format of agent memory logs (unchanged when States' logs gained digests)."""
+_SEAL_HEAD = b'{"d":"'
+_SEAL_MID = b'","e":'
+_DIGEST_END = len(_SEAL_HEAD) + 2 * DIGEST_SIZE
+_ENTRY_AT = _DIGEST_END + len(_SEAL_MID)
 _FILE_MODE = 0o600
 _FOLDER_MODE = 0o700
 _CHUNK = 64 * 1024
@@ -149,6 +177,30 @@ def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
         buffer = _read_at(fd, step, start) + buffer
 
 
+def _seal(digest: bytes, entry: bytes) -> bytes:
+    """The log line of an encoded entry and its digest (no newline)."""
+    return b"".join((_SEAL_HEAD, digest.hex().encode(), _SEAL_MID, entry, b"}"))
+
+
+def _sealed(digests: Sequence[bytes], entries: Sequence[bytes]) -> bytes:
+    """The log lines of encoded entries and their digests, each with its newline."""
+    return b"".join(_seal(d, entry) + b"\n" for d, entry in zip(digests, entries, strict=True))
+
+
+def _unseal(line: bytes) -> tuple[bytes | None, bytes]:
+    """The digest and the encoded entry of a log line; no digest if the line is not sealed."""
+    if (
+        line.startswith(_SEAL_HEAD)
+        and line[_DIGEST_END:_ENTRY_AT] == _SEAL_MID
+        and line.endswith(b"}")
+    ):
+        try:
+            return binascii.unhexlify(line[len(_SEAL_HEAD) : _DIGEST_END]), line[_ENTRY_AT:-1]
+        except binascii.Error:
+            pass
+    return None, line
+
+
 def _seq_of(line: bytes) -> int | None:
     try:
         seq: Any = json.loads(line).get("seq")
@@ -165,11 +217,6 @@ class _Known:
     end: int  # the size of the log, all lines complete
     last: int  # the length of the last line, newline left out
 
-    @classmethod
-    def after(cls, tail: Tail, end: int, lines: Sequence[bytes]) -> _Known:
-        """What is known once `lines` are the last lines of a log of `end` bytes."""
-        return cls(tail, end, len(lines[-1]) if lines else 0)
-
     def matches(self, fd: int, size: int) -> bool:
         """Whether the log is still as this store left it (its size, and its last line).
 
@@ -181,7 +228,16 @@ class _Known:
         if self.tail.count == 0:
             return True
         line = _read_at(fd, self.last, self.end - self.last - 1)
-        return line == self.tail.line
+        return line == _seal(self.tail.digest, self.tail.line)
+
+
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """What a State's info.json holds: its info, its format version, its last entry's digest."""
+
+    info: StateInfo
+    format: int
+    head: bytes | None
 
 
 def _is_id(name: str) -> bool:
@@ -212,6 +268,7 @@ class FileStore(ThreadedAsync):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         """Use the folder `path` (made on the first save if it does not exist)."""
         self._root = Path(path)
+        self._where = f"FileStore {str(self._root)!r}"
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
         self._known: dict[str, _Known] = {}
         self._logs: dict[str, _MemoryLog] = {}  # agent: what was read of its memory log
@@ -234,13 +291,14 @@ class FileStore(ThreadedAsync):
 
         Raises:
             TypeError: `state` is not a State.
-            ValueError: Another history is stored under `state.id` (load it to continue it), its
-                stored format is another version, or its last stored entry is damaged.
-            OSError: The files cannot be written.
+            ValueError: Another history is stored under `state.id` (load it to continue it), or
+                its stored format is another version.
+            StoreDamagedError: The stored State is damaged (its info, or its last entry).
+            StoreError: The files cannot be written (the `OSError` is the cause).
         """
         state = check_state(state)
         folder = self._root / state.id
-        with self._lock_for(state.id):
+        with self._lock_for(state.id), self._failures(state.id):
             try:
                 fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
             except FileNotFoundError:
@@ -251,22 +309,40 @@ class FileStore(ThreadedAsync):
                 fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
             try:
                 _flock(fd, exclusive=True)
-                self._append(state, folder, fd)
+                stored = self._read_info(folder, state.id)
+                if stored.format == FORMAT_V1:
+                    self._migrate_v1(state.id, folder, fd, stored)
+                    os.close(fd)  # the log was replaced: append to the new one
+                    fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
+                    _flock(fd, exclusive=True)
+                    stored = self._read_info(folder, state.id)
+                self._append(state, folder, fd, stored)
             finally:
                 os.close(fd)
         state._bind_store(self)
 
+    @contextlib.contextmanager
+    def _failures(self, state_id: str | None) -> Generator[None, None, None]:
+        """Raise a failure of the file system as a `StoreError` naming the store and State."""
+        try:
+            yield
+        except OSError as error:
+            about = "" if state_id is None else f" (State {state_id!r})"
+            raise StoreError(f"{self._where} failed{about}: {error}") from error
+
     def _create(self, state: State, folder: Path) -> bool:
         """Write a new State's folder whole; False if another writer made it first."""
-        info = info_of(state)
-        lines, tail = continuation(state, Tail())
-        data = b"".join(line + b"\n" for line in lines)
+        info = info_of(state)  # before the entries: it never claims more than stored
+        new = continuation(state, Tail())
+        data = _sealed(new.digests, new.lines)
         self._root.mkdir(mode=_FOLDER_MODE, parents=True, exist_ok=True)
+        if info.parent_id is not None:
+            self._link_child(info)
         draft = self._root / f".new-{state.id}-{uuid.uuid4().hex}"
         os.mkdir(draft, _FOLDER_MODE)
         try:
             _write_new_file(draft / LOG, data)
-            _write_new_file(draft / INFO, _encode_info(info))
+            _write_new_file(draft / INFO, _encode_info(info, _head(info, Tail(), new)))
             try:
                 os.rename(draft, folder)
             except OSError:
@@ -277,43 +353,120 @@ class FileStore(ThreadedAsync):
         finally:
             if draft.exists():
                 shutil.rmtree(draft, ignore_errors=True)
-        self._known[state.id] = _Known.after(tail, len(data), lines)
+        self._known[state.id] = _Known(new.tail, len(data), _last_length(data))
         return True
 
-    def _append(self, state: State, folder: Path, fd: int) -> None:
+    def _append(self, state: State, folder: Path, fd: int, stored: _Stored) -> None:
         size = os.fstat(fd).st_size
         known = self._known.get(state.id)
-        # Checked on every save: another process may have moved this State to another format.
-        _read_info(folder, state.id)
         if known is None or not known.matches(fd, size):
             # First save here, or another writer changed the log: read its end again.
             known = self._scan(state.id, fd, size)
         info = info_of(state)  # before the entries: it never claims more than stored
-        lines, tail = continuation(state, known.tail)
-        if not lines:
-            self._known[state.id] = _Known(tail, known.end, known.last)
+        new = continuation(state, known.tail)
+        if not new.lines:
+            self._known[state.id] = _Known(new.tail, known.end, known.last)
             return
-        data = b"".join(line + b"\n" for line in lines)
+        if info.parent_id is not None and stored.info.parent_id is None:
+            self._link_child(info)  # first saved with its parent link
+        data = _sealed(new.digests, new.lines)
         self._known.pop(state.id, None)  # if the write fails, read the log again next time
         _write_all(fd, data)
         os.fsync(fd)
-        self._known[state.id] = _Known.after(tail, known.end + len(data), lines)
-        _replace_info(folder, info)
+        self._known[state.id] = _Known(new.tail, known.end + len(data), _last_length(data))
+        _replace_info(folder, info, _head(info, known.tail, new))
 
     def _scan(self, state_id: str, fd: int, size: int) -> _Known:
         """Read the end of a log this store does not know, and cut a torn last line."""
         end, last = _last_line(fd, size)
         known = _Known(Tail(), end, 0)
         if last is not None:
-            seq = _seq_of(last)
+            digest, line = _unseal(last)
+            seq = _seq_of(line)
             if seq is None:
                 # The last complete line is damaged: count the lines to name its index.
                 seq = _read_at(fd, end, 0).count(b"\n") - 1
-            entry = decode_entry(last, state_id=state_id, index=seq)
-            known = _Known(Tail(seq + 1, last, entry), end, len(last))
+            entry = decode_entry(line, state_id=state_id, index=seq, where=self._where)
+            if digest is None:
+                raise damaged(self._where, state_id, f"history entry {seq} has no digest")
+            known = _Known(Tail(seq + 1, line, entry, digest), end, len(last))
         if end < size:
             os.ftruncate(fd, end)  # a torn line: the save that wrote it never returned
         return known
+
+    def _migrate_v1(self, state_id: str, folder: Path, fd: int, stored: _Stored) -> None:
+        """Rewrite a log of format 1 with digests, then its info (under the log's lock)."""
+        self._known.pop(state_id, None)
+        data = _read_all(fd)
+        lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
+        # A line already sealed is one a migration cut off by a crash wrote.
+        entries = [_unseal(line)[1] for line in lines]
+        if stored.info.entries > len(entries):
+            raise _missing(self._where, state_id, stored.info.entries, len(entries))
+        digests = chain_digests(first_digest(state_id), entries)
+        sealed = _sealed(digests, entries)
+        draft = folder / f".log-{uuid.uuid4().hex}"
+        try:
+            _write_new_file(draft, sealed)
+            os.replace(draft, folder / LOG)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(draft)
+        _fsync_folder(folder)
+        count = stored.info.entries
+        _replace_info(folder, stored.info, digests[count - 1] if count else None)
+
+    def _link_child(self, info: StateInfo) -> None:
+        """Note in its parent's folder that the State of `info` is its child.
+
+        Written before the child's entries, so a crash never leaves a stored child its parent
+        does not know. A parent not saved in this store is not told.
+        """
+        assert info.parent_id is not None
+        record = {"id": info.id, "call": info.parent_call_id}
+        line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
+        try:
+            fd = os.open(self._root / info.parent_id / CHILDREN, flags, _FILE_MODE)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            _write_all(fd, line)  # one short write: whole, among concurrent appends
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def _children_of(self, parent_id: str) -> builtins.list[StateInfo]:
+        """The children saved in this store of the State `parent_id`: its own list of them.
+
+        A child deleted since is left out; a child whose info is damaged is listed with its
+        damage and no usage.
+        """
+        path = self._root / parent_id / CHILDREN
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return []
+        children: dict[str, StateInfo] = {}
+        for number, line in enumerate(data[: data.rfind(b"\n") + 1].split(b"\n")[:-1], 1):
+            try:
+                record: Any = json.loads(line)
+                child_id, call = record["id"], record["call"]
+                validate_id(child_id)
+            except (ValueError, TypeError, KeyError):
+                raise damaged(
+                    self._where, parent_id, f"line {number} of {CHILDREN} cannot be read"
+                ) from None
+            if child_id in children:
+                continue
+            try:
+                info = self._read_info(self._root / child_id, child_id).info
+            except LookupError:
+                continue
+            except ValueError as error:
+                info = StateInfo(id=child_id, parent_id=parent_id, damage=str(error))
+            children[child_id] = dataclasses.replace(info, parent_call_id=call)
+        return builtins.list(children.values())
 
     # -- load, list, delete ----------------------------------------------------------------------
 
@@ -322,36 +475,48 @@ class FileStore(ThreadedAsync):
 
         Raises:
             LookupError: Nothing is saved under `state_id`.
-            ValueError: `state_id` is not a valid id (nothing is touched), the State was stored
-                in another format version (the message names both), or an entry is damaged (the
-                message names the State and the entry's index).
+            ValueError: `state_id` is not a valid id (nothing is touched), or the State was
+                stored in another format version (the message names both).
+            StoreDamagedError: An entry is damaged, missing, repeated or moved, or info.json is
+                damaged (the message names the State and the entry's index).
+            StoreError: The files cannot be read (the `OSError` is the cause).
         """
         validate_id(state_id, "state_id")
         folder = self._root / state_id
-        with self._lock_for(state_id):
-            _read_info(folder, state_id)
-            try:
-                fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
-            except FileNotFoundError:
-                raise ValueError(
-                    f"State {state_id!r}: {folder / INFO} exists but {LOG} is missing. Restore"
-                    f" the folder from a backup, or delete the State (store.delete({state_id!r}))."
-                ) from None
-            try:
-                _flock(fd, exclusive=False)
-                data = _read_all(fd)
-            finally:
-                os.close(fd)
-        end = data.rfind(b"\n") + 1  # what follows is a torn line: ignored, cut on next append
-        lines = data[:end].split(b"\n")[:-1]
-        state = rebuild(state_id, lines)
-        if lines:
+        with self._failures(state_id):
             with self._lock_for(state_id):
-                known = self._known.get(state_id)
-                if known is None or known.end == end:
-                    tail = Tail(len(lines), lines[-1]).holding(state)
-                    self._known[state_id] = _Known.after(tail, end, lines)
-        children = self.list(parent_id=state_id) if state.pending_calls else ()
+                stored = self._read_info(folder, state_id)
+                try:
+                    fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
+                except FileNotFoundError:
+                    problem = f"{INFO} exists but {LOG} is missing"
+                    raise damaged(self._where, state_id, problem) from None
+                try:
+                    _flock(fd, exclusive=False)
+                    data = _read_all(fd)
+                finally:
+                    os.close(fd)
+            end = data.rfind(b"\n") + 1  # what follows is a torn line: ignored, cut on next append
+            lines = data[:end].split(b"\n")[:-1]
+            count = stored.info.entries
+            if stored.format == FORMAT_V1:  # no digests yet: the next save adds them
+                if count > len(lines):
+                    raise _missing(self._where, state_id, count, len(lines))
+                state = rebuild(state_id, lines, None, where=self._where)
+            else:
+                sealed = [_unseal(line) for line in lines]
+                entries = [entry for _, entry in sealed]
+                digests = [digest for digest, _ in sealed]
+                state = rebuild(
+                    state_id, entries, digests, where=self._where, count=count, head=stored.head
+                )
+                if entries:
+                    with self._lock_for(state_id):
+                        known = self._known.get(state_id)
+                        if known is None or known.end == end:
+                            tail = Tail(len(entries), entries[-1], None, digests[-1] or b"")
+                            self._known[state_id] = _Known(tail.holding(state), end, len(lines[-1]))
+            children = self._children_of(state_id) if state.pending_calls else ()
         recover_state(state, children)
         bind_state(state, self)
         return state
@@ -361,25 +526,73 @@ class FileStore(ThreadedAsync):
     ) -> builtins.list[StateInfo]:
         """The saved States, most recently updated first; only children of `parent_id` if set.
 
+        A State whose info.json cannot be read is listed with its `damage` (and only its id).
+
         Raises:
-            ValueError: A State's info.json is damaged or in another format version.
+            StoreError: The folder cannot be read (the `OSError` is the cause).
         """
         check_list_args(parent_id, limit)
-        try:
-            names = os.listdir(self._root)
-        except FileNotFoundError:
-            return []
-        infos: builtins.list[StateInfo] = []
-        for name in names:
-            if not _is_id(name):
-                continue  # a folder being written or deleted, or a stranger
+        with self._failures(None):
             try:
-                info = _read_info(self._root / name, name)
-            except LookupError:
-                continue  # deleted meanwhile, or not a State's folder
-            if parent_id is None or info.parent_id == parent_id:
-                infos.append(info)
+                names = os.listdir(self._root)
+            except FileNotFoundError:
+                return []
+            infos: builtins.list[StateInfo] = []
+            for name in names:
+                if not _is_id(name):
+                    continue  # a folder being written or deleted, or a stranger
+                try:
+                    info = self._read_info(self._root / name, name).info
+                except LookupError:
+                    continue  # deleted meanwhile, or not a State's folder
+                except ValueError as error:
+                    info = StateInfo(id=name, damage=str(error))
+                if parent_id is None or info.parent_id == parent_id:
+                    infos.append(info)
         return select(infos, parent_id=parent_id, limit=limit)
+
+    def _read_info(self, folder: Path, state_id: str) -> _Stored:
+        """What the info.json of the State `state_id` in `folder` holds.
+
+        Raises:
+            LookupError: The folder has no info.json (no State is saved under this id).
+            ValueError: info.json is of another format version.
+            StoreDamagedError: info.json is damaged, or names another State.
+        """
+        path = folder / INFO
+        try:
+            data = path.read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            raise LookupError(
+                f"No State {state_id!r} in {self._where}: save it first, or pick an id from"
+                " store.list()."
+            ) from None
+        try:
+            loaded: Any = json.loads(data)
+            if not isinstance(loaded, dict):
+                raise ValueError("it is not a JSON object")
+            fields = cast("dict[str, Any]", loaded)
+            found = fields.pop("format", None)
+            head: Any = fields.pop("head", None)
+            fields.pop("damage", None)
+            if head is not None and not (isinstance(head, str) and len(head) == 2 * DIGEST_SIZE):
+                raise ValueError(f"its head is {head!r:.50}, not a digest")
+            info = _INFO.validate_python(fields)
+        except pydantic.ValidationError as error:
+            problem = f"{error.error_count()} problems, first: {error.errors()[0]['msg']}"
+            raise damaged(self._where, state_id, f"{INFO} cannot be read ({problem})") from None
+        except ValueError as error:
+            raise damaged(self._where, state_id, f"{INFO} cannot be read ({error})") from None
+        version = check_format(found, where=f"State {state_id!r} ({path})", readable=(FORMAT_V1,))
+        if info.id != state_id:
+            raise damaged(
+                self._where, state_id, f"its {INFO} says it is State {info.id!r} (moved or copied?)"
+            )
+        try:
+            digest = None if head is None else binascii.unhexlify(head)
+        except binascii.Error:
+            raise damaged(self._where, state_id, f"the head digest in {INFO} is not hex") from None
+        return _Stored(info, version, digest)
 
     def delete(self, state_id: str) -> None:
         """Delete the folder of the State `state_id` (nothing happens if it is absent).
@@ -530,7 +743,7 @@ def _memory_line(record: dict[str, Any]) -> bytes:
 
 
 def _memory_header() -> bytes:
-    return _memory_line({"format": FORMAT_VERSION, "log": uuid.uuid4().hex})
+    return _memory_line({"format": MEMORY_FORMAT, "log": uuid.uuid4().hex})
 
 
 @dataclass(slots=True)
@@ -560,7 +773,7 @@ class _MemoryLog:
             if "format" in record:
                 found: object = record["format"]
             else:
-                found = FORMAT_VERSION
+                found = MEMORY_FORMAT
                 effect, space = record.get("effect"), record.get("space")
                 if effect is not None and not isinstance(effect, str):
                     raise ValueError("its effect key is not a str")
@@ -581,7 +794,7 @@ class _MemoryLog:
                 f"The agent memory in {path} is damaged at line {self.lines} ({error}). Restore"
                 " the file from a backup, or delete it to forget this agent's memory."
             ) from None
-        check_format(found, where=f"The agent memory in {path}")
+        check_format(found, where=f"The agent memory in {path}", current=MEMORY_FORMAT)
 
     def compacted(self) -> bytes:
         """The log rewritten: a new header, each value once, each effect key once."""
@@ -595,51 +808,44 @@ class _MemoryLog:
         return b"".join(lines)
 
 
-def _encode_info(info: StateInfo) -> bytes:
-    fields: dict[str, Any] = _INFO.dump_python(info, mode="json")
-    return json.dumps({"format": FORMAT_VERSION, **fields}, ensure_ascii=False).encode() + b"\n"
+def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
+    fields: dict[str, Any] = _INFO.dump_python(info, mode="json", exclude={"damage"})
+    record = {"format": FORMAT_VERSION, "head": None if head is None else head.hex(), **fields}
+    return json.dumps(record, ensure_ascii=False).encode() + b"\n"
 
 
-def _replace_info(folder: Path, info: StateInfo) -> None:
+def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:
     draft = folder / f".info-{uuid.uuid4().hex}"
     try:
-        _write_new_file(draft, _encode_info(info))
+        _write_new_file(draft, _encode_info(info, head))
         os.replace(draft, folder / INFO)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(draft)
 
 
-def _read_info(folder: Path, state_id: str) -> StateInfo:
-    """The info of the State in `folder`, after checking its format version.
+def _head(info: StateInfo, before: Tail, new: Continuation) -> bytes | None:
+    """The digest of the last entry `info` counts, once `new` is written after `before`.
 
-    Raises:
-        LookupError: The folder has no info.json (no State is saved under this id).
-        ValueError: info.json is damaged, or of another format version.
+    `info` was taken before the entries, so it counts no more than are written.
     """
-    path = folder / INFO
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError):
-        raise LookupError(
-            f"No State {state_id!r} in {str(folder.parent)!r}: save it first, or pick an id from"
-            " store.list()."
-        ) from None
-    try:
-        loaded: Any = json.loads(data)
-        if not isinstance(loaded, dict):
-            raise ValueError("it is not a JSON object")
-    except ValueError as error:
-        raise ValueError(
-            f"State {state_id!r}: {path} is damaged ({error}). Restore it from a backup, or"
-            f" delete the State (store.delete({state_id!r}))."
-        ) from None
-    fields = cast("dict[str, Any]", loaded)
-    check_format(fields.pop("format", None), where=f"State {state_id!r} ({path})")
-    try:
-        return _INFO.validate_python(fields)
-    except pydantic.ValidationError as error:
-        raise ValueError(
-            f"State {state_id!r}: {path} is damaged ({error.error_count()} problems, first:"
-            f" {error.errors()[0]['msg']}). Restore it from a backup, or delete the State."
-        ) from None
+    count = info.entries
+    if count == 0:
+        return None
+    if count <= before.count:
+        return before.digest
+    return new.digests[count - 1 - before.count]
+
+
+def _last_length(data: bytes) -> int:
+    """The length of the last line of `data` (lines ending in a newline), newline left out."""
+    return len(data) - data.rfind(b"\n", 0, len(data) - 1) - 2
+
+
+def _missing(where: str, state_id: str, count: int, found: int) -> Exception:
+    return damaged(
+        where,
+        state_id,
+        f"its {INFO} counts {count} history entries but {LOG} holds {found}:"
+        f" {missing_entries(found, count)}",
+    )

@@ -32,9 +32,17 @@ from orchestrator._memory import validate_key, validate_space
 from orchestrator._state import validate_id
 
 from ._base import StateInfo, bind_state, info_of, recover_state
-from ._codec import decode_entry, encode_entry
+from ._codec import (
+    chain_digests,
+    check_chain,
+    damaged,
+    decode_entry,
+    encode_entry,
+    first_digest,
+)
 
 __all__ = (
+    "Continuation",
     "MemoryStore",
     "Tail",
     "check_list_args",
@@ -50,20 +58,22 @@ __all__ = (
 class Tail:
     """The end of a stored history: enough to check cheaply that a save continues it.
 
-    `count` entries are stored; `line` is the last one's encoded line and `entry` that entry as
-    an object, when this process has it (a State loaded or saved here holds the same object, so
-    the usual check is one identity test).
+    `count` entries are stored; `line` is the last one's encoded line, `digest` its chained
+    digest (`stores._codec.chain_digests`), and `entry` that entry as an object, when this
+    process has it (a State loaded or saved here holds the same object, so the usual check is
+    one identity test).
     """
 
     count: int = 0
     line: bytes = b""
     entry: HistoryEntry | None = None
+    digest: bytes = b""
 
     def holding(self, state: State) -> Tail:
         """This tail, with the last stored entry taken from `state` (which holds them all)."""
         if self.count == 0:
             return self
-        return Tail(self.count, self.line, state._entries_from(self.count - 1)[0])
+        return Tail(self.count, self.line, state._entries_from(self.count - 1)[0], self.digest)
 
     def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
         """Whether `boundary` is the stored last entry.
@@ -86,10 +96,17 @@ def check_state(state: object) -> State:
     return state
 
 
-def continuation(
-    state: State, tail: Tail, folded: Folded | None = None
-) -> tuple[tuple[bytes, ...], Tail]:
-    """The encoded entries of `state` after `tail`, and the tail once they are written.
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """What a save writes: the new entries' encoded lines and digests, and the tail after them."""
+
+    lines: tuple[bytes, ...]
+    digests: tuple[bytes, ...]
+    tail: Tail
+
+
+def continuation(state: State, tail: Tail, folded: Folded | None = None) -> Continuation:
+    """The encoded entries of `state` after `tail`, their digests, and the tail once written.
 
     The entries are those of `folded`, a value of `state` taken earlier, if given (so they agree
     with a row written from it); else its current ones. Only the new entries are encoded (plus,
@@ -99,13 +116,14 @@ def continuation(
         ValueError: `state` does not continue the stored history (see the module docstring).
     """
     history = (state._folded if folded is None else folded).entries
-    if tail.count == 0:
+    count = tail.count
+    if count == 0:
         entries = history.after(0)
         if not entries:
-            return (), tail
+            return Continuation((), (), tail)
         lines = tuple([encode_entry(entry) for entry in entries])
-        return lines, Tail(len(entries), lines[-1], entries[-1])
-    count = tail.count
+        digests = tuple(chain_digests(first_digest(state.id), lines))
+        return Continuation(lines, digests, Tail(len(entries), lines[-1], entries[-1], digests[-1]))
     if len(history) < count:
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
@@ -124,14 +142,16 @@ def continuation(
         )
     added = len(history) - count
     if added == 0:
-        return (), Tail(count, tail.line, boundary)
+        return Continuation((), (), Tail(count, tail.line, boundary, tail.digest))
     if added == 1:  # the usual save: one entry since the last
         entry = history.get(count)
-        line = encode_entry(entry)
-        return (line,), Tail(count + 1, line, entry)
+        lines = (encode_entry(entry),)
+        digests = tuple(chain_digests(tail.digest, lines))
+        return Continuation(lines, digests, Tail(count + 1, lines[0], entry, digests[0]))
     new = history.after(count)
     lines = tuple([encode_entry(entry) for entry in new])
-    return lines, Tail(count + added, lines[-1], new[-1])
+    digests = tuple(chain_digests(tail.digest, lines))
+    return Continuation(lines, digests, Tail(count + added, lines[-1], new[-1], digests[-1]))
 
 
 @contextlib.contextmanager
@@ -152,23 +172,38 @@ def _collector_paused() -> Generator[None, None, None]:
             gc.enable()
 
 
-def rebuild(state_id: str, lines: Sequence[bytes | str]) -> State:
+def rebuild(
+    state_id: str,
+    lines: Sequence[bytes | str],
+    digests: Sequence[object] | None,
+    *,
+    where: str,
+    count: int | None = None,
+    head: object = None,
+) -> State:
     """The State whose encoded entries are `lines`, not yet recovered or bound.
 
+    `digests` are the stored digests of `lines` (None: format 1, which had none); `count` and
+    `head` what the State's info says of its history (see `stores._codec.check_chain`).
+
     Raises:
-        ValueError: An entry is damaged or out of place (the message names the State and the
-            entry's index), or the entries do not replay into a State.
+        StoreDamagedError: An entry is damaged, out of place or fails its integrity check, or
+            the entries do not replay into a State; the message names `where` (the store), the
+            State and the entry's index.
     """
+    raw = [line.encode() if isinstance(line, str) else line for line in lines]
+    if digests is not None:
+        check_chain(where, state_id, raw, digests, count=count, head=head)
     with _collector_paused():
-        entries = [decode_entry(line, state_id=state_id, index=i) for i, line in enumerate(lines)]
+        entries = [
+            decode_entry(line, state_id=state_id, index=i, where=where)
+            for i, line in enumerate(raw)
+        ]
     try:
         with _collector_paused():
             return State._from_entries(state_id, entries)
     except (ValueError, TypeError) as error:
-        raise ValueError(
-            f"State {state_id!r}: the stored history cannot be replayed ({error}). Restore the"
-            " store from a backup, or delete the State."
-        ) from None
+        raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
 
 
 def check_list_args(parent_id: str | None, limit: int | None) -> None:
@@ -233,6 +268,7 @@ def select(
 @dataclass(slots=True)
 class _Saved:
     lines: builtins.list[bytes]
+    digests: builtins.list[bytes]
     info: StateInfo
     tail: Tail
 
@@ -277,14 +313,15 @@ class MemoryStore:
         with self._lock:
             saved = self._states.get(state.id)
             info = info_of(state)  # before the entries: it never claims more than stored
-            lines, tail = continuation(state, Tail() if saved is None else saved.tail)
+            new = continuation(state, Tail() if saved is None else saved.tail)
             if saved is None:
-                self._states[state.id] = _Saved(list(lines), info, tail)
+                self._states[state.id] = _Saved(list(new.lines), list(new.digests), info, new.tail)
             else:
-                if lines:
-                    saved.lines.extend(lines)
+                if new.lines:
+                    saved.lines.extend(new.lines)
+                    saved.digests.extend(new.digests)
                     saved.info = info
-                saved.tail = tail
+                saved.tail = new.tail
         state._bind_store(self)
 
     def load(self, state_id: str) -> State:
@@ -302,8 +339,8 @@ class MemoryStore:
                     f"No State {state_id!r} in this MemoryStore: save it first, or pick an id"
                     " from store.list()."
                 )
-            lines = tuple(saved.lines)
-        state = rebuild(state_id, lines)
+            lines, digests = tuple(saved.lines), tuple(saved.digests)
+        state = rebuild(state_id, lines, digests, where="MemoryStore")
         if lines:
             with self._lock:
                 saved = self._states.get(state_id)

@@ -10,14 +10,19 @@ from a sync and an async client. No SQL literal lives outside this module.
 The tables::
 
     meta     (key, value)           the format version, under 'format_version'
-    states   (id, parent_id, ...)   one row per State: what `list` returns, and its entry count
-    entries  (state_id, seq, data)  one row per history entry: the JSON of `encode_entry`
+    states   (id, parent_id, ..., entries, head)   one row per State: what `list` returns, its
+                                    entry count and the digest of its last entry
+    entries  (state_id, seq, data, digest)   one row per history entry: the JSON of
+                                    `encode_entry`, and its digest chained with the one before
     memory   (agent, space, key, value)   agent memory: JSON text per key (`MemoryBackend`)
     memory_effects (agent, effect, at)    the effect keys of the memory writes applied
 
 The memory tables are made when a connection opens (``IF NOT EXISTS``), so a file written
-before they existed gains them. A memory write with an effect key inserts the key in the same
-transaction as the write, and writes nothing if the key is there already.
+before they existed gains them. A file of format 1 (no digests) is migrated when a connection
+opens it: the two digest columns are added and filled, in one transaction.
+
+A memory write with an effect key inserts the key in the same transaction as the write, and
+writes nothing if the key is there already.
 
 A write runs in ``BEGIN IMMEDIATE``, so it takes the write lock before it reads and never has
 to upgrade a read lock (the upgrade is what fails with "database is locked" under load).
@@ -25,7 +30,9 @@ to upgrade a read lock (the upgrade is what fails with "database is locked" unde
 
 from __future__ import annotations
 
+import itertools
 import os
+import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -33,13 +40,22 @@ from typing import Any, TypeAlias, TypeVar
 
 import pydantic
 
-from orchestrator import State, Stopped, Usage
+from orchestrator import State, Stopped, StoreDamagedError, StoreError, Usage
 from orchestrator._fold import Folded
 from orchestrator._state import validate_id
 from orchestrator._stopped import AnyStopped
 
 from ._base import StateInfo, bind_state, recover_state, title_of
-from ._codec import FORMAT_VERSION, check_format
+from ._codec import (
+    DIGEST_SIZE,
+    FORMAT_V1,
+    FORMAT_VERSION,
+    chain_digests,
+    check_chain,
+    check_format,
+    damaged,
+    first_digest,
+)
 from ._known import KnownStates, RowParts, Stored
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
@@ -49,6 +65,7 @@ __all__ = (
     "Query",
     "QueryMany",
     "Work",
+    "backend_error",
     "create_private",
     "delete_plan",
     "is_busy",
@@ -57,7 +74,6 @@ __all__ = (
     "memory_get_plan",
     "memory_put_plan",
     "memory_scan_plan",
-    "not_a_store",
     "open_plan",
     "run_plan",
     "save_many_plan",
@@ -105,7 +121,8 @@ SCHEMA = (
         finished INTEGER NOT NULL,
         stopped TEXT,
         usage TEXT NOT NULL,
-        entries INTEGER NOT NULL
+        entries INTEGER NOT NULL,
+        head BLOB
     )
     """,
     # The order of `list`: most recently updated first, ties by id.
@@ -118,7 +135,8 @@ SCHEMA = (
     CREATE TABLE IF NOT EXISTS entries (
         state_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
-        data BLOB NOT NULL
+        data BLOB NOT NULL,
+        digest BLOB
     )
     """,
     "CREATE UNIQUE INDEX IF NOT EXISTS entries_by_state ON entries (state_id, seq)",
@@ -145,10 +163,20 @@ MEMORY_SCHEMA = (
 )
 SET_FORMAT = "INSERT INTO meta (key, value) VALUES (?, ?)"
 GET_FORMAT = "SELECT value FROM meta WHERE key = ?"
+UPDATE_FORMAT = "UPDATE meta SET value = ? WHERE key = ?"
+# Format 1 to 2: the digest columns, filled State by State.
+MIGRATE_V1 = (
+    "ALTER TABLE entries ADD COLUMN digest BLOB",
+    "ALTER TABLE states ADD COLUMN head BLOB",
+)
+STATE_IDS = "SELECT id FROM states"
+ENTRIES_BY_SEQ = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq"
+SET_DIGEST = "UPDATE entries SET digest = ? WHERE state_id = ? AND seq = ?"
+SET_HEAD = "UPDATE states SET head = ? WHERE id = ?"
 
 # -- statements ------------------------------------------------------------------------------
 
-LAST_ENTRY = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq DESC LIMIT 1"
+LAST_ENTRY = "SELECT seq, data, digest FROM entries WHERE state_id = ? ORDER BY seq DESC LIMIT 1"
 _IDS_PER_QUERY = 500  # under SQLite's oldest limit of 999 parameters
 
 
@@ -158,17 +186,17 @@ def having_entries(count: int) -> str:
     return f"SELECT DISTINCT state_id FROM entries WHERE state_id IN ({marks})"
 
 
-INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data) VALUES (?, ?, ?)"
+INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data, digest) VALUES (?, ?, ?, ?)"
 # REPLACE, not an upsert: as fast here (5.2 against 5.1 us a row), and it works with SQLite
 # older than 3.24, which some Pythons still link.
 PUT_STATE = """
     INSERT OR REPLACE INTO states (
         id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,
-        usage, entries
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        usage, entries, head
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
-COUNT_ENTRIES = "SELECT entries FROM states WHERE id = ?"
-ENTRIES = "SELECT data FROM entries WHERE state_id = ? ORDER BY seq"
+COUNT_ENTRIES = "SELECT entries, head FROM states WHERE id = ?"
+ENTRIES = "SELECT data, digest FROM entries WHERE state_id = ? ORDER BY seq"
 _INFO_COLUMNS = (
     "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
     " usage, entries"
@@ -275,7 +303,10 @@ def open_plan(where: str) -> Plan[None]:
     rows: list[Row] = yield Query(TABLES)
     tables = {row[0] for row in rows}
     if "meta" in tables:
-        yield from _check_format(where)
+        found: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
+        version = check_format(found[0][0] if found else None, where=where, readable=(FORMAT_V1,))
+        if version == FORMAT_V1:
+            yield from _migrate_v1()
     elif tables:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -294,6 +325,33 @@ def open_plan(where: str) -> Plan[None]:
 def _check_format(where: str) -> Plan[None]:
     rows: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
     check_format(rows[0][0] if rows else None, where=where)
+
+
+def _migrate_v1() -> Plan[None]:
+    """Give a file of format 1 its digests (in the transaction that opens it)."""
+    for statement in MIGRATE_V1:
+        yield Query(statement)
+    ids: list[Row] = yield Query(STATE_IDS)
+    for (state_id,) in ids:
+        rows: list[Row] = yield Query(ENTRIES_BY_SEQ, (state_id,))
+        lines = [_bytes(row[1]) for row in rows]
+        digests: list[bytes] = yield Work(
+            lambda state_id=state_id, lines=lines: chain_digests(first_digest(state_id), lines),
+            heavy=len(lines) > HEAVY_ENTRIES,
+        )
+        seqs = (row[0] for row in rows)
+        yield QueryMany(SET_DIGEST, zip(digests, itertools.repeat(state_id), seqs))
+        yield Query(SET_HEAD, (digests[-1] if digests else None, state_id))
+    yield Query(UPDATE_FORMAT, (FORMAT_VERSION, FORMAT_KEY))
+
+
+def _bytes(data: object) -> bytes:
+    """A stored entry's data as bytes (SQLite may hand back text if it was stored as text)."""
+    if isinstance(data, bytes):
+        return data
+    if isinstance(data, str):
+        return data.encode()
+    return repr(data).encode()  # not JSON text: its digest fails, naming the entry
 
 
 def save_plan(state: State, store: object, where: str, known: KnownStates) -> Plan[None]:
@@ -336,6 +394,7 @@ def _save_many(
     unknown = [state.id for state, end in zip(states, ends, strict=True) if end is None]
     stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
     saves: list[tuple[State, Folded, Stored]] = []
+    unreadable: dict[int, ValueError] = {}
     new = 0
     for state, stored in zip(states, ends, strict=True):
         folded = state._folded  # one immutable value: the entries written and the row agree
@@ -343,17 +402,25 @@ def _save_many(
             stored = Stored(Tail())
             if state.id in stored_ids:
                 last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
-                stored = Stored(Tail(last[0][0] + 1, bytes(last[0][1])))
+                seq, data, digest = last[0]
+                if not (isinstance(digest, bytes) and len(digest) == DIGEST_SIZE):
+                    unreadable[id(state)] = damaged(
+                        where, state.id, f"history entry {seq} has no digest to continue"
+                    )
+                    continue
+                stored = Stored(Tail(seq + 1, _bytes(data), None, digest))
         saves.append((state, folded, stored))
         new += len(folded.entries) - stored.tail.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
+    writes.refused.update(unreadable)
     for state_id in writes.stored:
         # Forgotten until the commit is known to have happened: an exception that lands between
         # the commit and the put below (Ctrl+C during COMMIT is raised as it returns) must leave
         # the next save to read the stored end, not to trust the end before this write.
         known.forget(state_id)
     if writes.states:  # every State's rows in two statements, not two per State
-        yield QueryMany(INSERT_ENTRY, zip(writes.ids, writes.seqs, writes.lines, strict=True))
+        rows = zip(writes.ids, writes.seqs, writes.lines, writes.digests, strict=True)
+        yield QueryMany(INSERT_ENTRY, rows)
         yield QueryMany(PUT_STATE, writes.states)
     yield Query(COMMIT)
     for state_id, stored in writes.stored.items():
@@ -387,14 +454,15 @@ def _begin_write(where: str, known: KnownStates) -> Plan[None]:
 class _Writes:
     """The rows a save of several States writes, what is stored once written, the refused.
 
-    The entries' rows are kept as three columns (the row of entry i is ``ids[i], seqs[i],
-    lines[i]``): lists of strings, ints and bytes are three objects for the collector to follow,
-    where a tuple per row would be one each.
+    The entries' rows are kept as four columns (the row of entry i is ``ids[i], seqs[i],
+    lines[i], digests[i]``): a few lists for the collector to follow, where a tuple per row
+    would be one object each.
     """
 
     ids: list[str] = field(default_factory=list[str])
     seqs: list[int] = field(default_factory=list[int])
     lines: list[bytes] = field(default_factory=list[bytes])
+    digests: list[bytes] = field(default_factory=list[bytes])
     states: list[Row] = field(default_factory=list["Row"])
     stored: dict[str, Stored] = field(default_factory=dict[str, Stored])
     refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
@@ -410,22 +478,24 @@ def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
     """
     writes = _Writes()
     written = writes.stored
-    ids, seqs, lines_of = writes.ids, writes.seqs, writes.lines
+    ids, seqs, lines_of, digests = writes.ids, writes.seqs, writes.lines, writes.digests
     for state, folded, known in saves:
         state_id = state.id
         stored = written.get(state_id, known)
         tail = stored.tail
         try:
-            lines, end = continuation(state, tail, folded)
+            new = continuation(state, tail, folded)
         except ValueError as error:
             writes.refused[id(state)] = error
             continue
-        if not lines and tail.count:
+        if not new.lines and tail.count:
             continue
-        ids += [state_id] * len(lines)
+        end = new.tail
+        ids += [state_id] * len(new.lines)
         seqs += range(tail.count, end.count)
-        lines_of += lines
-        row, parts = _state_row(state_id, folded, stored.row)
+        lines_of += new.lines
+        digests += new.digests
+        row, parts = _state_row(state_id, folded, stored.row, end.digest or None)
         writes.states.append(row)
         written[state_id] = Stored(end, parts)
     return writes
@@ -458,9 +528,9 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
         )
     rows: list[Row] = yield Query(ENTRIES, (state_id,))
     yield Query(COMMIT)
-    expected: int = counted[0][0]
+    expected, head = counted[0]
     state: State = yield Work(
-        lambda: _rebuild(state_id, expected, rows), heavy=len(rows) > HEAVY_ENTRIES
+        lambda: _rebuild(state_id, expected, head, rows, where), heavy=len(rows) > HEAVY_ENTRIES
     )
     children: list[StateInfo] = []
     if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
@@ -470,14 +540,19 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
     return state
 
 
-def _rebuild(state_id: str, expected: int, rows: list[Row]) -> State:
-    if len(rows) != expected:
-        raise ValueError(
-            f"State {state_id!r}: the store lists {expected} history entries but holds"
-            f" {len(rows)}; history entry {min(expected, len(rows))} is missing or extra."
-            " Restore the store from a backup, or delete the State."
+def _rebuild(state_id: str, expected: object, head: object, rows: list[Row], where: str) -> State:
+    if not isinstance(expected, int) or isinstance(expected, bool):
+        raise damaged(where, state_id, f"its states row is damaged (entries = {expected!r})")
+    lines = [_bytes(row[0]) for row in rows]
+    check_chain(where, state_id, lines, [row[1] for row in rows], count=expected, head=head)
+    if len(rows) > expected:  # written with its row, in one transaction: never legitimately
+        raise damaged(
+            where,
+            state_id,
+            f"its states row counts {expected} history entries but {len(rows)} are stored:"
+            f" history entry {expected} is extra",
         )
-    return rebuild(state_id, [row[0] for row in rows])
+    return rebuild(state_id, lines, None, where=where)  # its chain is checked above
 
 
 def list_plan(parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:
@@ -500,7 +575,7 @@ def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]
     )
     rows: list[Row] = yield query
     yield Query(COMMIT)
-    return [_info_of_row(row) for row in rows]
+    return [_info_of_row(row, where) for row in rows]
 
 
 def delete_plan(state_id: str, known: KnownStates) -> Plan[None]:
@@ -596,14 +671,6 @@ def _memory_put(
 # -- files ---------------------------------------------------------------------------------
 
 
-def not_a_store(path: str, error: Exception) -> ValueError:
-    """The error for a file SQLite cannot read as a database (e.g. "file is not a database")."""
-    return ValueError(
-        f"{path!r} cannot be used as a store: {error}. Give the path of a store file, or of a"
-        " file that does not exist yet."
-    )
-
-
 def create_private(path: str) -> None:
     """Create the file `path` readable by its owner only, if it does not exist yet.
 
@@ -637,8 +704,12 @@ def _datetime(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _state_row(state_id: str, folded: Folded, before: RowParts | None) -> tuple[Row, RowParts]:
+def _state_row(
+    state_id: str, folded: Folded, before: RowParts | None, head: bytes | None
+) -> tuple[Row, RowParts]:
     """The `states` row of a folded value, in O(1) (`info_of` would build the whole history).
+
+    `head` is the digest of the last entry written with it.
 
     Parts made from the same objects as `before`'s are taken from it, not made again.
     """
@@ -684,25 +755,84 @@ def _state_row(state_id: str, folded: Folded, before: RowParts | None) -> tuple[
         stopped_json,
         usage_json,
         len(folded.entries),
+        head,
     )
     return row, parts
 
 
-def _info_of_row(row: Row) -> StateInfo:
-    (state_id, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[
-        :9
-    ]
-    usage, entries = row[9:]
-    return StateInfo(
-        id=state_id,
-        parent_id=parent_id,
-        parent_call_id=parent_call_id,
-        title=title,
-        created_at=_datetime(created),
-        updated_at=_datetime(updated),
-        turn=turn,
-        stopped=None if stopped is None else _STOPPED.validate_json(stopped),
-        finished=bool(finished),
-        usage=_USAGE.validate_json(usage),
-        entries=entries,
-    )
+def _info_of_row(row: Row, where: str) -> StateInfo:
+    """The `StateInfo` of a `states` row; a damaged row gives one naming its damage.
+
+    A row is damaged when a column holds a value of the wrong type, or JSON that does not read.
+    Only that State's info is lost: `list` goes on with the others.
+    """
+    state_id = str(row[0])
+    try:
+        (_, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[:9]
+        usage, entries = row[9:11]
+        return StateInfo(
+            id=_of(str, row[0], "id"),
+            parent_id=_of(str, parent_id, "parent_id", optional=True),
+            parent_call_id=_of(str, parent_call_id, "parent_call_id", optional=True),
+            title=_of(str, title, "title"),
+            created_at=_datetime(_of(int, created, "created_at", optional=True)),
+            updated_at=_datetime(_of(int, updated, "updated_at", optional=True)),
+            turn=_of(int, turn, "turn"),
+            stopped=None if stopped is None else _json_of(_STOPPED, stopped, "stopped"),
+            finished=bool(_of(int, finished, "finished")),
+            usage=_json_of(_USAGE, usage, "usage"),
+            entries=_of(int, entries, "entries"),
+        )
+    except (TypeError, ValueError, OverflowError) as error:
+        problem = f"its states row is damaged ({error})"
+        return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
+
+
+def _of(kind: type[_T], value: object, column: str, *, optional: bool = False) -> Any:
+    """`value` if it is a `kind` (or None when `optional`); a `TypeError` naming `column`."""
+    if (value is None and optional) or (isinstance(value, kind) and not isinstance(value, bool)):
+        return value
+    raise TypeError(f"{column} holds {type(value).__name__} {value!r:.40}, not {kind.__name__}")
+
+
+def _json_of(adapter: pydantic.TypeAdapter[_T], value: object, column: str) -> _T:
+    """The value of the JSON text in `column`; a `ValueError` naming it if it does not read."""
+    try:
+        return adapter.validate_json(_of(str, value, column))
+    except pydantic.ValidationError as error:
+        first = error.errors()[0]
+        raise ValueError(f"{column} holds JSON that does not read: {first['msg']}") from None
+
+
+# -- errors ---------------------------------------------------------------------------------
+
+
+def backend_error(where: str, error: Exception, state_id: str | None = None) -> StoreError:
+    """The library's error for an error of SQLite or of the file system, to raise ``from`` it.
+
+    Damage (a malformed file, a file that is not a database, text that is not UTF-8) is a
+    `StoreDamagedError`; anything else (a lock held too long, a full disk, a read-only file) a
+    `StoreError`. The message names the store and, when one is concerned, the State.
+    """
+    name = getattr(error, "sqlite_errorname", "")
+    text = str(error)
+    about = "" if state_id is None else f" while reading or writing State {state_id!r}"
+    if isinstance(error, sqlite3.Error) and (
+        name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+        or type(error) is sqlite3.DatabaseError
+        or "malformed" in text
+        or "Could not decode" in text
+    ):
+        return StoreDamagedError(
+            f"{where} is damaged{about} ({text}). If it is a store, restore it from a backup"
+            " (a .db file is damaged by copying it while it is written, or without its -wal"
+            " file); if it is not, give the path of a store file, or of one that does not exist"
+            " yet."
+        )
+    if isinstance(error, sqlite3.Error) and is_busy(error):
+        return StoreError(
+            f"{where}: another connection held the file's write lock for more than"
+            f" {BUSY_TIMEOUT_MS // 1000} s{about} ({text}). Try again, or find the process that"
+            " keeps the file locked."
+        )
+    return StoreError(f"{where} failed{about}: {text} ({type(error).__name__}).")

@@ -35,6 +35,7 @@ from ._sql import (
     Query,
     QueryMany,
     Work,
+    backend_error,
     create_private,
     delete_plan,
     is_busy,
@@ -43,7 +44,6 @@ from ._sql import (
     memory_get_plan,
     memory_put_plan,
     memory_scan_plan,
-    not_a_store,
     open_plan,
     run_plan,
     save_many_plan,
@@ -109,7 +109,7 @@ class SQLiteStore(ThreadedAsync):
             ValueError: The store holds a different history under this id (load it instead),
                 or the file has another format version.
         """
-        self._run(save_plan(state, self, self._where, self._known))
+        self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
 
     async def asave(self, state: State) -> None:
         """`save` in a worker thread; saves that arrive meanwhile share one transaction.
@@ -136,7 +136,7 @@ class SQLiteStore(ThreadedAsync):
             ValueError: `state_id` is not a valid id, an entry is damaged (the message names the
                 State and the entry's index), or the file has another format version.
         """
-        return self._run(load_plan(state_id, self, self._where))
+        return self._run(load_plan(state_id, self, self._where), state_id)
 
     def list(
         self, *, parent_id: str | None = None, limit: int | None = None
@@ -146,7 +146,7 @@ class SQLiteStore(ThreadedAsync):
 
     def delete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
-        self._run(delete_plan(state_id, self._known))
+        self._run(delete_plan(state_id, self._known), state_id)
 
     # -- agent memory (`stores.MemoryBackend`) ------------------------------------------------
 
@@ -212,16 +212,25 @@ class SQLiteStore(ThreadedAsync):
             limiter = limiters[self] = anyio.CapacityLimiter(1)
         return limiter
 
-    def _run(self, plan: Plan[Any]) -> Any:
-        """Carry out `plan` on the connection, holding the lock; roll back if it fails."""
+    def _run(self, plan: Plan[Any], state_id: str | None = None) -> Any:
+        """Carry out `plan` on the connection, holding the lock; roll back if it fails.
+
+        An error of SQLite is raised as the library's (`stores._sql.backend_error`), naming
+        `state_id` if the call is about one State.
+        """
         with self._lock:
-            connection = self._connect()
             try:
-                return run_plan(plan, lambda operation: _execute(connection, operation))
-            except BaseException:
-                if connection.in_transaction:
-                    connection.execute(ROLLBACK)
-                raise
+                connection = self._connect()
+                try:
+                    return run_plan(plan, lambda operation: _execute(connection, operation))
+                except BaseException:
+                    if connection.in_transaction:
+                        connection.execute(ROLLBACK)
+                    raise
+            except (sqlite3.Error, OSError) as error:
+                raise backend_error(self._where, error, state_id) from error
+            finally:
+                plan.close()
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None:
@@ -232,12 +241,6 @@ class SQLiteStore(ThreadedAsync):
         connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         try:
             run_plan(open_plan(self._where), lambda operation: _execute(connection, operation))
-        except sqlite3.OperationalError:
-            connection.close()
-            raise
-        except sqlite3.DatabaseError as error:  # e.g. "file is not a database"
-            connection.close()
-            raise not_a_store(self._path, error) from None
         except BaseException:
             connection.close()
             raise

@@ -48,6 +48,7 @@ from orchestrator import (
     State,
     TextBlock,
     ToolResultEntry,
+    Usage,
     ValidationError,
 )
 from orchestrator.testing import FakeModel, tool_call
@@ -435,6 +436,25 @@ class StoreContract:
         agent = Agent(FakeModel(["I will check b.py first."]), store=client.store)
         assert client.run_agent(agent, loaded) == "I will check b.py first."
         assert_same(client.load(state.id), loaded)
+
+    def test_children_of_a_cut_off_call_stay_listed(self, client: StoreClient) -> None:
+        """The children a cut-off call started are in its ``unknown`` result, usage included."""
+        client.save(crashed_pending("lead"))
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        for minute, (kid, call) in enumerate((("kid-a", "c2"), ("kid-b", "c2"), ("kid-c", "c3"))):
+            child = dated(kid, start + timedelta(minutes=minute), parent=("lead", call))
+            child._begin_think(model="fake")
+            child._record_reply(Reply(Message.assistant("on it"), Usage(input_tokens=10 + minute)))
+            client.save(child)
+        client.save(dated("stranger", start, parent=("someone-else", "c2")))
+        loaded = client.load("lead")
+        added = cast("list[ToolResultEntry]", list(loaded.history[-2:]))
+        assert [(entry.call.id, entry.child_ids) for entry in added] == [
+            ("c2", ("kid-a", "kid-b")),
+            ("c3", ("kid-c",)),
+        ]
+        assert [entry.usage.input_tokens for entry in added] == [10 + 11, 12]
+        assert client.load("kid-b").parent_call_id == "c2"
 
     def test_a_cut_off_state_left_by_an_agent_runs_on(self, client: StoreClient) -> None:
         """An Agent runs a recovered State on to an answer, saving it through the store."""

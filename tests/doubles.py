@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import builtins
+import sqlite3
 import threading
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 import pydantic
 
 from orchestrator import State, ToolResultEntry
-from stores import MemoryStore, StateInfo
+from stores import MemoryStore, StateInfo, chain_digests, first_digest
 
 
 class ThreadCheckedStore:
@@ -71,3 +73,35 @@ class Person(pydantic.BaseModel):
 def results(state: State) -> list[ToolResultEntry]:
     """The `tool_result` entries of `state`, in order."""
     return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
+
+
+def write_sql(path: Path, sql: str, *params: Any) -> None:
+    """Run one statement on an SQLite store file, as another program would, and commit it."""
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(sql, params)
+    db.close()
+
+
+def reseal_sql(path: Path, state_id: str) -> None:
+    """Give the stored entries of `state_id` valid digests again, and count them in its row.
+
+    What someone who knows the format can do after editing rows: the entries then pass the
+    integrity checks, so the checks behind them (decoding, order, replay) are what a load meets.
+    """
+    db = sqlite3.connect(path)
+    with db:
+        rows = db.execute(
+            "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq", (state_id,)
+        ).fetchall()
+        digests = chain_digests(first_digest(state_id), [bytes(data) for _, data in rows])
+        for (seq, _), digest in zip(rows, digests, strict=True):
+            db.execute(
+                "UPDATE entries SET digest = ? WHERE state_id = ? AND seq = ?",
+                (digest, state_id, seq),
+            )
+        head = digests[-1] if digests else None
+        db.execute(
+            "UPDATE states SET entries = ?, head = ? WHERE id = ?", (len(rows), head, state_id)
+        )
+    db.close()

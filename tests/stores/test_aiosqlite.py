@@ -11,16 +11,24 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
 
-from orchestrator import Agent, ErrorEntry, Message, State, ToolResultEntry, tool
+from orchestrator import (
+    Agent,
+    ErrorEntry,
+    Message,
+    State,
+    StoreDamagedError,
+    ToolResultEntry,
+    tool,
+)
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, AsyncStore, info_of
 from stores._aiosqlite import AioSQLiteStore
 from stores._sqlite import SQLiteStore
+from tests.doubles import reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -31,13 +39,6 @@ pytestmark = pytest.mark.anyio
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return a + b
-
-
-def write_sql(path: Path, sql: str, *params: Any) -> None:
-    db = sqlite3.connect(path)
-    with db:
-        db.execute(sql, params)
-    db.close()
 
 
 def assert_same(loaded: State, state: State) -> None:
@@ -205,7 +206,10 @@ async def test_a_damaged_entry_names_the_state_and_index(store: AioSQLiteStore, 
     await store.asave(damaged)
     await store.asave(healthy)
     write_sql(path, "UPDATE entries SET data = ? WHERE state_id = 'damaged' AND seq = 0", b"[1")
-    with pytest.raises(ValueError, match=r"State 'damaged': history entry 0 is damaged"):
+    with pytest.raises(StoreDamagedError, match=r"'damaged' is damaged: history entry 0 fails"):
+        await store.aload("damaged")
+    reseal_sql(path, "damaged")
+    with pytest.raises(StoreDamagedError, match=r"'damaged' is damaged: history entry 0 cannot"):
         await store.aload("damaged")
     assert_same(await store.aload("healthy"), healthy)
     with pytest.raises(ValueError, match=r"'\.\./x' is not valid"):
@@ -234,8 +238,9 @@ async def test_another_format_version_is_refused_naming_both(path: Path, found: 
 async def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:
     await anyio.Path(path).write_bytes(b"not an SQLite file at all" * 100)
     async with AioSQLiteStore(path) as store:
-        with pytest.raises(ValueError, match="cannot be used as a store"):
+        with pytest.raises(StoreDamagedError, match=r"is damaged .*not a database") as caught:
             await store.alist()
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
 
 
 @on_asyncio

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
 import stat
 import threading
 from pathlib import Path
@@ -12,11 +14,12 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from orchestrator import Message, State
-from stores import AsyncStore, Store
+from orchestrator import Message, RunStart, State, StoreDamagedError, StoreError
+from stores import FORMAT_VERSION, AsyncStore, Store, chain_digests, first_digest
 from stores._file import INFO, LOG, FileStore
 from stores._offload import ThreadedAsync
 from stores.contract import crashed_pending, rich_state
+from tests.doubles import results
 
 
 def mode_of(path: Path) -> int:
@@ -33,6 +36,32 @@ def files_under(path: Path) -> dict[str, bytes]:
         for item in sorted(path.rglob("*"))
         if item.is_file()
     }
+
+
+def entries_of(root: Path, state_id: str) -> list[bytes]:
+    """The encoded entries of a stored State, out of their sealed log lines."""
+    return [
+        line.split(b'","e":', 1)[1][:-1]
+        for line in (root / state_id / LOG).read_bytes().splitlines()
+    ]
+
+
+def forge(root: Path, state_id: str, entries: list[bytes]) -> None:
+    """Write `entries` as the State's log with valid digests, and count them in its info.
+
+    What someone who knows the format can do: the entries then pass the integrity checks, so
+    the checks behind them (decoding, order, replay) are what a load meets.
+    """
+    digests = chain_digests(first_digest(state_id), entries)
+    (root / state_id / LOG).write_bytes(
+        b"".join(
+            b'{"d":"' + digest.hex().encode() + b'","e":' + entry + b"}\n"
+            for digest, entry in zip(digests, entries, strict=True)
+        )
+    )
+    info = json.loads((root / state_id / INFO).read_bytes())
+    info["entries"], info["head"] = len(entries), digests[-1].hex() if digests else None
+    (root / state_id / INFO).write_text(json.dumps(info))
 
 
 @pytest.fixture
@@ -60,10 +89,14 @@ def test_a_state_is_a_folder_with_a_log_and_an_info_file(store: FileStore, root:
     log = lines_of(root / "rich" / LOG)
     assert log[-1] == b""  # every line ends with a newline
     assert len(log) - 1 == len(state.history)
-    assert [json.loads(line)["seq"] for line in log[:-1]] == list(range(len(state.history)))
+    sealed = [json.loads(line) for line in log[:-1]]
+    assert [line["e"]["seq"] for line in sealed] == list(range(len(state.history)))
+    digests = chain_digests(first_digest("rich"), entries_of(root, "rich"))
+    assert [line["d"] for line in sealed] == [digest.hex() for digest in digests]
     info = json.loads((root / "rich" / INFO).read_bytes())
-    assert info["format"] == 1
+    assert info["format"] == FORMAT_VERSION == 2
     assert (info["id"], info["entries"], info["finished"]) == ("rich", len(state.history), True)
+    assert info["head"] == digests[-1].hex()
 
 
 def test_files_are_0600_and_folders_0700(store: FileStore, root: Path) -> None:
@@ -185,10 +218,13 @@ def damage_line(root: Path, state_id: str, index: int, line: bytes) -> None:
 @pytest.mark.parametrize(
     ("line", "message"),
     [
-        (b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"us', "entry 2 is damaged"),
-        (b"not json at all", "entry 2 is damaged"),
-        (b"", "entry 2 is damaged"),
-        (b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"alien"}', "entry 2 is damaged"),
+        (b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"us', "entry 2 cannot be read"),
+        (b"not json at all", "entry 2 cannot be read"),
+        (b"", "entry 2 cannot be read"),
+        (
+            b'{"seq":2,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"alien"}',
+            "entry 2 cannot be read",
+        ),
         (
             b'{"seq":7,"turn":0,"at":"2024-01-01T00:00:00Z","kind":"user","content":'
             b'{"role":"user","content":[{"kind":"text","text":"x"}]}}',
@@ -203,13 +239,20 @@ def test_a_bad_line_raises_value_error_naming_the_state_and_index(
     bad, good = rich_state("bad"), rich_state("good")
     store.save(bad)
     store.save(good)
+    entries = entries_of(root, "bad")
+    # Written in place of a line, it fails the integrity check; written with valid digests (as
+    # someone who knows the format could), it fails to decode or is out of place.
     damage_line(root, "bad", 2, line)
+    for reader in (store, FileStore(root)):
+        with pytest.raises(StoreDamagedError, match=r"entry 2 fails its integrity check"):
+            reader.load("bad")
+    forge(root, "bad", [*entries[:2], line, *entries[3:]])
     before = files_under(root)
     for reader in (store, FileStore(root)):
-        with pytest.raises(ValueError, match=rf"State 'bad': history {message}") as caught:
+        pattern = rf"FileStore .*: State 'bad' is damaged: history {message}"
+        with pytest.raises(StoreDamagedError, match=pattern) as caught:
             reader.load("bad")
-        if "damaged" in message:
-            assert "backup" in str(caught.value)
+        assert "backup" in str(caught.value)
     assert files_under(root) == before
     # The others work as before.
     assert FileStore(root).load("good").snapshot() == good.snapshot()
@@ -230,7 +273,8 @@ def test_a_damaged_last_line_stops_a_save_and_changes_nothing(store: FileStore, 
         file.write(b'{"seq": 9')  # and a torn line after it: not cut by a failing save
     before = files_under(root)
     state.add_message(Message.user("more"))
-    with pytest.raises(ValueError, match=rf"State 'hurt': history entry {count - 1} is damaged"):
+    pattern = rf"State 'hurt' is damaged: history entry {count - 1} cannot be read"
+    with pytest.raises(StoreDamagedError, match=pattern):
         FileStore(root).save(state)
     assert files_under(root) == before
 
@@ -244,10 +288,13 @@ def test_a_damaged_info_file_is_a_clear_error(store: FileStore, root: Path) -> N
         (b'{"format": 1, "id": 5}', "damaged"),
     ):
         (root / "hurt" / INFO).write_bytes(text)
-        with pytest.raises(ValueError, match=rf"State 'hurt'.*{problem}.*delete the State"):
+        with pytest.raises(StoreDamagedError, match=rf"State 'hurt'.*{problem}.*delete the State"):
             FileStore(root).load("hurt")
-        with pytest.raises(ValueError, match="State 'hurt'"):
-            FileStore(root).list()
+        # Listing goes on: the damaged State is named, with its damage; the other is whole.
+        good, hurt = sorted(FileStore(root).list(), key=lambda info: info.id)
+        assert (hurt.id, good.id, good.damage, good.title) == ("hurt", "good", None, "b")
+        assert hurt.damage is not None
+        assert re.search(rf"State 'hurt' is damaged: {INFO} cannot be read", hurt.damage)
     assert FileStore(root).load("good").messages[0].text == "b"
 
 
@@ -260,7 +307,7 @@ def test_a_missing_log_is_a_clear_error(store: FileStore, root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("found", "words"),
-    [(0, "older"), (2, "newer orchestrator: upgrade"), (None, "older or unknown"), ("1", "older")],
+    [(0, "older"), (3, "newer orchestrator: upgrade"), (None, "older or unknown"), ("1", "older")],
 )
 def test_another_format_version_is_refused_naming_both(
     store: FileStore, root: Path, found: object, words: str
@@ -275,14 +322,15 @@ def test_another_format_version_is_refused_naming_both(
         info["format"] = found
     (root / "versioned" / INFO).write_text(json.dumps(info))
     before = files_under(root)
-    pattern = rf"State 'versioned'.*format version {found!r}.*reads version 1; .*{words}"
+    pattern = rf"State 'versioned'.*format version {found!r}.*reads version 2; .*{words}"
     with pytest.raises(ValueError, match=pattern):
         FileStore(root).load("versioned")
     state.add_message(Message.user("more"))
     with pytest.raises(ValueError, match=pattern):
         FileStore(root).save(state)
-    with pytest.raises(ValueError, match=pattern):
-        FileStore(root).list()
+    listed = {info.id: info.damage for info in FileStore(root).list()}
+    assert listed["current"] is None
+    assert re.search(pattern, listed["versioned"] or "")
     assert files_under(root) == before
     assert FileStore(root).load("current").messages[0].text == "b"
 
@@ -410,11 +458,10 @@ def test_a_last_line_encoded_differently_still_continues(tmp_path: Path) -> None
     # that continues it compares the decoded entry, not only the bytes.
     state = State(id="older", messages=[Message.user("hi")])
     FileStore(tmp_path).save(state)
-    log = tmp_path / "older" / LOG
-    lines = log.read_bytes().splitlines()
-    reencoded = json.dumps(json.loads(lines[-1]), indent=None, separators=(", ", ": "))
-    assert reencoded.encode() != lines[-1]
-    log.write_bytes(b"\n".join([*lines[:-1], reencoded.encode()]) + b"\n")
+    entries = entries_of(tmp_path, "older")
+    reencoded = json.dumps(json.loads(entries[-1]), indent=None, separators=(", ", ": "))
+    assert reencoded.encode() != entries[-1]
+    forge(tmp_path, "older", [*entries[:-1], reencoded.encode()])
     state.add_message(Message.user("more"))
     FileStore(tmp_path).save(state)  # a new store object: nothing cached, only the file
     assert FileStore(tmp_path).load("older").snapshot() == state.snapshot()
@@ -426,3 +473,71 @@ def test_a_different_entry_at_the_stored_end_is_still_refused(tmp_path: Path) ->
     other.add_message(Message.user("three"))
     with pytest.raises(ValueError, match=r"store\.load"):
         FileStore(tmp_path).save(other)
+
+
+# Damage stays with its State -------------------------------------------------------------------
+
+
+def cut_off_lead_with_children(store: FileStore) -> None:
+    store.save(crashed_pending("lead"))
+    for kid in ("kid-a", "kid-b"):
+        child = State(id=kid, messages=[Message.user("sub task")])
+        child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+        store.save(child)
+
+
+def test_recovery_reads_only_the_loaded_states_own_data(store: FileStore, root: Path) -> None:
+    cut_off_lead_with_children(store)
+    store.save(State(id="stranger", messages=[Message.user("unrelated")]))
+    (root / "stranger" / INFO).write_bytes(b"{damaged")
+    lead = FileStore(root).load("lead")
+    assert [entry.child_ids for entry in results(lead)[-2:]] == [("kid-a", "kid-b"), ()]
+    # The parent keeps its own list of children: the others' files are not read.
+    listed = (root / "lead" / "children.jsonl").read_bytes().splitlines()
+    assert [json.loads(line) for line in listed] == [
+        {"id": "kid-a", "call": "c2"},
+        {"id": "kid-b", "call": "c2"},
+    ]
+    infos = {info.id: info for info in FileStore(root).list()}
+    assert set(infos) == {"lead", "kid-a", "kid-b", "stranger"}
+    assert infos["stranger"].damage is not None
+    assert [info.damage for name, info in infos.items() if name != "stranger"] == [None] * 3
+
+
+def test_a_child_with_damaged_info_stays_listed_without_its_usage(
+    store: FileStore, root: Path
+) -> None:
+    cut_off_lead_with_children(store)
+    (root / "kid-a" / INFO).write_bytes(b"[]")
+    (root / "kid-b").rename(root / ".gone")  # deleted meanwhile: left out
+    lead = FileStore(root).load("lead")
+    assert results(lead)[-2].child_ids == ("kid-a",)
+
+
+def test_a_damaged_list_of_children_names_the_parent(store: FileStore, root: Path) -> None:
+    cut_off_lead_with_children(store)
+    with (root / "lead" / "children.jsonl").open("ab") as file:
+        file.write(b'{"id": "../x"}\n{"id": "torn')  # a bad line, then a torn last one
+    with pytest.raises(StoreDamagedError, match=r"State 'lead' is damaged: line 3 of children"):
+        FileStore(root).load("lead")
+
+
+def test_a_folder_whose_info_names_another_state_is_damaged(store: FileStore, root: Path) -> None:
+    store.save(State(id="original", messages=[Message.user("mine")]))
+    shutil.copytree(root / "original", root / "copy")
+    with pytest.raises(StoreDamagedError, match=r"'copy' is damaged: its info.json says it is"):
+        FileStore(root).load("copy")
+    infos = {info.id: info for info in FileStore(root).list()}
+    assert infos["original"].damage is None
+    assert "says it is State 'original'" in (infos["copy"].damage or "")
+
+
+def test_a_failing_file_system_is_a_store_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("a file where the store's folder should be")
+    store = FileStore(tmp_path / "file")
+    with pytest.raises(StoreError, match=r"FileStore .*file' failed \(State 'x'\)") as caught:
+        store.save(State(id="x"))
+    assert isinstance(caught.value.__cause__, OSError)
+    with pytest.raises(StoreError, match=r"FileStore .* failed") as caught:
+        store.list()
+    assert isinstance(caught.value.__cause__, NotADirectoryError)

@@ -7,8 +7,8 @@ import threading
 import anyio
 import pytest
 
-from orchestrator import Message, RunStart, State
-from stores import AsyncStore, StateInfo, Store, info_of
+from orchestrator import Message, RunStart, State, StoreDamagedError
+from stores import AsyncStore, StateInfo, Store, chain_digests, first_digest, info_of
 from stores._codec import _ENTRY, decode_entry, encode_entry
 from stores._memory import MemoryStore
 from stores.contract import crashed_pending, crashed_waiting, rich_state
@@ -38,15 +38,26 @@ def test_it_keeps_encoded_entries_not_the_live_state() -> None:
     assert loaded.history[0] is not state.history[0]
 
 
+def forge(store: MemoryStore, state_id: str, lines: list[bytes]) -> None:
+    """Store `lines` as the State's entries with valid digests (past the integrity check)."""
+    saved = store._states[state_id]
+    saved.lines[:] = lines
+    saved.digests[:] = chain_digests(first_digest(state_id), lines)
+
+
 def test_a_damaged_entry_raises_value_error_naming_the_state_and_index() -> None:
     store = MemoryStore()
     store.save(rich_state("hurt"))
     store.save(State(id="fine", messages=[Message.user("ok")]))
+    lines = list(store._states["hurt"].lines)
     store._states["hurt"].lines[3] = b'{"seq": 3, "kind": "nope"'
-    with pytest.raises(ValueError, match=r"'hurt'.*entry 3 is damaged"):
+    with pytest.raises(StoreDamagedError, match=r"'hurt'.*entry 3 fails its integrity check"):
         store.load("hurt")
-    store._states["hurt"].lines[3] = store._states["hurt"].lines[4]
-    with pytest.raises(ValueError, match=r"'hurt'.*entry 3 says it is entry 4"):
+    forge(store, "hurt", [*lines[:3], b'{"seq": 3, "kind": "nope"', *lines[4:]])
+    with pytest.raises(StoreDamagedError, match=r"'hurt' is damaged: history entry 3 cannot be"):
+        store.load("hurt")
+    forge(store, "hurt", [*lines[:3], lines[4], *lines[4:]])
+    with pytest.raises(StoreDamagedError, match=r"'hurt'.*entry 3 says it is entry 4"):
         store.load("hurt")
     assert store.load("fine").messages[0].text == "ok"
     assert {info.id for info in store.list()} == {"hurt", "fine"}
@@ -58,8 +69,9 @@ def test_a_history_that_does_not_replay_raises_value_error_naming_the_state() ->
     state._begin_think()
     store.save(state)
     lines = store._states["odd"].lines
-    lines.append(lines[1].replace(b'"seq":1', b'"seq":2'))  # a second request while waiting
-    with pytest.raises(ValueError, match=r"State 'odd': the stored history cannot be replayed"):
+    # A second request while waiting, with valid digests: only the replay can refuse it.
+    forge(store, "odd", [*lines, lines[1].replace(b'"seq":1', b'"seq":2')])
+    with pytest.raises(StoreDamagedError, match=r"State 'odd' is damaged: its history cannot be"):
         store.load("odd")
 
 

@@ -14,8 +14,7 @@ import pytest
 from orchestrator import Memory, Message, State
 from stores import FileStore, MemoryBackend
 from stores import _file as file_module
-from stores._codec import FORMAT_VERSION
-from stores._file import LOG, MEMORY
+from stores._file import LOG, MEMORY, MEMORY_FORMAT
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -51,7 +50,7 @@ def test_memory_is_a_log_per_agent_beside_the_states(store: FileStore, root: Pat
     assert sorted(os.listdir(root / MEMORY)) == ["digest", "other"]
     assert sorted(os.listdir(root / MEMORY / "digest")) == ["lock", LOG]
     lines = log_lines(root, "digest")
-    assert lines[0]["format"] == FORMAT_VERSION
+    assert lines[0]["format"] == MEMORY_FORMAT
     assert lines[1:] == [
         {"space": "kv", "key": "k", "value": "1"},
         {"space": "collection:loops", "key": "x", "value": '{"a":1}', "effect": "s1:c1:0"},
@@ -119,12 +118,12 @@ def test_a_damaged_line_is_an_error_naming_the_file_and_line(store: FileStore, r
     assert path.read_bytes().endswith(b"not json\n")
 
 
-@pytest.mark.parametrize("found", [FORMAT_VERSION + 1, 0])
+@pytest.mark.parametrize("found", [MEMORY_FORMAT + 1, 0])
 def test_another_format_version_is_refused_naming_both(root: Path, found: int) -> None:
     folder = root / MEMORY / "digest"
     folder.mkdir(parents=True)
     (folder / LOG).write_bytes(json.dumps({"format": found, "log": "x"}).encode() + b"\n")
-    with pytest.raises(ValueError, match=f"version {found}.*reads version {FORMAT_VERSION}"):
+    with pytest.raises(ValueError, match=f"version {found}.*reads version {MEMORY_FORMAT}"):
         FileStore(root).memory_get("digest", "kv", "a")
 
 

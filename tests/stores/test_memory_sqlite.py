@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Memory, Message, State
+from orchestrator import Memory, Message, State, StoreError
 from stores import AioSQLiteStore, AsyncMemoryBackend, MemoryBackend, SQLiteStore
 from stores import _sql as sql
 
@@ -66,8 +66,9 @@ def test_a_file_made_before_memory_gains_its_tables(path: Path) -> None:
 def test_a_failed_write_records_no_effect_key(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     with SQLiteStore(path) as store:
         monkeypatch.setattr(sql, "MEMORY_SET", "INSERT INTO nowhere VALUES (?, ?, ?, ?)")
-        with pytest.raises(sqlite3.OperationalError, match="nowhere"):
+        with pytest.raises(StoreError, match="no such table: nowhere") as caught:
             store.memory_put("digest", "kv", "k", "1", effect="s:c:0")
+        assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
         monkeypatch.undo()
         # The effect key was rolled back with the write: the write applies when retried.
         assert store.memory_put("digest", "kv", "k", "1", effect="s:c:0") is True

@@ -30,6 +30,8 @@ from orchestrator import (
     Reply,
     State,
     StoppedByFinish,
+    StoreDamagedError,
+    StoreError,
     ToolResultEntry,
     Usage,
     tool,
@@ -38,6 +40,7 @@ from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, StateInfo, info_of
 from stores._known import KnownStates, Stored
 from stores._sqlite import SQLiteStore
+from tests.doubles import reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,13 +64,6 @@ def stored_rows(path: Path, state_id: str) -> list[tuple[int, bytes]]:
         ).fetchall()
     db.close()
     return [(int(seq), bytes(data)) for seq, data in rows]
-
-
-def write_sql(path: Path, sql: str, *params: Any) -> None:
-    db = sqlite3.connect(path)
-    with db:
-        db.execute(sql, params)
-    db.close()
 
 
 def run_script(
@@ -351,6 +347,8 @@ def test_the_same_entry_written_with_other_formatting_still_continues(
     (_, last) = stored_rows(path, state.id)[-1]
     reformatted = json.dumps(dict(reversed(json.loads(last).items())), indent=1).encode()
     write_sql(path, "UPDATE entries SET data = ? WHERE seq = 1", reformatted)
+    reseal_sql(path, state.id)  # as the other library version would have sealed it
+    store = SQLiteStore(path)  # nothing known of the State: the end is read back
     state.add_message(Message.user("next"))
     store.save(state)
     assert_same(store.load(state.id), state)
@@ -388,7 +386,10 @@ def test_a_damaged_entry_names_the_state_and_index(store: SQLiteStore, path: Pat
     store.save(damaged)
     store.save(healthy)
     write_sql(path, "UPDATE entries SET data = ? WHERE state_id = 'damaged' AND seq = 1", b"{bad")
-    with pytest.raises(ValueError, match=r"State 'damaged': history entry 1 is damaged"):
+    with pytest.raises(StoreDamagedError, match=r"'damaged' is damaged: history entry 1 fails"):
+        store.load("damaged")
+    reseal_sql(path, "damaged")
+    with pytest.raises(StoreDamagedError, match=r"'damaged' is damaged: history entry 1 cannot"):
         store.load("damaged")
     assert_same(store.load("healthy"), healthy)
     assert {info.id for info in store.list()} == {"damaged", "healthy"}
@@ -402,11 +403,17 @@ def test_an_entry_out_of_place_or_missing_is_reported(store: SQLiteStore, path: 
     state.add_message(Message.user("c"))
     store.save(state)
     write_sql(path, "DELETE FROM entries WHERE state_id = 'gappy' AND seq = 2")
-    with pytest.raises(ValueError, match="entry 2 is missing"):
+    with pytest.raises(StoreDamagedError, match="entry 2 is missing"):
+        store.load("gappy")
+    write_sql(path, "UPDATE states SET entries = 2 WHERE id = 'gappy'")
+    with pytest.raises(StoreDamagedError, match="entry 1 does not match the digest its info"):
         store.load("gappy")
     write_sql(path, "DELETE FROM entries WHERE state_id = 'gappy' AND seq = 0")
     write_sql(path, "UPDATE states SET entries = 1 WHERE id = 'gappy'")
-    with pytest.raises(ValueError, match="history entry 0 says it is entry 1"):
+    with pytest.raises(StoreDamagedError, match="entry 0 fails its integrity check"):
+        store.load("gappy")
+    reseal_sql(path, "gappy")
+    with pytest.raises(StoreDamagedError, match="history entry 0 says it is entry 1"):
         store.load("gappy")
 
 
@@ -430,8 +437,13 @@ def test_another_format_version_is_refused_naming_both(path: Path, found: int, h
 
 def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:
     path.write_bytes(b"this is not an SQLite file, it is just some text" * 100)
-    with SQLiteStore(path) as store, pytest.raises(ValueError, match="cannot be used as a store"):
+    with (
+        SQLiteStore(path) as store,
+        pytest.raises(StoreDamagedError, match=r"is damaged \(file is not a database\)") as caught,
+    ):
         store.list()
+    assert isinstance(caught.value.__cause__, sqlite3.DatabaseError)
+    assert "give the path of a store file" in str(caught.value)
     assert path.read_bytes().startswith(b"this is not")
 
 
@@ -693,3 +705,72 @@ def test_list_info_is_a_state_info(store: SQLiteStore) -> None:
     store.save(State(messages=[Message.user("x")]))
     (info,) = store.list()
     assert isinstance(info, StateInfo)
+
+
+# Damage: the library's error, naming the store and the State ----------------------------------
+
+
+def test_a_truncated_file_is_a_damaged_store_naming_the_state(path: Path) -> None:
+    with SQLiteStore(path) as store:
+        for i in range(40):
+            store.save(State(id=f"s{i}", messages=[Message.user(f"task {i} " + "x" * 200)]))
+    data = path.read_bytes()
+    path.write_bytes(data[:-3000])
+    with SQLiteStore(path) as store:
+        failures: list[StoreDamagedError] = []
+        for i in range(40):  # the pages cut off hold some of them
+            try:
+                store.load(f"s{i}")
+            except StoreDamagedError as error:
+                failures.append(error)
+        assert failures
+        assert all(f"SQLite store {str(path)!r} is damaged" in str(e) for e in failures)
+        first = failures[0]
+        assert "while reading or writing State 's" in str(first)
+        assert "backup" in str(first)
+        assert isinstance(first.__cause__, sqlite3.DatabaseError)
+
+
+def test_a_failing_database_is_a_store_error_with_the_cause(path: Path) -> None:
+    with SQLiteStore(path) as store:
+        store.save(State(id="kept"))
+    Path(f"{path}-wal").mkdir()  # SQLite cannot open its write-ahead log
+    with SQLiteStore(path) as store, pytest.raises(StoreError) as caught:
+        store.save(State(id="new", messages=[Message.user("a")]))
+    assert not isinstance(caught.value, StoreDamagedError)
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+    message = str(caught.value)
+    assert f"SQLite store {str(path)!r} failed while reading or writing State 'new'" in message
+    assert "unable to open database file" in message
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "problem"),
+    [
+        ("updated_at", "yesterday", "updated_at holds str 'yesterday', not int"),
+        ("usage", "{not json", "usage holds JSON that does not read: Invalid JSON"),
+        ("stopped", '{"kind": "nope"}', "stopped holds JSON that does not read: Input tag"),
+        ("turn", "three", "turn holds str 'three', not int"),
+    ],
+)
+def test_a_damaged_states_row_is_listed_with_its_damage(
+    store: SQLiteStore, path: Path, column: str, value: object, problem: str
+) -> None:
+    hurt = State(id="hurt", messages=[Message.user("a")])
+    fine = [State(id=f"fine{i}", messages=[Message.user(f"b{i}")]) for i in range(2)]
+    for state in (hurt, *fine):
+        store.save(state)
+    write_sql(path, f"UPDATE states SET {column} = ? WHERE id = 'hurt'", value)
+    for reader in (store, SQLiteStore(path)):
+        infos = {info.id: info for info in reader.list()}
+        assert set(infos) == {"hurt", "fine0", "fine1"}
+        assert [infos[f"fine{i}"].title for i in range(2)] == ["b0", "b1"]
+        damage = infos["hurt"].damage or ""
+        assert f"State 'hurt' is damaged: its states row is damaged ({problem}" in damage
+        # Its history is whole: it loads, and its next save writes the row anew.
+        loaded = reader.load("hurt")
+        assert loaded.snapshot() == hurt.snapshot()
+        assert reader.load("fine0").snapshot() == fine[0].snapshot()
+    loaded.add_message(Message.user("again"))
+    store.save(loaded)
+    assert {info.id: info.damage for info in store.list()}["hurt"] is None
