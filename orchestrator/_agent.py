@@ -20,7 +20,7 @@ from ._ask import compact as _compact
 from ._execute import CallContext, current_call, run_tools, stragglers, wait_for
 from ._history import RunStart
 from ._logs import get_log
-from ._loop import Loop, LoopBody, default_loop, run_body
+from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop, run_body
 from ._memory import Memory
 from ._memory_tools import agent_memory, collection_tools, memory_required
 from ._messages import Message, ToolCall
@@ -58,11 +58,46 @@ _log = get_log("agent")
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
+def _loop_for(loop: Loop | LoopBody | None, max_turns: int | None) -> Loop | LoopBody:
+    """The loop an Agent runs: `loop`, or the default loop limited to `max_turns` turns.
+
+    `max_turns` is the default loop's limit only: a loop of your own has its own
+    (``@loop(limit=N)``), so giving both is refused rather than one of them ignored.
+    """
+    if loop is not None and not callable(loop):
+        raise TypeError(f"loop must be a @loop function or body(agent, state), got {loop!r}.")
+    if max_turns is None:
+        return default_loop if loop is None else loop
+    if isinstance(max_turns, bool) or not isinstance(max_turns, int):
+        raise TypeError(
+            f"max_turns must be an int, the most turns (model requests) one run takes, got"
+            f" {max_turns!r}: e.g. Agent(model, max_turns=200)."
+        )
+    if max_turns < 1:
+        raise ValueError(
+            f"max_turns must be at least 1, got {max_turns}: it is the most turns (model"
+            " requests) one run takes."
+        )
+    if loop is not None:
+        raise ValueError(
+            f"Agent got both loop= and max_turns={max_turns}: max_turns is the limit of the"
+            " default loop, and a loop of your own sets its own with @loop(limit=N). Give the"
+            " limit to your @loop, or leave out loop= (in agent.copy(), pass max_turns=None"
+            " with a new loop=)."
+        )
+    return default_loop_with(max_turns)
+
+
 class Agent:
     """The settings that run a State: model, instructions, tools, store, permissions.
 
     Each action has an async method (`arun`, `athink`, `ause_tools`, `aask`, `acompact`) and a
     sync twin without the ``a``. Constructing an Agent never touches the network.
+
+    `run` repeats turns (think, then the tools asked for) until the model answers, at most
+    `max_turns` turns (50 unless set; then ``state.stopped`` is `StoppedByLimit`). A loop of
+    your own (``loop=``) takes its limit from ``@loop(limit=...)`` instead: giving it with
+    `max_turns` raises `ValueError`.
 
     Example:
         ```python
@@ -106,6 +141,7 @@ class Agent:
         loop: Loop | LoopBody | None = None,
         max_concurrency: int | None = None,
         tool_timeout: float | None = None,
+        max_turns: int | None = None,
     ) -> None:
         self._settings: dict[str, Any] = {
             "model": model,
@@ -121,6 +157,7 @@ class Agent:
             "loop": loop,
             "max_concurrency": max_concurrency,
             "tool_timeout": tool_timeout,
+            "max_turns": max_turns,
         }
         self._model = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
@@ -155,9 +192,7 @@ class Agent:
                 f"reporter must be a Reporter (subclass it), got {type(reporter).__name__}."
             )
         self._reporter = reporter
-        if loop is not None and not callable(loop):
-            raise TypeError(f"loop must be a @loop function or body(agent, state), got {loop!r}.")
-        self._loop: Loop | LoopBody = default_loop if loop is None else loop
+        self._loop: Loop | LoopBody = _loop_for(loop, max_turns)
         if max_concurrency is not None and (
             isinstance(max_concurrency, bool)
             or not isinstance(max_concurrency, int)
@@ -241,6 +276,15 @@ class Agent:
         return self._loop
 
     @property
+    def max_turns(self) -> int | None:
+        """The most turns one run of the default loop takes (50 unless set).
+
+        None when the agent runs a loop of its own (``loop=``), whose ``@loop(limit=...)``
+        applies.
+        """
+        return self._loop.limit if is_default_loop(self._loop) else None
+
+    @property
     def max_concurrency(self) -> int | None:
         """How many tool calls of one turn run at once (None: all parallel calls)."""
         return self._max_concurrency
@@ -287,6 +331,10 @@ class Agent:
     async def arun(self, state: State | str) -> Any:
         """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
 
+        The run ends when the model answers, a stop is decided, or at the turn limit
+        (`max_turns`; ``state.stopped`` says which). A run cut off by the default limit, which
+        nobody chose, returns as well but warns (`RuntimeWarning`) naming `max_turns`.
+
         When the run is cancelled or an exception leaves it, the error is recorded once, pending
         calls are closed, the State is saved, and the exception is re-raised unchanged.
 
@@ -305,7 +353,7 @@ class Agent:
             if self._schema is not None:
                 state._bind_schema(self._schema)
             link = self._start(state)
-            if self._loop is not default_loop:  # which saves it with its first request
+            if not is_default_loop(self._loop):  # which saves it with its first request
                 await self._save(state)
             self._report("on_run_start", state)
             _log.info("state.run.started", state_id=state.id, agent=self._name)

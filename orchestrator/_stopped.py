@@ -50,13 +50,20 @@ class StoppedByUntil:
 
 @dataclass(frozen=True, slots=True)
 class StoppedByLimit:
-    """The loop ran `turns` turns, its limit, in this call."""
+    """The loop ran `turns` turns, its limit, in this call.
+
+    The model was not done: raise `Agent(max_turns=...)` (the default loop's limit, 50 unless
+    set), or ``@loop(limit=...)`` for a loop of your own, and run the State again to go on.
+    """
 
     turns: int
     kind: Literal["limit"] = field(default="limit", init=False, repr=False)
 
     def __str__(self) -> str:
-        return f"stopped: reached the limit of {self.turns} turns"
+        return (
+            f"stopped: reached the limit of {self.turns} turns; allow more with"
+            " Agent(max_turns=N), or @loop(limit=N) for a loop of your own"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,7 @@ import asyncio
 import builtins
 import os
 import sqlite3
+import threading
 from types import TracebackType
 from typing import Any, ClassVar, NoReturn, Self, TypeVar
 
@@ -250,7 +251,7 @@ class AioSQLiteStore:
                 f"{self!r} is closed: open a new AioSQLiteStore to use the file again."
             )
         await anyio.to_thread.run_sync(create_private, self._path)
-        connection = await aiosqlite.connect(self._path, isolation_level=None)
+        connection = await _daemon(aiosqlite.connect(self._path, isolation_level=None))
         try:
             await _drive(open_plan(self._where), connection)
         except BaseException:
@@ -258,6 +259,23 @@ class AioSQLiteStore:
             raise
         self._connection = connection
         return connection
+
+
+def _daemon(connection: aiosqlite.Connection) -> aiosqlite.Connection:
+    """`connection`, not started yet, with a daemon thread, so an unclosed store exits with Python.
+
+    aiosqlite runs each connection in a thread that is not a daemon (the Connection itself
+    before aiosqlite 0.22, its `_thread` since), and Python waits for those at exit, before any
+    finalizer could close the connection: a script that never closed its store would hang.
+    Nothing saved is lost when the daemon thread stops with the process: a save returns once its
+    transaction is committed (WAL), and an unfinished one is rolled back by the next open.
+    """
+    thread: object = connection
+    if not isinstance(thread, threading.Thread):
+        thread = getattr(connection, "_thread", None)
+    if isinstance(thread, threading.Thread):
+        thread.daemon = True  # awaiting the connection starts the thread
+    return connection
 
 
 async def _drive(plan: Plan[_T], connection: aiosqlite.Connection) -> _T:

@@ -151,7 +151,8 @@ async def test_the_default_loop_stops_with_stopped_by_limit_50() -> None:
 
     model = FakeModel([tool_call("noop") for _ in range(60)])
     state = State(messages=[Message.user("Loop forever")])
-    await Agent(model, tools=[noop]).arun(state)
+    with pytest.warns(RuntimeWarning, match=re.escape("Agent(max_turns=N)")):
+        await Agent(model, tools=[noop]).arun(state)
     assert state.stopped == StoppedByLimit(50)
     assert len(model.requests) == 50
     assert state.turn == 50
@@ -612,6 +613,7 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("loop", None),
             ("max_concurrency", None),
             ("tool_timeout", None),
+            ("max_turns", None),  # issue 12: the default loop's limit
         ]
     ]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [
