@@ -332,8 +332,7 @@ class Agent:
         """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
 
         The run ends when the model answers, a stop is decided, or at the turn limit
-        (`max_turns`; ``state.stopped`` says which). A run cut off by the default limit, which
-        nobody chose, returns as well but warns (`RuntimeWarning`) naming `max_turns`.
+        (`max_turns`; ``state.stopped`` says which, and names the setting to raise).
 
         When the run is cancelled or an exception leaves it, the error is recorded once, pending
         calls are closed, the State is saved, and the exception is re-raised unchanged.

@@ -3,15 +3,13 @@
 Before each turn it checks, in order: a decided stop (`finish`, a permission stop, any `stopped`
 value), each `until` function (`StoppedByUntil(fn.__name__)`), the limit (`StoppedByLimit(N)`).
 
-A run cut off by its limit says which setting raises it: `Agent(max_turns=...)` for the default
-loop, `@loop(limit=...)` for a loop of your own. It logs ``state.loop.limit_reached`` (a warning
-naming the setting), and when nobody chose the limit (the default 50) it also warns with a
-`RuntimeWarning`: the run returns as usual, with an answer that may be missing or out of date.
+A run cut off by its limit says which setting raises it: `str(state.stopped)` names
+`Agent(max_turns=...)` and `@loop(limit=...)`, and the log event ``state.loop.limit_reached`` (a
+warning) names the one that applies. The library stays quiet otherwise: no `warnings.warn`.
 """
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast, overload
 
@@ -83,23 +81,19 @@ def _runner(body: LoopBody) -> Callable[[Agent, State], Awaitable[None]]:
 class Loop:
     """A loop body with its stop rules: what `@loop(...)` returns. Call it with (agent, state).
 
-    `limit` is the most turns one call runs; None means the default, 50. A limit left to its
-    default warns (`RuntimeWarning`) when it cuts a run off; one you chose, even 50, does not.
+    `limit` is the most turns one call runs (50 unless set).
     """
 
-    __slots__ = ("_limit_chosen", "body", "limit", "until")
+    __slots__ = ("body", "limit", "until")
 
-    def __init__(self, body: LoopBody, *, until: Iterable[Until] = (), limit: int | None = None):
+    def __init__(self, body: LoopBody, *, until: Iterable[Until] = (), limit: int = DEFAULT_LIMIT):
         if not callable(body):
             raise TypeError(f"@loop decorates a function body(agent, state), got {body!r}.")
         until = tuple(until)
         for fn in until:
             if not callable(fn):
                 raise TypeError(f"@loop(until=[...]) takes functions of the state, got {fn!r}.")
-        self._limit_chosen = limit is not None
-        if limit is None:
-            limit = DEFAULT_LIMIT
-        elif isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
             raise ValueError(f"@loop(limit=...) must be an integer >= 1, got {limit!r}.")
         self.body: LoopBody = body
         self.until: tuple[Until, ...] = until
@@ -133,25 +127,10 @@ class Loop:
         return True
 
     def _tell_limit(self, state: State) -> None:
-        """Say that the limit cut `state`'s run off, and which setting raises it.
-
-        The run returns as usual, so a caller who only reads the answer would not notice: the
-        log names the setting, and a limit nobody chose also warns, as Python's warnings are
-        for something the caller should change.
-        """
+        """Log that the limit cut `state`'s run off, naming the setting that raises it."""
         setting = "Agent(max_turns=N)" if is_default_loop(self) else "@loop(limit=N)"
         _log.warning(
             "state.loop.limit_reached", state_id=state.id, turns=self.limit, setting=setting
-        )
-        if self._limit_chosen:
-            return
-        warnings.warn(
-            f"State {state.id} stopped at the default limit of {self.limit} turns before the"
-            f" loop was done, so its answer may be missing or out of date (state.stopped is"
-            f" StoppedByLimit({self.limit})). To allow more turns, set {setting}; setting it,"
-            f" even to {self.limit}, also silences this warning.",
-            RuntimeWarning,
-            stacklevel=1,  # the caller's frame is at no fixed depth (sync run, subagents)
         )
 
 
@@ -159,21 +138,20 @@ class Loop:
 def loop(body: LoopBody, /) -> Loop: ...
 @overload
 def loop(
-    *, until: Iterable[Until] | Until = (), limit: int | None = None
+    *, until: Iterable[Until] | Until = (), limit: int = DEFAULT_LIMIT
 ) -> Callable[[LoopBody], Loop]: ...
 def loop(
     body: LoopBody | None = None,
     /,
     *,
     until: Iterable[Until] | Until = (),
-    limit: int | None = None,
+    limit: int = DEFAULT_LIMIT,
 ) -> Loop | Callable[[LoopBody], Loop]:
     """Turn ``def body(agent, state)`` (or ``async def``) into a loop with stop rules.
 
-    `limit` is the most turns one run takes (50 when left out; a run cut off by a limit you did
-    not choose warns with a `RuntimeWarning`). Give the loop to an Agent with ``loop=``: its
-    limit is this one, and ``Agent(max_turns=...)`` (the default loop's) cannot be combined
-    with it.
+    `limit` is the most turns one run takes (50 when left out). Give the loop to an Agent with
+    ``loop=``: its limit is this one, and ``Agent(max_turns=...)`` (the default loop's) cannot
+    be combined with it.
 
     Example:
         ```python
@@ -215,7 +193,7 @@ default_loop = Loop(_default_body, until=(waiting_for_user,))
 
 
 def default_loop_with(max_turns: int) -> Loop:
-    """The default loop limited to `max_turns` turns, a limit the user chose (no warning)."""
+    """The default loop limited to `max_turns` turns."""
     return Loop(_default_body, until=default_loop.until, limit=max_turns)
 
 
