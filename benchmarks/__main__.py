@@ -38,6 +38,7 @@ class Config:
     store_append: int = 10_000
     store_load: int = 100_000
     store_turns: int = 200
+    store_crowd: int = 10_000
 
     @property
     def history_size(self) -> int:
@@ -65,6 +66,7 @@ QUICK = Config(
     store_append=300,
     store_load=1_000,
     store_turns=20,
+    store_crowd=100,
 )
 
 
@@ -108,7 +110,9 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_subagents(config.repeats)
     metrics += bench_fanout(config.fanout)
     _progress("stores ...")
-    metrics += bench_stores(config.store_append, config.store_load, config.store_turns)
+    metrics += bench_stores(
+        config.store_append, config.store_load, config.store_turns, config.store_crowd
+    )
     return metrics
 
 

@@ -7,14 +7,40 @@ from pathlib import Path
 
 from .report import Metric
 from .sqlite_bench import bench_size
-from .stores_bench import backends, bench_append, bench_load
+from .stores_bench import backends, bench_append, bench_load, bench_recovering_load
 
 __all__ = ("bench_stores",)
 
 
-def bench_stores(append_entries: int, load_entries: int, size_turns: int) -> list[Metric]:
-    """Per backend: µs per saved turn (3 entries), load time, bytes per entry; SQLite's size."""
+def bench_stores(
+    append_entries: int, load_entries: int, size_turns: int, crowd: int = 10_000
+) -> list[Metric]:
+    """Per backend: µs per saved turn (3 entries), load time, bytes per entry; SQLite's size.
+
+    And a FileStore's recovering load among 10 and `crowd` States, which must cost the same.
+    """
     metrics: list[Metric] = []
+    few, many = bench_recovering_load(10), bench_recovering_load(crowd)
+    ratio = many["ms"] / few["ms"]
+    metrics += [
+        Metric(
+            "store.file.recover.few.ms", "file: recovering load among 10 States", few["ms"], "ms"
+        ),
+        Metric(
+            "store.file.recover.many.ms",
+            f"file: recovering load among {crowd:,} States",
+            many["ms"],
+            "ms",
+        ),
+        Metric(
+            "store.file.recover.ratio",
+            f"file: recovering load, {crowd:,} States / 10",
+            ratio,
+            "x",
+            "< 1.5x (the same cost)",
+            ratio < 1.5,
+        ),
+    ]
     for backend in backends():
         name = backend.name
         append = bench_append(backend, append_entries)

@@ -4,6 +4,7 @@
   only the saves are timed.
 - load: one State of `entries` entries, saved once, then loaded (best of `repeats`).
 - bytes per entry: what the store holds for that State (after closing it), per entry.
+- recovering load (FileStore): a cut-off State loaded among 10 and among 10,000 others.
 
 Each function takes a `Backend` and its sizes (a smoke test runs them tiny) and returns a dict of
 numbers. Everything runs on asyncio: a sync backend is called through its sync methods, an
@@ -20,14 +21,33 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+from unittest import mock
 
 import anyio
 
-from orchestrator import Message, Reply, State, TextBlock, ToolCall, ToolResultBlock, Usage
+from orchestrator import (
+    Message,
+    Reply,
+    RunStart,
+    State,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    Usage,
+)
 from stores._file import FileStore
 from stores._memory import MemoryStore
+from stores.contract import crashed_pending
 
-__all__ = ("Backend", "backends", "bench_append", "bench_load", "main", "record_turn")
+__all__ = (
+    "Backend",
+    "backends",
+    "bench_append",
+    "bench_load",
+    "bench_recovering_load",
+    "main",
+    "record_turn",
+)
 
 _T = TypeVar("_T")
 _USAGE = Usage(input_tokens=900, output_tokens=60, requests=1)
@@ -183,3 +203,31 @@ def main(append_entries: int = 10_000, load_entries: int = 100_000) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def bench_recovering_load(others: int, repeats: int = 5) -> dict[str, float]:
+    """FileStore: load a cut-off State (two children, two open calls) among `others` States.
+
+    Recovery closes the open calls and lists the children they started; it reads the State's own
+    list of children, so the time must not grow with the store. The other States are written
+    with fsync turned off (setup only: it is not what is measured).
+    """
+    with tempfile.TemporaryDirectory(prefix="recovering_load_") as name:
+        store = FileStore(Path(name))
+        with mock.patch("os.fsync"):
+            store.save(crashed_pending("lead"))
+            for kid in ("kid-a", "kid-b"):
+                child = State(id=kid, messages=[Message.user("sub task")])
+                child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+                store.save(child)
+            for i in range(others):
+                store.save(State(id=f"other-{i}", messages=[Message.user(f"task {i}")]))
+        times: list[float] = []
+        for _ in range(repeats):
+            fresh = FileStore(Path(name))  # nothing known: what a new process pays
+            start = time.perf_counter()
+            loaded = fresh.load("lead")
+            times.append(time.perf_counter() - start)
+            if len(loaded.pending_calls) != 0:
+                raise AssertionError("the load did not recover the cut-off calls")
+    return {"states": float(others + 3), "ms": min(times) * 1000}
