@@ -190,8 +190,33 @@ class Folded:
     at_last: datetime | None
 
     def copy(self) -> Folded:
-        """A shallow copy, to be changed before anyone else sees it."""
-        raise NotImplementedError  # replaced below by a generated, unrolled version
+        """A shallow copy, to be changed before anyone else sees it.
+
+        The fold copies the value once per entry: one assignment per slot, written out, is
+        about twice as fast as a loop over the slots (a test checks that it copies them all).
+        """
+        new = object.__new__(Folded)
+        new.answer = self.answer
+        new.at_first = self.at_first
+        new.at_last = self.at_last
+        new.calls = self.calls
+        new.entries = self.entries
+        new.extra_data = self.extra_data
+        new.finished = self.finished
+        new.held = self.held
+        new.last_text = self.last_text
+        new.linked = self.linked
+        new.messages = self.messages
+        new.parent_call_id = self.parent_call_id
+        new.parent_id = self.parent_id
+        new.pending = self.pending
+        new.pending_ids = self.pending_ids
+        new.results = self.results
+        new.stopped = self.stopped
+        new.turn = self.turn
+        new.usage = self.usage
+        new.waiting = self.waiting
+        return new
 
     @property
     def open_turn(self) -> bool:
@@ -217,20 +242,6 @@ class Folded:
         object.__setattr__(snap, "_folded", self)
         object.__setattr__(snap, "_state_id", state_id)
         return snap
-
-
-def _unrolled_copy() -> Callable[[Folded], Folded]:
-    # The fold copies the value once per entry: an unrolled copy is about twice as fast as a
-    # loop over the slots, and recording stays cheap.
-    lines = ["def copy(self):", "    new = _new(Folded)"]
-    lines += [f"    new.{name} = self.{name}" for name in Folded.__slots__]
-    lines.append("    return new")
-    namespace: dict[str, Any] = {"_new": object.__new__, "Folded": Folded}
-    exec("\n".join(lines), namespace)
-    return namespace["copy"]
-
-
-Folded.copy = _unrolled_copy()  # type: ignore[method-assign]
 
 
 def _empty() -> Folded:

@@ -45,6 +45,7 @@ from orchestrator import (
     UserEntry,
     merge_lists,
 )
+from orchestrator._fold import Folded
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -563,3 +564,15 @@ def test_random_command_sequences_keep_the_replay_invariant() -> None:
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
+
+
+def test_the_folded_value_copies_every_slot() -> None:
+    # Folded.copy assigns each slot by name (fast): a slot added later must be copied too.
+    value = object.__new__(Folded)
+    for number, name in enumerate(Folded.__slots__):
+        object.__setattr__(value, name, f"sentinel {number}")
+    copied = value.copy()
+    assert copied is not value
+    assert [getattr(copied, name) for name in Folded.__slots__] == [
+        f"sentinel {number}" for number in range(len(Folded.__slots__))
+    ]
