@@ -51,6 +51,8 @@ _RESERVED = frozenset({"model", "messages", "tools", "stream", "system", "max_to
 _REQUIRED = frozenset({"model", "max_tokens", "messages"})
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CACHEABLE = frozenset({"text", "image", "tool_result", "tool_use", "document"})
+# Blocks that show the caller nothing while they stream (text shows through on_text).
+_UNSEEN = frozenset({"text", "thinking", "redacted_thinking"})
 # The HTTP status each error type of a mid-stream ``error`` event stands for.
 _ERROR_STATUS = {
     "invalid_request_error": 400,
@@ -199,9 +201,13 @@ class _MessageStream:
         self.done = False
         self.error: StreamBroken | None = None
 
-    def has_content(self) -> bool:
-        """Whether the reply holds a content block (text, thinking or a tool call) yet."""
-        return bool(self.blocks)
+    def has_visible(self) -> bool:
+        """Whether the reply holds a block someone acts on: a tool call or a server tool block.
+
+        Text counts once it reaches ``on_text`` (the reader sees to that); an empty text block,
+        a ping or thinking show nothing yet, so a stream that breaks after them is sent again.
+        """
+        return any(block.get("type") not in _UNSEEN for block in self.blocks.values())
 
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
@@ -332,8 +338,8 @@ class AnthropicModel(SettingsModel):
 
     Constructing one touches no network and needs no key: the key is read when the first
     request is made. Each request streams (text goes to ``on_text`` as it arrives), and is
-    retried with backoff on rate limits, overload, server errors and connection errors while
-    nothing has streamed yet.
+    retried with backoff on rate limits, overload, server errors and connection errors until
+    something visible arrives (text, or a tool call).
 
     Args:
         name: The model name, e.g. ``"claude-sonnet-4-5"``.

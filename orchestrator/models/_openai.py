@@ -195,9 +195,13 @@ class _ChatStream:
         self.usage: dict[str, Any] = {}
         self.error: StreamBroken | None = None
 
-    def has_content(self) -> bool:
-        """Whether the reply holds text, reasoning or a tool call yet."""
-        return bool(self.text or self.reasoning or self.calls)
+    def has_visible(self) -> bool:
+        """Whether the reply holds a tool call yet.
+
+        Text counts once it reaches ``on_text`` (the reader sees to that); reasoning shows
+        nothing while it streams, so a stream that breaks after it is sent again.
+        """
+        return bool(self.calls)
 
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
@@ -309,7 +313,7 @@ class OpenAIModel(SettingsModel):
     llama.cpp server, OpenRouter). Constructing one touches no network and needs no key: the key
     is read when the first request is made. Each request streams (text goes to ``on_text`` as it
     arrives), and is retried with backoff on rate limits, server errors and connection errors
-    while nothing has streamed yet.
+    until something visible arrives (text, or a tool call).
 
     Args:
         name: The model name the server knows, e.g. ``"gpt-4o"``.

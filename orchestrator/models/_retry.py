@@ -1,7 +1,8 @@
 """Retries and error mapping, written once for `OpenAIModel` and `AnthropicModel`.
 
 - `RetryPolicy` and `run_with_retries`: exponential backoff with jitter that honours
-  ``Retry-After``, on 429, 5xx and connection errors, while nothing has streamed to the caller;
+  ``Retry-After``, on 429, 5xx and connection errors, until something visible arrived (text
+  sent to the caller, or a tool call);
   each retry is reported (`report_retry`) and logged.
 - `Provider`: turns an HTTP status, a provider error body or a broken connection into
   `ProviderError`, `RateLimitError`, `AuthError` or `ContextTooLongError`, with a message that
@@ -386,7 +387,7 @@ def _is_transport_error(error: Exception) -> bool:
 
 @dataclass(slots=True)
 class Progress:
-    """What one attempt did that the caller can see: text sent to ``on_text``."""
+    """What one attempt did that the caller can see: text sent to ``on_text``, or a tool call."""
 
     emitted: bool = False
 
@@ -399,7 +400,8 @@ async def run_with_retries(
 ) -> _T:
     """Run `send` until it succeeds, retrying what `classify` calls retryable.
 
-    A failure after text reached ``on_text`` is not retried: it raises `ProviderError`.
+    A failure after something visible arrived (text sent to ``on_text``, or a tool call) is not
+    retried: it raises `ProviderError`.
     Cancellation always propagates; an exception `classify` does not know propagates unchanged.
     The SDK's exception is not chained to the error raised, so its request (which holds the
     API key in a header) is not kept alive by it.

@@ -289,13 +289,15 @@ async def read_events(
     handle: Callable[[SSEEvent], str | None],
     on_text: TextCallback | None,
     progress: Progress,
-    has_content: Callable[[], bool],
+    has_visible: Callable[[], bool],
 ) -> None:
     """Feed each event of `response` to `handle`; text it returns goes to `on_text`.
 
-    Once `has_content()` (the reply holds text, reasoning or a tool call), the attempt counts as
-    started: a stream that breaks after that is not re-sent, so nothing is asked for twice.
-    The response is read to its end and closed on every path, shielded from cancellation.
+    Once something visible arrived (text passed to `on_text`, or what `has_visible()` reports:
+    a tool call), the attempt counts as started: a stream that breaks after that is not re-sent,
+    so nothing is shown or asked for twice. Before that (a ping, an empty block, reasoning), a
+    break is retried like a dropped connection. The response is read to its end and closed on
+    every path, shielded from cancellation.
     """
     decoder = SSEDecoder()
     try:
@@ -303,7 +305,7 @@ async def read_events(
             async for chunk in chunks:
                 for event in decoder.feed(chunk):
                     _emit(handle(event), on_text, progress)
-                    if has_content():
+                    if has_visible():
                         progress.emitted = True
         for event in decoder.close():
             _emit(handle(event), on_text, progress)
@@ -347,8 +349,8 @@ class ReplyStream(Protocol):
         """Take one event; return the text it adds, if any."""
         ...
 
-    def has_content(self) -> bool:
-        """Whether the reply holds text, reasoning or a tool call yet."""
+    def has_visible(self) -> bool:
+        """Whether the reply holds something besides text that the caller acts on (a tool call)."""
         ...
 
     def reply(self, price: Price | None) -> Reply:
@@ -453,7 +455,7 @@ class SettingsModel:
             stream = new_stream()
             async with open_response(client, body) as response:
                 await read_events(
-                    response.http_response, stream.handle, on_text, progress, stream.has_content
+                    response.http_response, stream.handle, on_text, progress, stream.has_visible
                 )
             return stream.reply(self._settings.price)
 

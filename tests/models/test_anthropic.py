@@ -441,6 +441,59 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
 
 
 @pytest.mark.anyio
+async def test_a_stream_cut_before_anything_visible_is_retried(server: ScriptedServer) -> None:
+    # Issue 12, item 7: message_start, an empty text block and a ping are not content yet.
+    empty_text = Scripted(
+        events=sse(
+            start(),
+            block_start(0, {"type": "text", "text": ""}),
+            {"type": "ping"},
+            delta(0, type="text_delta", text="late"),
+            named=True,
+        ),
+        cut_after=3,
+    )
+    # Thinking is not shown to anyone either: a stream cut mid-thought is sent again.
+    thinking = Scripted(
+        events=sse(
+            start(),
+            block_start(0, {"type": "thinking", "thinking": "", "signature": ""}),
+            delta(0, type="thinking_delta", thinking="Let me see."),
+            delta(0, type="thinking_delta", thinking=" More."),
+            named=True,
+        ),
+        cut_after=3,
+    )
+    server.push(empty_text, thinking, text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server), reporter=reporter)
+    state = State(messages=[Message.user("Hi")])
+    reply = await agent.athink(state)
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    assert [attempt for attempt, _, _ in reporter.retries] == [1, 2]
+    assert len(server.requests) == 3
+
+
+@pytest.mark.anyio
+async def test_a_stream_cut_after_a_tool_call_started_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    events = sse(
+        start(),
+        block_start(0, {"type": "text", "text": ""}),
+        stop(0),
+        block_start(1, {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}),
+        delta(1, type="input_json_delta", partial_json='{"pa'),
+        named=True,
+    )
+    server.push(Scripted(events=events, cut_after=4), text_reply("again"))
+    with pytest.raises(ProviderError, match="broke off mid-stream"):
+        await make_model(server).respond(hello())
+    assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
 async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     before_text = Scripted(events=sse(start(), overloaded, named=True))

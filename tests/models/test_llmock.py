@@ -235,3 +235,24 @@ async def test_a_connection_dropped_after_text_is_not_retried(
     assert reporter.retries == []
     assert len(await mockapi.requests()) == 1
     assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.anyio
+async def test_a_connection_dropped_before_any_text_is_retried(
+    mockapi: LLMock, provider: Provider
+) -> None:
+    # Issue 12, item 7. OpenAI: the drop comes after the role chunk. Anthropic: after
+    # message_start, an empty text block and a ping, which show nothing yet.
+    after = 1 if provider == "openai" else 3
+    await mockapi.script(fault("disconnect", after), reply("Hello world", times=2))
+    reporter = Recorder()
+    agent = Agent(build(mockapi, provider), reporter=reporter)
+    reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
+    assert reply_.message.text == "Hello world"
+    assert reporter.text == ["Hello ", "world"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert isinstance(error, ProviderError)
+    requests = await mockapi.requests()
+    assert [request["fault"] for request in requests] == [f"stream:disconnect@{after}", None]

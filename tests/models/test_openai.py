@@ -493,6 +493,23 @@ async def test_a_stream_cut_before_any_text_is_retried(server: ScriptedServer) -
 
 
 @pytest.mark.anyio
+async def test_a_stream_cut_after_reasoning_only_is_retried(server: ScriptedServer) -> None:
+    # Issue 12, item 7: retried until something visible arrived (text, or a tool call);
+    # reasoning reaches no one while it streams.
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "Let me "}),
+        chunk({"reasoning_content": "think."}),
+        chunk({"content": "late"}),
+    )
+    server.push(Scripted(events=events, cut_after=2), text_reply("whole"))
+    chunks: list[str] = []
+    reply = await make_model(server).respond(hello(), on_text=chunks.append)
+    assert reply.message.text == "whole"
+    assert chunks == ["whole"]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
 async def test_a_stream_that_ends_early_or_with_an_error_event(server: ScriptedServer) -> None:
     ended = Scripted(events=sse(chunk({"role": "assistant"})))
     failed = Scripted(events=sse({"error": {"message": "upstream went away", "code": 502}}))
