@@ -31,6 +31,7 @@ from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
+    DEFAULT_TIMEOUT,
     Settings,
     SettingsModel,
     SSEEvent,
@@ -338,8 +339,8 @@ class AnthropicModel(SettingsModel):
 
     Constructing one touches no network and needs no key: the key is read when the first
     request is made. Each request streams (text goes to ``on_text`` as it arrives), and is
-    retried with backoff on rate limits, overload, server errors and connection errors until
-    something visible arrives (text, or a tool call).
+    retried with backoff on rate limits, overload, server errors, connection errors and
+    timeouts until something visible arrives (text, or a tool call).
 
     Args:
         name: The model name, e.g. ``"claude-sonnet-4-5"``.
@@ -358,6 +359,9 @@ class AnthropicModel(SettingsModel):
         params: More request fields, sent as they are (``{"top_k": 5}``).
         headers: Extra HTTP headers for every request (``{"anthropic-beta": "..."}``).
         retry: The retry policy (`RetryPolicy()` when left out).
+        timeout: Seconds to wait for each read of the reply (for it to start, then for each
+            next piece of the stream), and to connect (10 at most); 300 when left out. A
+            timeout before anything visible arrived is retried like a dropped connection.
 
     Raises:
         ImportError: The ``anthropic`` package is not installed; the message names the command.
@@ -391,6 +395,7 @@ class AnthropicModel(SettingsModel):
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         _import_anthropic()
         resolved = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
@@ -408,6 +413,7 @@ class AnthropicModel(SettingsModel):
             params=params,
             headers=headers,
             retry=retry,
+            timeout=timeout,
             reserved=_RESERVED,
         )
         if thinking_budget is not None and (

@@ -31,6 +31,7 @@ from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
+    DEFAULT_TIMEOUT,
     Settings,
     SettingsModel,
     SSEEvent,
@@ -312,8 +313,8 @@ class OpenAIModel(SettingsModel):
     Works with OpenAI and with any compatible server through `base_url` (vLLM, Ollama, the
     llama.cpp server, OpenRouter). Constructing one touches no network and needs no key: the key
     is read when the first request is made. Each request streams (text goes to ``on_text`` as it
-    arrives), and is retried with backoff on rate limits, server errors and connection errors
-    until something visible arrives (text, or a tool call).
+    arrives), and is retried with backoff on rate limits, server errors, connection errors and
+    timeouts until something visible arrives (text, or a tool call).
 
     Args:
         name: The model name the server knows, e.g. ``"gpt-4o"``.
@@ -329,6 +330,9 @@ class OpenAIModel(SettingsModel):
         params: More request fields, sent as they are (``{"reasoning_effort": "low"}``).
         headers: Extra HTTP headers for every request.
         retry: The retry policy (`RetryPolicy()` when left out).
+        timeout: Seconds to wait for each read of the reply (for it to start, then for each
+            next piece of the stream), and to connect (10 at most); 300 when left out. A
+            timeout before anything visible arrived is retried like a dropped connection.
 
     Raises:
         ImportError: The ``openai`` package is not installed; the message names the command.
@@ -361,6 +365,7 @@ class OpenAIModel(SettingsModel):
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         _import_openai()
         resolved = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
@@ -377,6 +382,7 @@ class OpenAIModel(SettingsModel):
             params=params,
             headers=headers,
             retry=retry,
+            timeout=timeout,
             reserved=_RESERVED,
         )
 

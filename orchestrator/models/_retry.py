@@ -227,6 +227,8 @@ class Provider:
     key_env: str
     owner: str
     secret: Secret | None = field(default=None, repr=False)
+    timeout: float | None = None
+    connect_timeout: float | None = None
 
     @property
     def subject(self) -> str:
@@ -336,8 +338,41 @@ class Provider:
             cause=cause,
         )
 
+    def timeout_failure(self, error: BaseException) -> Failure:
+        """Map a timeout to a retryable `ProviderError` that names the wait and how to change it.
+
+        `error` is the HTTP client's timeout (``httpx2.ConnectTimeout``, ``ReadTimeout``, …), or
+        the SDK's wrapper when it has no such cause.
+        """
+        import httpx2
+
+        name = type(error).__name__
+        longer = f"pass {self.owner}(..., timeout=...) to wait longer"
+        if isinstance(error, httpx2.ConnectTimeout):
+            wait = _seconds(self.connect_timeout)
+            cause = f"{name}: no connection within {wait}"
+            message = (
+                f"Could not connect to {self.label} at {self.url} within {wait} for"
+                f" {self.model!r} ({name}). Check the network and base_url."
+            )
+        elif isinstance(error, httpx2.ReadTimeout):
+            wait = _seconds(self.timeout)
+            cause = f"{name}: nothing arrived for {wait}"
+            message = (
+                f"{self.subject} sent nothing for {wait} while answering {self.model!r} ({name})."
+                f" It may be stalled or overloaded; if it is only slow, {longer}."
+            )
+        else:
+            wait = _seconds(self.timeout)
+            cause = f"{name}: timed out after {wait}"
+            message = (
+                f"The request to {self.label} for {self.model!r} timed out after {wait}"
+                f" ({name}). Check the network and base_url, or {longer}."
+            )
+        return Failure(ProviderError(message), retryable=True, cause=cause)
+
     def classify(self, error: Exception) -> Failure | None:
-        """Map the errors every provider shares: broken streams and transport errors.
+        """Map the errors every provider shares: broken streams, timeouts, transport errors.
 
         Returns None for anything else, which then propagates unchanged.
         """
@@ -348,6 +383,8 @@ class Provider:
                 ProviderError(f"{self.subject} {self.redact(str(error))} (model {self.model!r})."),
                 retryable=True,
             )
+        if _is_timeout(error):
+            return self.timeout_failure(error)
         if _is_transport_error(error):
             return self.connection_failure(error)
         if isinstance(error, json.JSONDecodeError):
@@ -367,6 +404,17 @@ class Provider:
             f" ({failure.cause or failure.error}). The partial reply is dropped (a think is"
             " taken back): run it again."
         )
+
+
+def _seconds(timeout: float | None) -> str:
+    """A timeout as text: ``"0.5 s"``, or ``"the time allowed"`` when it is not known."""
+    return "the time allowed" if timeout is None else f"{timeout:g} s"
+
+
+def _is_timeout(error: Exception) -> bool:
+    import httpx2
+
+    return isinstance(error, httpx2.TimeoutException)
 
 
 def _is_transport_error(error: Exception) -> bool:

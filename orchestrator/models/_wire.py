@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import ssl
 import threading
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from ._base import Request, TextCallback
 
 __all__ = (
+    "CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
     "INVALID_ARGUMENTS",
     "SSEDecoder",
     "SSEEvent",
@@ -51,6 +54,17 @@ __all__ = (
 
 INVALID_ARGUMENTS = _INVALID_ARGUMENTS
 """The key of the args a tool call gets when the provider sent arguments that are not JSON."""
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds a provider model waits for each read of a reply when no ``timeout=`` is given.
+
+Reasoning models and local servers can stay silent for minutes before their first token, and a
+timeout before anything visible arrived is retried (the whole prompt sent, and paid for, again),
+so the default sits well above such silences; it is half the SDKs' own 600 s.
+"""
+
+CONNECT_TIMEOUT = 10.0
+"""The longest wait to connect, in seconds (``timeout`` when that is shorter)."""
 
 
 def missing_sdk(module: str, *, extra: str, owner: str) -> ImportError:
@@ -84,6 +98,14 @@ def _optional_int(owner: str, name: str, value: object) -> int | None:
     return value
 
 
+def _timeout(owner: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}(timeout=...) must be a number of seconds, got {value!r}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}(timeout=...) must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
 def _str_mapping(owner: str, name: str, value: object, *, values: bool) -> dict[str, Any]:
     if value is None:
         return {}
@@ -112,6 +134,7 @@ class Settings:
     params: Mapping[str, Any]
     headers: Mapping[str, str] = field(repr=False)  # may hold credentials too
     retry: RetryPolicy
+    timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
     def parse(
@@ -129,6 +152,7 @@ class Settings:
         params: object,
         headers: object,
         retry: object,
+        timeout: object,
         reserved: frozenset[str],
     ) -> Settings:
         """Check every setting and say how to fix the first wrong one.
@@ -177,7 +201,13 @@ class Settings:
             params=MappingProxyType(extra),
             headers=MappingProxyType(_str_mapping(owner, "headers", headers, values=True)),
             retry=RetryPolicy() if retry is None else retry,
+            timeout=_timeout(owner, timeout),
         )
+
+    @property
+    def connect_timeout(self) -> float:
+        """The longest wait to connect: `timeout`, but never more than `CONNECT_TIMEOUT`."""
+        return min(self.timeout, CONNECT_TIMEOUT)
 
     def key(self, provider: Provider, *, placeholder: bool) -> Secret:
         """The API key: given, or read from the environment now.
@@ -397,6 +427,11 @@ class SettingsModel:
         return self._settings.retry
 
     @property
+    def timeout(self) -> float:
+        """Seconds to wait for each read of a reply (and, at most 10 of them, to connect)."""
+        return self._settings.timeout
+
+    @property
     def _official(self) -> bool:
         return self._settings.base_url == self.official_url
 
@@ -415,6 +450,8 @@ class SettingsModel:
             settings.base_url,
             settings.api_key_env,
             type(self).__name__,
+            timeout=settings.timeout,
+            connect_timeout=settings.connect_timeout,
         )
 
     def request_body(self, request: Request) -> dict[str, Any]:
@@ -434,20 +471,26 @@ class SettingsModel:
     ) -> Reply:
         """Send `request` through the provider's SDK and stream its reply, with retries.
 
-        Both official SDKs have the same shape: a client class taking the key, the base URL and
-        an httpx client, `APIStatusError` and `APIConnectionError`. `open_response(client, body)`
-        opens the streaming response; `new_stream()` reads one attempt's events.
+        Both official SDKs have the same shape: a client class taking the key, the base URL, a
+        timeout and an httpx client, `APIStatusError`, `APIConnectionError` and its subclass
+        `APITimeoutError`. `open_response(client, body)` opens the streaming response;
+        `new_stream()` reads one attempt's events.
         """
+        import httpx2
+
+        settings = self._settings
         provider = self._provider()
-        key = self._settings.key(provider, placeholder=placeholder_key)
+        key = settings.key(provider, placeholder=placeholder_key)
         provider = provider.with_secret(key)
         body = self.request_body(request)
         context = await shared_ssl_context()
         client = client_class(
             api_key=key.reveal(),
-            base_url=self._settings.base_url,
+            base_url=settings.base_url,
             max_retries=0,
-            default_headers=dict(self._settings.headers),
+            # Each read of the stream waits at most `timeout` (the SDKs' default is 600 s).
+            timeout=httpx2.Timeout(settings.timeout, connect=settings.connect_timeout),
+            default_headers=dict(settings.headers),
             http_client=sdk.DefaultAsyncHttpxClient(verify=context),
         )
 
@@ -457,9 +500,12 @@ class SettingsModel:
                 await read_events(
                     response.http_response, stream.handle, on_text, progress, stream.has_visible
                 )
-            return stream.reply(self._settings.price)
+            return stream.reply(settings.price)
 
         def classify(error: Exception) -> Failure | None:
+            if isinstance(error, sdk.APITimeoutError):
+                # The SDK's wrapper says only "Request timed out"; its cause says which wait.
+                return provider.timeout_failure(error.__cause__ or error)
             if isinstance(error, sdk.APIStatusError):
                 status: Any = error  # the SDK's error type, which only the SDK module knows
                 return provider.status_failure(
@@ -470,7 +516,7 @@ class SettingsModel:
             return provider.classify(error)
 
         try:
-            return await run_with_retries(self._settings.retry, provider, send, classify)
+            return await run_with_retries(settings.retry, provider, send, classify)
         finally:
             with anyio.CancelScope(shield=True):
                 await client.close()

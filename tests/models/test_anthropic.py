@@ -514,6 +514,35 @@ async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+    # message_start, the empty text block and a ping arrive; then nothing.
+    events = sse(
+        start(),
+        block_start(0, {"type": "text", "text": ""}),
+        {"type": "ping"},
+        delta(0, type="text_delta", text="late"),
+        named=True,
+    )
+    server.push(Scripted(events=events, hold_after=3, resume=resume), text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server, timeout=0.5), reporter=reporter)
+    try:
+        reply = await agent.athink(State(messages=[Message.user("Hi")]))
+    finally:
+        resume.set()
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert "sent nothing for 0.5 s" in str(error)
+    assert "AnthropicModel(..., timeout=...)" in str(error)
+    assert AnthropicModel("claude-x").timeout == 300
+
+
+@pytest.mark.anyio
 async def test_a_missing_key_fails_at_the_first_request() -> None:
     model = AnthropicModel("claude-sonnet-4-5")
     with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable"):

@@ -256,3 +256,41 @@ async def test_a_connection_dropped_before_any_text_is_retried(
     assert isinstance(error, ProviderError)
     requests = await mockapi.requests()
     assert [request["fault"] for request in requests] == [f"stream:disconnect@{after}", None]
+
+
+# -- timeouts --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.anyio
+async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
+    mockapi: LLMock, provider: Provider
+) -> None:
+    # Issue 12, item 7: a timeout before anything visible arrived is retried like a dropped
+    # connection. LLMock holds the stream for a minute after the first chunks.
+    after = 1 if provider == "openai" else 3
+    await mockapi.script(fault("stall", after, stall_seconds=60), reply("Hello world", times=2))
+    reporter = Recorder()
+    agent = Agent(build(mockapi, provider, timeout=0.5), reporter=reporter)
+    reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
+    assert reply_.message.text == "Hello world"
+    assert reporter.text == ["Hello ", "world"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert "sent nothing for 0.5 s" in str(error)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_times_out_after_the_retries(
+    mockapi: LLMock, provider: Provider
+) -> None:
+    await mockapi.script({"type": "delay", "seconds": 60, "times": 3})
+    policy = RetryPolicy(retries=2, base=0.001, max_delay=0.01)
+    model = build(mockapi, provider, timeout=0.5, retry=policy)
+    reporter = Recorder()
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s.*Gave up after 3 attempts"):
+        await Agent(model, reporter=reporter).athink(state)
+    assert [attempt for attempt, _, _ in reporter.retries] == [1, 2]
+    assert state.messages == (Message.user("Hi"),)

@@ -519,6 +519,84 @@ async def test_a_stream_that_ends_early_or_with_an_error_event(server: ScriptedS
     assert len(server.requests) == 3
 
 
+# -- timeouts --------------------------------------------------------------------------------------
+
+
+def test_the_timeout_is_checked_and_finite_by_default() -> None:
+    assert OpenAIModel("gpt-4o").timeout == 300
+    assert OpenAIModel("gpt-4o", timeout=2.5).timeout == 2.5
+    bad: list[tuple[Any, type[Exception]]] = [
+        (0, ValueError),
+        (-1, ValueError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        ("5", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ]
+    for value, error in bad:
+        with pytest.raises(error, match=r"OpenAIModel\(timeout=\.\.\.\)"):
+            OpenAIModel("gpt-4o", timeout=value)
+
+
+@pytest.mark.anyio
+async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+    stalled = Scripted(events=text_reply("late").events, hold_after=1, resume=resume)
+    server.push(stalled, text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server, timeout=0.5), reporter=reporter)
+    try:
+        reply = await agent.athink(State(messages=[Message.user("Hi")]))
+    finally:
+        resume.set()
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert type(error) is ProviderError
+    assert "sent nothing for 0.5 s" in str(error)
+    assert "OpenAIModel(..., timeout=...)" in str(error)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_times_out_after_the_retries(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+
+    def stall(request: Recorded) -> Scripted:
+        resume.wait(timeout=30)  # holds the response back: not even the headers arrive
+        return text_reply("too late")
+
+    server.push(stall, stall)
+    model = make_model(server, timeout=0.5, retry=RetryPolicy(retries=1, base=0.001))
+    try:
+        with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s.*Gave up after 2"):
+            await model.respond(hello())
+    finally:
+        resume.set()
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_stream_stalled_after_text_is_not_retried(server: ScriptedServer) -> None:
+    resume = threading.Event()
+    stalled = Scripted(events=text_reply("Hel", "lo").events, hold_after=2, resume=resume)
+    server.push(stalled, text_reply("again"))
+    chunks: list[str] = []
+    try:
+        with pytest.raises(ProviderError, match=r"broke off mid-stream \(ReadTimeout: nothing"):
+            await make_model(server, timeout=0.5).respond(hello(), on_text=chunks.append)
+    finally:
+        resume.set()
+    assert chunks == ["Hel"]
+    assert len(server.requests) == 1
+
+
 @pytest.mark.anyio
 async def test_an_unreachable_server_is_retried_then_fails() -> None:
     with socket.socket() as probe:
