@@ -3,7 +3,9 @@
 Any server that speaks the Chat Completions API works through `base_url`: OpenAI itself, vLLM,
 Ollama, the llama.cpp server, OpenRouter. The SDK is an optional extra
 (``pip install 'orchestrator[openai]'``), imported when a model is built, never when the library
-is. Every request streams; its events are read from the SDK's streaming response.
+is. Every request streams; its events are read from the SDK's streaming response. Reasoning a
+server streams beside the reply (``reasoning_content``, ``reasoning``, ``thinking_blocks``) comes
+back as a `ReasoningBlock` (to read) plus a `RawBlock` of this server, sent back to it only.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ __all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
 OPENAI_URL = "https://api.openai.com/v1"
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 _REQUIRED = frozenset({"model", "messages"})
-# Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning.
+# Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning;
+# LiteLLM's proxy also sends Claude's thinking as `thinking_blocks` (see _thinking_piece).
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 _KEPT = frozenset({"role", "content", "tool_calls", "name", "tool_call_id"})
 
@@ -191,6 +194,7 @@ class _ChatStream:
         self.model = model
         self.text: list[str] = []
         self.reasoning: dict[str, list[str]] = {}
+        self.thinking: list[dict[str, Any]] = []
         self.calls: dict[int, _Call] = {}
         self.finish: str | None = None
         self.usage: dict[str, Any] = {}
@@ -235,12 +239,41 @@ class _ChatStream:
                 part = delta.get(name)
                 if isinstance(part, str) and part:
                     self.reasoning.setdefault(name, []).append(part)
+            blocks: object = delta.get("thinking_blocks")
+            for piece in cast("list[Any]", blocks) if isinstance(blocks, list) else []:
+                self._thinking_piece(as_dict(piece))
             calls: object = delta.get("tool_calls")
             for call in cast("list[Any]", calls) if isinstance(calls, list) else []:
                 self._call_delta(as_dict(call))
             if isinstance(choice.get("finish_reason"), str):
                 self.finish = choice["finish_reason"]
         return "".join(added) or None
+
+    def _thinking_piece(self, piece: dict[str, Any]) -> None:
+        """Add a piece of a thinking block, as LiteLLM's proxy streams Claude's thinking.
+
+        Pieces carry no index: thinking text extends the open block, a signature closes it (so
+        thinking text after it starts the next block), and any other block type (such as
+        ``redacted_thinking``) arrives whole.
+        """
+        if not piece:
+            return
+        kind = piece.get("type", "thinking")
+        text = piece.get("thinking")
+        last = self.thinking[-1] if self.thinking else None
+        if kind != "thinking":
+            self.thinking.append(piece)
+            return
+        if last is None or last.get("type") != "thinking" or ("signature" in last and text):
+            last = {"type": "thinking", "thinking": ""}
+            self.thinking.append(last)
+        for key, value in piece.items():
+            if key == "thinking" and isinstance(value, str):
+                last["thinking"] += value
+            elif key == "signature" and isinstance(value, str) and value:
+                last["signature"] = str(last.get("signature", "")) + value
+            elif key not in ("type", "thinking", "signature") and value is not None:
+                last[key] = value
 
     def _call_delta(self, delta: dict[str, Any]) -> None:
         index = delta.get("index")
@@ -274,9 +307,15 @@ class _ChatStream:
         if self.finish is None:
             raise StreamBroken("ended the stream before the reply was complete")
         blocks: list[Block] = []
-        reasoning = {name: "".join(parts) for name, parts in self.reasoning.items()}
+        reasoning: dict[str, Any] = {name: "".join(parts) for name, parts in self.reasoning.items()}
+        thoughts = [str(block.get("thinking", "")) for block in self.thinking]
+        text = next(iter(reasoning.values()), None) or "\n\n".join(filter(None, thoughts))
+        if self.thinking:
+            # Sent back as they came (to this server only): Claude behind the server wants them
+            # in the next request of a tool loop.
+            reasoning["thinking_blocks"] = self.thinking
         if reasoning:
-            blocks.append(ReasoningBlock(next(iter(reasoning.values()))))
+            blocks.append(ReasoningBlock(text))
             blocks.append(RawBlock(self.provider, reasoning))
         if self.text:
             blocks.append(TextBlock("".join(self.text)))

@@ -247,6 +247,93 @@ async def test_reasoning_goes_back_only_within_the_tool_loop(server: ScriptedSer
     assert assistant == {"role": "assistant", "content": "A"}
 
 
+def thinking(text: str = "", signature: str | None = None) -> dict[str, Any]:
+    """A piece of a thinking block as LiteLLM's proxy streams it for Claude."""
+    return {"type": "thinking", "thinking": text, "signature": signature}
+
+
+@pytest.mark.anyio
+async def test_thinking_blocks_go_back_to_the_same_server_in_a_tool_loop(
+    server: ScriptedServer,
+) -> None:
+    # Issue 12, item 7: LiteLLM's proxy streams Claude's thinking as `thinking_blocks` beside
+    # `reasoning_content`; Claude with extended thinking refuses a tool loop's next request
+    # without them.
+    events = sse(
+        chunk(
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "Read ",
+                "thinking_blocks": [thinking("Read ")],
+            }
+        ),
+        chunk({"reasoning_content": "it.", "thinking_blocks": [thinking("it.")]}),
+        chunk({"reasoning_content": "", "thinking_blocks": [thinking(signature="c2ln")]}),
+        chunk({"thinking_blocks": [{"type": "redacted_thinking", "data": "opaque"}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                    }
+                ]
+            }
+        ),
+        chunk(finish="tool_calls"),
+        usage_chunk(20, 8),
+        "[DONE]",
+    )
+    server.push(Scripted(events=events), text_reply("Read it."))
+    agent = Agent(make_model(server), tools=[read_file])
+    state = State(messages=[Message.user("Read a.py")])
+    assert await agent.arun(state) == "Read it."
+
+    blocks = [
+        {"type": "thinking", "thinking": "Read it.", "signature": "c2ln"},
+        {"type": "redacted_thinking", "data": "opaque"},
+    ]
+    same = f"openai@{server.url}/v1"
+    reply = state.messages[1]
+    assert reply.content[:2] == (
+        ReasoningBlock("Read it."),
+        RawBlock(same, {"reasoning_content": "Read it.", "thinking_blocks": blocks}),
+    )
+    assistant = server.requests[1].body["messages"][1]
+    assert assistant["thinking_blocks"] == blocks
+    assert assistant["reasoning_content"] == "Read it."
+    assert assistant["tool_calls"][0]["id"] == "call_1"
+    # Another server never sees them.
+    other = OpenAIModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    echoed = other.request_body(Request(None, state.messages))["messages"][1]
+    assert "thinking_blocks" not in echoed
+
+
+@pytest.mark.anyio
+async def test_thinking_blocks_alone_and_whole(server: ScriptedServer) -> None:
+    # A server that sends only thinking blocks, each whole in one chunk: the reasoning read
+    # from them, each signature closing its block.
+    events = sse(
+        chunk({"thinking_blocks": [thinking("First.", "s1")]}),
+        chunk({"thinking_blocks": [thinking("Second.", "s2")]}),
+        chunk({"content": "Done."}),
+        chunk(finish="stop"),
+    )
+    server.push(Scripted(events=events))
+    reply = await make_model(server).respond(hello())
+    same = f"openai@{server.url}/v1"
+    first = {"type": "thinking", "thinking": "First.", "signature": "s1"}
+    second = {"type": "thinking", "thinking": "Second.", "signature": "s2"}
+    assert reply.message.content == (
+        ReasoningBlock("First.\n\nSecond."),
+        RawBlock(same, {"thinking_blocks": [first, second]}),
+        TextBlock("Done."),
+    )
+
+
 def test_the_official_api_gets_max_completion_tokens() -> None:
     model = OpenAIModel("o3-mini", max_tokens=50)
     body = model.request_body(hello())
