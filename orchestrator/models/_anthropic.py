@@ -344,8 +344,10 @@ class AnthropicModel(SettingsModel):
 
     Args:
         name: The model name, e.g. ``"claude-sonnet-4-5"``.
-        base_url: The API root; Anthropic's when left out (or ``ANTHROPIC_BASE_URL``).
-        api_key: The API key. Left out, it is read from the `api_key_env` variable.
+        base_url: The API root; Anthropic's when left out (or ``ANTHROPIC_BASE_URL``). Any
+            other is an Anthropic-compatible server, and errors name it so, with its URL.
+        api_key: The API key. Left out, it is read from the `api_key_env` variable; a server at
+            a custom `base_url` that needs no key then gets a placeholder.
         api_key_env: The environment variable that holds the key (``ANTHROPIC_API_KEY``).
         price: Prices per million tokens; when given, `Usage.cost` is filled in.
         context_window: How many tokens fit in one request (200,000 for Claude models when
@@ -481,8 +483,6 @@ class AnthropicModel(SettingsModel):
             on_text,
             sdk=sdk,
             client_class=sdk.AsyncAnthropic,
-            # Anthropic-compatible servers still expect a key: a missing one is an AuthError.
-            placeholder_key=False,
             open_response=open_response,
             new_stream=lambda: _MessageStream(self._settings.name),
         )

@@ -430,9 +430,6 @@ class OpenAIModel(SettingsModel):
         """Whose `RawBlock`s this model sends back: OpenAI's, or this server's."""
         return "openai" if self._official else f"openai@{self._settings.base_url}"
 
-    def _label(self) -> str:
-        return "OpenAI" if self._official else "the OpenAI-compatible server"
-
     def request_body(self, request: Request) -> dict[str, Any]:
         """The JSON body a request sends, but for the streaming fields: to check what is sent."""
         settings = self._settings
@@ -475,7 +472,6 @@ class OpenAIModel(SettingsModel):
             on_text,
             sdk=sdk,
             client_class=sdk.AsyncOpenAI,
-            placeholder_key=not self._official,
             open_response=open_response,
             new_stream=lambda: _ChatStream(self._provider_id, self._settings.name),
         )

@@ -219,7 +219,12 @@ def _error_details(body: object) -> tuple[str, frozenset[str]]:
 
 @dataclass(frozen=True, slots=True)
 class Provider:
-    """Who a request goes to, for error messages: the provider, the model, where, which key."""
+    """Who a request goes to, for error messages: the provider, the model, where, which key.
+
+    `label` is the provider's name (``"OpenAI"``); `official` says whether `url` is its own API.
+    Errors about any other server name it as ``the OpenAI-compatible server at <url>``, so a
+    message never blames the provider for what a proxy or a local server did.
+    """
 
     label: str
     model: str
@@ -227,13 +232,24 @@ class Provider:
     key_env: str
     owner: str
     secret: Secret | None = field(default=None, repr=False)
+    official: bool = True
     timeout: float | None = None
     connect_timeout: float | None = None
 
     @property
+    def name(self) -> str:
+        """Who answers, as errors name it: ``"Anthropic"``, or the compatible server at its URL."""
+        return self.label if self.official else f"the {self.label}-compatible server at {self.url}"
+
+    @property
     def subject(self) -> str:
-        """The label, capitalized to start a sentence."""
-        return self.label[:1].upper() + self.label[1:]
+        """The name, capitalized to start a sentence."""
+        return _capital(self.name)
+
+    @property
+    def located(self) -> str:
+        """The name with where it is: ``"Anthropic at https://…"``, or a compatible server's."""
+        return f"{self.label} at {self.url}" if self.official else self.name
 
     def with_secret(self, secret: Secret) -> Provider:
         """The same provider, knowing the key to redact from messages."""
@@ -248,7 +264,7 @@ class Provider:
     def missing_key(self) -> AuthError:
         """The error for a request made with no API key at all."""
         return AuthError(
-            f"No API key for {self.label} (model {self.model!r}): set the {self.key_env}"
+            f"No API key for {self.name} (model {self.model!r}): set the {self.key_env}"
             f" environment variable, or pass {self.owner}(..., api_key=...)."
         )
 
@@ -309,7 +325,7 @@ class Provider:
         if status == 404:
             return Failure(
                 ProviderError(
-                    f"{self.subject} has no model {model} at {self.url} ({detail})."
+                    f"{_capital(self.located)} has no model {model} ({detail})."
                     " Check the model name and base_url."
                 )
             )
@@ -331,7 +347,7 @@ class Provider:
         cause = f"{type(error).__name__}: {self.redact(str(error) or 'no detail')}"
         return Failure(
             ProviderError(
-                f"Could not reach {self.label} at {self.url} for {self.model!r} ({cause})."
+                f"Could not reach {self.located} for {self.model!r} ({cause})."
                 " Check the network and base_url."
             ),
             retryable=True,
@@ -352,7 +368,7 @@ class Provider:
             wait = _seconds(self.connect_timeout)
             cause = f"{name}: no connection within {wait}"
             message = (
-                f"Could not connect to {self.label} at {self.url} within {wait} for"
+                f"Could not connect to {self.located} within {wait} for"
                 f" {self.model!r} ({name}). Check the network and base_url."
             )
         elif isinstance(error, httpx2.ReadTimeout):
@@ -366,7 +382,7 @@ class Provider:
             wait = _seconds(self.timeout)
             cause = f"{name}: timed out after {wait}"
             message = (
-                f"The request to {self.label} for {self.model!r} timed out after {wait}"
+                f"The request to {self.name} for {self.model!r} timed out after {wait}"
                 f" ({name}). Check the network and base_url, or {longer}."
             )
         return Failure(ProviderError(message), retryable=True, cause=cause)
@@ -400,10 +416,15 @@ class Provider:
     def broke_off(self, failure: Failure) -> ProviderError:
         """The error for a stream that failed after text reached the caller."""
         return ProviderError(
-            f"The reply of {self.model!r} from {self.label} broke off mid-stream"
+            f"The reply of {self.model!r} from {self.name} broke off mid-stream"
             f" ({failure.cause or failure.error}). The partial reply is dropped (a think is"
             " taken back): run it again."
         )
+
+
+def _capital(text: str) -> str:
+    """`text` with its first letter capitalized, to start a sentence."""
+    return text[:1].upper() + text[1:]
 
 
 def _seconds(timeout: float | None) -> str:
@@ -469,7 +490,7 @@ async def run_with_retries(
         else:
             _log.debug(
                 "model.request.finished",
-                provider=provider.label,
+                provider=provider.name,
                 model=provider.model,
                 retries=retry,
                 ms=round((time.perf_counter() - started) * 1000, 1),
@@ -479,7 +500,7 @@ async def run_with_retries(
         if error is not None:
             _log.warning(
                 "model.request.failed",
-                provider=provider.label,
+                provider=provider.name,
                 model=provider.model,
                 retries=retry,
                 error=f"{type(error).__name__}: {error}",
@@ -489,7 +510,7 @@ async def run_with_retries(
         delay = policy.delay(retry, failure.retry_after)
         _log.warning(
             "model.request.retry",
-            provider=provider.label,
+            provider=provider.name,
             model=provider.model,
             attempt=retry,
             delay=round(delay, 3),

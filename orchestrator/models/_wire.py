@@ -435,9 +435,6 @@ class SettingsModel:
     def _official(self) -> bool:
         return self._settings.base_url == self.official_url
 
-    def _label(self) -> str:
-        return self.label
-
     def __repr__(self) -> str:
         where = "" if self._official else f", base_url={self._settings.base_url!r}"
         return f"{type(self).__name__}({self._settings.name!r}{where})"
@@ -445,11 +442,12 @@ class SettingsModel:
     def _provider(self) -> Provider:
         settings = self._settings
         return Provider(
-            self._label(),
+            self.label,
             settings.name,
             settings.base_url,
             settings.api_key_env,
             type(self).__name__,
+            official=self._official,
             timeout=settings.timeout,
             connect_timeout=settings.connect_timeout,
         )
@@ -465,7 +463,6 @@ class SettingsModel:
         *,
         sdk: Any,
         client_class: Callable[..., Any],
-        placeholder_key: bool,
         open_response: Callable[[Any, dict[str, Any]], AbstractAsyncContextManager[Any]],
         new_stream: Callable[[], ReplyStream],
     ) -> Reply:
@@ -480,7 +477,8 @@ class SettingsModel:
 
         settings = self._settings
         provider = self._provider()
-        key = settings.key(provider, placeholder=placeholder_key)
+        # A server at a custom base_url may need no key (a local one): it gets a placeholder.
+        key = settings.key(provider, placeholder=not self._official)
         provider = provider.with_secret(key)
         body = self.request_body(request)
         context = await shared_ssl_context()

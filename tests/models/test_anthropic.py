@@ -545,8 +545,30 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
 @pytest.mark.anyio
 async def test_a_missing_key_fails_at_the_first_request() -> None:
     model = AnthropicModel("claude-sonnet-4-5")
-    with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable"):
+    with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable") as caught:
         await model.respond(hello())
+    assert str(caught.value).startswith("No API key for Anthropic (model 'claude-sonnet-4-5')")
+
+
+@pytest.mark.anyio
+async def test_errors_name_the_anthropic_compatible_server_at_its_url(
+    server: ScriptedServer,
+) -> None:
+    # Issue 12, item 7: a custom base_url is not Anthropic, and the errors say so.
+    where = f"the Anthropic-compatible server at {server.url}"
+    server.push(*[error(503, "api_error", "Down")] * 2, error(404, "not_found_error", "no"))
+    model = make_model(server, retry=RetryPolicy(retries=1, base=0.001))
+    with pytest.raises(ProviderError) as failed:
+        await model.respond(hello())
+    assert str(failed.value).startswith(f"T{where[1:]} failed to answer for 'claude-test'")
+    with pytest.raises(ProviderError) as missing:
+        await model.respond(hello())
+    assert str(missing.value).startswith(f"T{where[1:]} has no model 'claude-test' (HTTP 404")
+    assert str(missing.value).count(server.url) == 1
+    server.push(Scripted(events=text_reply("Hel", "lo").events, cut_after=3))
+    with pytest.raises(ProviderError) as broken:
+        await model.respond(hello())
+    assert f"The reply of 'claude-test' from {where} broke off mid-stream" in str(broken.value)
 
 
 @pytest.mark.anyio

@@ -294,3 +294,24 @@ async def test_a_server_that_never_answers_times_out_after_the_retries(
         await Agent(model, reporter=reporter).athink(state)
     assert [attempt for attempt, _, _ in reporter.retries] == [1, 2]
     assert state.messages == (Message.user("Hi"),)
+
+
+# -- keys and names --------------------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_anthropic_at_a_custom_base_url_needs_no_key(mockapi: LLMock) -> None:
+    # Issue 12, item 7: like OpenAIModel, a custom base_url with no key set gets a placeholder
+    # (LLMock takes any key), and errors name the server at its URL, not Anthropic.
+    url = mockapi.base_url("anthropic")
+    model = AnthropicModel("claude-sonnet-4-5", base_url=url, retry=FAST)
+    await mockapi.script(reply("Hello world"))
+    state = State(messages=[Message.user("Hi")])
+    assert (await Agent(model).athink(state)).message.text == "Hello world"
+    # An error behaviour goes first, whatever the order it was queued in: queued only now.
+    await mockapi.script({"type": "fail", "status": 401})
+    with pytest.raises(AuthError) as caught:
+        await Agent(model).athink(state)
+    message = str(caught.value)
+    assert message.startswith(f"The Anthropic-compatible server at {url} refused the API key")
+    assert "Set ANTHROPIC_API_KEY to a valid key" in message

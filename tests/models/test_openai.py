@@ -692,8 +692,10 @@ async def test_an_unreachable_server_is_retried_then_fails() -> None:
     model = OpenAIModel(
         "m", base_url=f"http://127.0.0.1:{port}/v1", retry=RetryPolicy(retries=1, base=0.001)
     )
-    with pytest.raises(ProviderError, match=r"Could not reach .*Gave up after 2 attempts"):
+    with pytest.raises(ProviderError, match=r"Could not reach .*Gave up after 2 attempts") as e:
         await model.respond(hello())
+    where = f"the OpenAI-compatible server at http://127.0.0.1:{port}/v1"
+    assert str(e.value).startswith(f"Could not reach {where} for 'm' (")
 
 
 @pytest.mark.anyio
