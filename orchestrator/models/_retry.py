@@ -1,10 +1,9 @@
 """Retries and error mapping, written once for `OpenAIModel` and `AnthropicModel`.
 
 - `RetryPolicy` and `run_with_retries`: exponential backoff with jitter that honours
-  ``Retry-After``, on 429, 5xx and connection errors, until something visible arrived (text
-  sent to the caller, or a tool call);
-  each retry is reported (`report_retry`) and logged.
-- `Provider`: turns an HTTP status, a provider error body or a broken connection into
+  ``Retry-After``, on 429, 5xx, connection errors and timeouts, until something visible arrived
+  (text sent to the caller, or a tool call); each retry is reported (`report_retry`) and logged.
+- `Provider`: turns an HTTP status, a provider error body, a timeout or a broken connection into
   `ProviderError`, `RateLimitError`, `AuthError` or `ContextTooLongError`, with a message that
   says what to do and never holds the API key (`Secret`).
 """
@@ -414,7 +413,7 @@ class Provider:
         return None
 
     def broke_off(self, failure: Failure) -> ProviderError:
-        """The error for a stream that failed after text reached the caller."""
+        """The error for a stream that failed after something visible reached the caller."""
         return ProviderError(
             f"The reply of {self.model!r} from {self.name} broke off mid-stream"
             f" ({failure.cause or failure.error}). The partial reply is dropped (a think is"
