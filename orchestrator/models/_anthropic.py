@@ -31,6 +31,7 @@ from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
+    DEFAULT_TIMEOUT,
     Settings,
     SettingsModel,
     SSEEvent,
@@ -51,6 +52,8 @@ _RESERVED = frozenset({"model", "messages", "tools", "stream", "system", "max_to
 _REQUIRED = frozenset({"model", "max_tokens", "messages"})
 _ID_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _CACHEABLE = frozenset({"text", "image", "tool_result", "tool_use", "document"})
+# Blocks that show the caller nothing while they stream (text shows through on_text).
+_UNSEEN = frozenset({"text", "thinking", "redacted_thinking"})
 # The HTTP status each error type of a mid-stream ``error`` event stands for.
 _ERROR_STATUS = {
     "invalid_request_error": 400,
@@ -199,9 +202,13 @@ class _MessageStream:
         self.done = False
         self.error: StreamBroken | None = None
 
-    def has_content(self) -> bool:
-        """Whether the reply holds a content block (text, thinking or a tool call) yet."""
-        return bool(self.blocks)
+    def has_visible(self) -> bool:
+        """Whether the reply holds a block someone acts on: a tool call or a server tool block.
+
+        Text counts once it reaches ``on_text`` (the reader sees to that); an empty text block,
+        a ping or thinking show nothing yet, so a stream that breaks after them is sent again.
+        """
+        return any(block.get("type") not in _UNSEEN for block in self.blocks.values())
 
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
@@ -332,13 +339,15 @@ class AnthropicModel(SettingsModel):
 
     Constructing one touches no network and needs no key: the key is read when the first
     request is made. Each request streams (text goes to ``on_text`` as it arrives), and is
-    retried with backoff on rate limits, overload, server errors and connection errors while
-    nothing has streamed yet.
+    retried with backoff on rate limits, overload, server errors, connection errors and
+    timeouts until something visible arrives (text, or a tool call).
 
     Args:
         name: The model name, e.g. ``"claude-sonnet-4-5"``.
-        base_url: The API root; Anthropic's when left out (or ``ANTHROPIC_BASE_URL``).
-        api_key: The API key. Left out, it is read from the `api_key_env` variable.
+        base_url: The API root; Anthropic's when left out (or ``ANTHROPIC_BASE_URL``). Any
+            other is an Anthropic-compatible server, and errors name it so, with its URL.
+        api_key: The API key. Left out, it is read from the `api_key_env` variable; a server at
+            a custom `base_url` that needs no key then gets a placeholder.
         api_key_env: The environment variable that holds the key (``ANTHROPIC_API_KEY``).
         price: Prices per million tokens; when given, `Usage.cost` is filled in.
         context_window: How many tokens fit in one request (200,000 for Claude models when
@@ -352,6 +361,9 @@ class AnthropicModel(SettingsModel):
         params: More request fields, sent as they are (``{"top_k": 5}``).
         headers: Extra HTTP headers for every request (``{"anthropic-beta": "..."}``).
         retry: The retry policy (`RetryPolicy()` when left out).
+        timeout: Seconds to wait for each read of the reply (for it to start, then for each
+            next piece of the stream), and to connect (10 at most); 300 when left out. A
+            timeout before anything visible arrived is retried like a dropped connection.
 
     Raises:
         ImportError: The ``anthropic`` package is not installed; the message names the command.
@@ -385,6 +397,7 @@ class AnthropicModel(SettingsModel):
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         _import_anthropic()
         resolved = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
@@ -402,6 +415,7 @@ class AnthropicModel(SettingsModel):
             params=params,
             headers=headers,
             retry=retry,
+            timeout=timeout,
             reserved=_RESERVED,
         )
         if thinking_budget is not None and (
@@ -469,8 +483,6 @@ class AnthropicModel(SettingsModel):
             on_text,
             sdk=sdk,
             client_class=sdk.AsyncAnthropic,
-            # Anthropic-compatible servers still expect a key: a missing one is an AuthError.
-            placeholder_key=False,
             open_response=open_response,
             new_stream=lambda: _MessageStream(self._settings.name),
         )

@@ -3,7 +3,9 @@
 Any server that speaks the Chat Completions API works through `base_url`: OpenAI itself, vLLM,
 Ollama, the llama.cpp server, OpenRouter. The SDK is an optional extra
 (``pip install 'orchestrator[openai]'``), imported when a model is built, never when the library
-is. Every request streams; its events are read from the SDK's streaming response.
+is. Every request streams; its events are read from the SDK's streaming response. Reasoning a
+server streams beside the reply (``reasoning_content``, ``reasoning``, ``thinking_blocks``) comes
+back as a `ReasoningBlock` (to read) plus a `RawBlock` of this server, sent back to it only.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
+    DEFAULT_TIMEOUT,
     Settings,
     SettingsModel,
     SSEEvent,
@@ -48,7 +51,8 @@ __all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
 OPENAI_URL = "https://api.openai.com/v1"
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
 _REQUIRED = frozenset({"model", "messages"})
-# Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning.
+# Fields some compatible servers (vLLM, DeepSeek, llama.cpp, OpenRouter) use for reasoning;
+# LiteLLM's proxy also sends Claude's thinking as `thinking_blocks` (see _thinking_piece).
 _REASONING_FIELDS = ("reasoning_content", "reasoning")
 _KEPT = frozenset({"role", "content", "tool_calls", "name", "tool_call_id"})
 
@@ -190,14 +194,19 @@ class _ChatStream:
         self.model = model
         self.text: list[str] = []
         self.reasoning: dict[str, list[str]] = {}
+        self.thinking: list[dict[str, Any]] = []
         self.calls: dict[int, _Call] = {}
         self.finish: str | None = None
         self.usage: dict[str, Any] = {}
         self.error: StreamBroken | None = None
 
-    def has_content(self) -> bool:
-        """Whether the reply holds text, reasoning or a tool call yet."""
-        return bool(self.text or self.reasoning or self.calls)
+    def has_visible(self) -> bool:
+        """Whether the reply holds a tool call yet.
+
+        Text counts once it reaches ``on_text`` (the reader sees to that); reasoning shows
+        nothing while it streams, so a stream that breaks after it is sent again.
+        """
+        return bool(self.calls)
 
     def handle(self, event: SSEEvent) -> str | None:
         """Take one event; return the text it adds, for ``on_text``."""
@@ -230,12 +239,41 @@ class _ChatStream:
                 part = delta.get(name)
                 if isinstance(part, str) and part:
                     self.reasoning.setdefault(name, []).append(part)
+            blocks: object = delta.get("thinking_blocks")
+            for piece in cast("list[Any]", blocks) if isinstance(blocks, list) else []:
+                self._thinking_piece(as_dict(piece))
             calls: object = delta.get("tool_calls")
             for call in cast("list[Any]", calls) if isinstance(calls, list) else []:
                 self._call_delta(as_dict(call))
             if isinstance(choice.get("finish_reason"), str):
                 self.finish = choice["finish_reason"]
         return "".join(added) or None
+
+    def _thinking_piece(self, piece: dict[str, Any]) -> None:
+        """Add a piece of a thinking block, as LiteLLM's proxy streams Claude's thinking.
+
+        Pieces carry no index: thinking text extends the open block, a signature closes it (so
+        thinking text after it starts the next block), and any other block type (such as
+        ``redacted_thinking``) arrives whole.
+        """
+        if not piece:
+            return
+        kind = piece.get("type", "thinking")
+        text = piece.get("thinking")
+        last = self.thinking[-1] if self.thinking else None
+        if kind != "thinking":
+            self.thinking.append(piece)
+            return
+        if last is None or last.get("type") != "thinking" or ("signature" in last and text):
+            last = {"type": "thinking", "thinking": ""}
+            self.thinking.append(last)
+        for key, value in piece.items():
+            if key == "thinking" and isinstance(value, str):
+                last["thinking"] += value
+            elif key == "signature" and isinstance(value, str) and value:
+                last["signature"] = str(last.get("signature", "")) + value
+            elif key not in ("type", "thinking", "signature") and value is not None:
+                last[key] = value
 
     def _call_delta(self, delta: dict[str, Any]) -> None:
         index = delta.get("index")
@@ -269,9 +307,15 @@ class _ChatStream:
         if self.finish is None:
             raise StreamBroken("ended the stream before the reply was complete")
         blocks: list[Block] = []
-        reasoning = {name: "".join(parts) for name, parts in self.reasoning.items()}
+        reasoning: dict[str, Any] = {name: "".join(parts) for name, parts in self.reasoning.items()}
+        thoughts = [str(block.get("thinking", "")) for block in self.thinking]
+        text = next(iter(reasoning.values()), None) or "\n\n".join(filter(None, thoughts))
+        if self.thinking:
+            # Sent back as they came (to this server only): Claude behind the server wants them
+            # in the next request of a tool loop.
+            reasoning["thinking_blocks"] = self.thinking
         if reasoning:
-            blocks.append(ReasoningBlock(next(iter(reasoning.values()))))
+            blocks.append(ReasoningBlock(text))
             blocks.append(RawBlock(self.provider, reasoning))
         if self.text:
             blocks.append(TextBlock("".join(self.text)))
@@ -308,8 +352,8 @@ class OpenAIModel(SettingsModel):
     Works with OpenAI and with any compatible server through `base_url` (vLLM, Ollama, the
     llama.cpp server, OpenRouter). Constructing one touches no network and needs no key: the key
     is read when the first request is made. Each request streams (text goes to ``on_text`` as it
-    arrives), and is retried with backoff on rate limits, server errors and connection errors
-    while nothing has streamed yet.
+    arrives), and is retried with backoff on rate limits, server errors, connection errors and
+    timeouts until something visible arrives (text, or a tool call).
 
     Args:
         name: The model name the server knows, e.g. ``"gpt-4o"``.
@@ -325,6 +369,9 @@ class OpenAIModel(SettingsModel):
         params: More request fields, sent as they are (``{"reasoning_effort": "low"}``).
         headers: Extra HTTP headers for every request.
         retry: The retry policy (`RetryPolicy()` when left out).
+        timeout: Seconds to wait for each read of the reply (for it to start, then for each
+            next piece of the stream), and to connect (10 at most); 300 when left out. A
+            timeout before anything visible arrived is retried like a dropped connection.
 
     Raises:
         ImportError: The ``openai`` package is not installed; the message names the command.
@@ -357,6 +404,7 @@ class OpenAIModel(SettingsModel):
         params: Mapping[str, Any] | None = None,
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
         _import_openai()
         resolved = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
@@ -373,6 +421,7 @@ class OpenAIModel(SettingsModel):
             params=params,
             headers=headers,
             retry=retry,
+            timeout=timeout,
             reserved=_RESERVED,
         )
 
@@ -380,9 +429,6 @@ class OpenAIModel(SettingsModel):
     def _provider_id(self) -> str:
         """Whose `RawBlock`s this model sends back: OpenAI's, or this server's."""
         return "openai" if self._official else f"openai@{self._settings.base_url}"
-
-    def _label(self) -> str:
-        return "OpenAI" if self._official else "the OpenAI-compatible server"
 
     def request_body(self, request: Request) -> dict[str, Any]:
         """The JSON body a request sends, but for the streaming fields: to check what is sent."""
@@ -426,7 +472,6 @@ class OpenAIModel(SettingsModel):
             on_text,
             sdk=sdk,
             client_class=sdk.AsyncOpenAI,
-            placeholder_key=not self._official,
             open_response=open_response,
             new_stream=lambda: _ChatStream(self._provider_id, self._settings.name),
         )

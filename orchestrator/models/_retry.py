@@ -1,9 +1,9 @@
 """Retries and error mapping, written once for `OpenAIModel` and `AnthropicModel`.
 
 - `RetryPolicy` and `run_with_retries`: exponential backoff with jitter that honours
-  ``Retry-After``, on 429, 5xx and connection errors, while nothing has streamed to the caller;
-  each retry is reported (`report_retry`) and logged.
-- `Provider`: turns an HTTP status, a provider error body or a broken connection into
+  ``Retry-After``, on 429, 5xx, connection errors and timeouts, until something visible arrived
+  (text sent to the caller, or a tool call); each retry is reported (`report_retry`) and logged.
+- `Provider`: turns an HTTP status, a provider error body, a timeout or a broken connection into
   `ProviderError`, `RateLimitError`, `AuthError` or `ContextTooLongError`, with a message that
   says what to do and never holds the API key (`Secret`).
 """
@@ -218,7 +218,12 @@ def _error_details(body: object) -> tuple[str, frozenset[str]]:
 
 @dataclass(frozen=True, slots=True)
 class Provider:
-    """Who a request goes to, for error messages: the provider, the model, where, which key."""
+    """Who a request goes to, for error messages: the provider, the model, where, which key.
+
+    `label` is the provider's name (``"OpenAI"``); `official` says whether `url` is its own API.
+    Errors about any other server name it as ``the OpenAI-compatible server at <url>``, so a
+    message never blames the provider for what a proxy or a local server did.
+    """
 
     label: str
     model: str
@@ -226,11 +231,24 @@ class Provider:
     key_env: str
     owner: str
     secret: Secret | None = field(default=None, repr=False)
+    official: bool = True
+    timeout: float | None = None
+    connect_timeout: float | None = None
+
+    @property
+    def name(self) -> str:
+        """Who answers, as errors name it: ``"Anthropic"``, or the compatible server at its URL."""
+        return self.label if self.official else f"the {self.label}-compatible server at {self.url}"
 
     @property
     def subject(self) -> str:
-        """The label, capitalized to start a sentence."""
-        return self.label[:1].upper() + self.label[1:]
+        """The name, capitalized to start a sentence."""
+        return _capital(self.name)
+
+    @property
+    def located(self) -> str:
+        """The name with where it is: ``"Anthropic at https://…"``, or a compatible server's."""
+        return f"{self.label} at {self.url}" if self.official else self.name
 
     def with_secret(self, secret: Secret) -> Provider:
         """The same provider, knowing the key to redact from messages."""
@@ -245,7 +263,7 @@ class Provider:
     def missing_key(self) -> AuthError:
         """The error for a request made with no API key at all."""
         return AuthError(
-            f"No API key for {self.label} (model {self.model!r}): set the {self.key_env}"
+            f"No API key for {self.name} (model {self.model!r}): set the {self.key_env}"
             f" environment variable, or pass {self.owner}(..., api_key=...)."
         )
 
@@ -306,7 +324,7 @@ class Provider:
         if status == 404:
             return Failure(
                 ProviderError(
-                    f"{self.subject} has no model {model} at {self.url} ({detail})."
+                    f"{_capital(self.located)} has no model {model} ({detail})."
                     " Check the model name and base_url."
                 )
             )
@@ -328,15 +346,48 @@ class Provider:
         cause = f"{type(error).__name__}: {self.redact(str(error) or 'no detail')}"
         return Failure(
             ProviderError(
-                f"Could not reach {self.label} at {self.url} for {self.model!r} ({cause})."
+                f"Could not reach {self.located} for {self.model!r} ({cause})."
                 " Check the network and base_url."
             ),
             retryable=True,
             cause=cause,
         )
 
+    def timeout_failure(self, error: BaseException) -> Failure:
+        """Map a timeout to a retryable `ProviderError` that names the wait and how to change it.
+
+        `error` is the HTTP client's timeout (``httpx2.ConnectTimeout``, ``ReadTimeout``, …), or
+        the SDK's wrapper when it has no such cause.
+        """
+        import httpx2
+
+        name = type(error).__name__
+        longer = f"pass {self.owner}(..., timeout=...) to wait longer"
+        if isinstance(error, httpx2.ConnectTimeout):
+            wait = _seconds(self.connect_timeout)
+            cause = f"{name}: no connection within {wait}"
+            message = (
+                f"Could not connect to {self.located} within {wait} for"
+                f" {self.model!r} ({name}). Check the network and base_url."
+            )
+        elif isinstance(error, httpx2.ReadTimeout):
+            wait = _seconds(self.timeout)
+            cause = f"{name}: nothing arrived for {wait}"
+            message = (
+                f"{self.subject} sent nothing for {wait} while answering {self.model!r} ({name})."
+                f" It may be stalled or overloaded; if it is only slow, {longer}."
+            )
+        else:
+            wait = _seconds(self.timeout)
+            cause = f"{name}: timed out after {wait}"
+            message = (
+                f"The request to {self.name} for {self.model!r} timed out after {wait}"
+                f" ({name}). Check the network and base_url, or {longer}."
+            )
+        return Failure(ProviderError(message), retryable=True, cause=cause)
+
     def classify(self, error: Exception) -> Failure | None:
-        """Map the errors every provider shares: broken streams and transport errors.
+        """Map the errors every provider shares: broken streams, timeouts, transport errors.
 
         Returns None for anything else, which then propagates unchanged.
         """
@@ -347,6 +398,8 @@ class Provider:
                 ProviderError(f"{self.subject} {self.redact(str(error))} (model {self.model!r})."),
                 retryable=True,
             )
+        if _is_timeout(error):
+            return self.timeout_failure(error)
         if _is_transport_error(error):
             return self.connection_failure(error)
         if isinstance(error, json.JSONDecodeError):
@@ -360,12 +413,28 @@ class Provider:
         return None
 
     def broke_off(self, failure: Failure) -> ProviderError:
-        """The error for a stream that failed after text reached the caller."""
+        """The error for a stream that failed after something visible reached the caller."""
         return ProviderError(
-            f"The reply of {self.model!r} from {self.label} broke off mid-stream"
+            f"The reply of {self.model!r} from {self.name} broke off mid-stream"
             f" ({failure.cause or failure.error}). The partial reply is dropped (a think is"
             " taken back): run it again."
         )
+
+
+def _capital(text: str) -> str:
+    """`text` with its first letter capitalized, to start a sentence."""
+    return text[:1].upper() + text[1:]
+
+
+def _seconds(timeout: float | None) -> str:
+    """A timeout as text: ``"0.5 s"``, or ``"the time allowed"`` when it is not known."""
+    return "the time allowed" if timeout is None else f"{timeout:g} s"
+
+
+def _is_timeout(error: Exception) -> bool:
+    import httpx2
+
+    return isinstance(error, httpx2.TimeoutException)
 
 
 def _is_transport_error(error: Exception) -> bool:
@@ -386,7 +455,7 @@ def _is_transport_error(error: Exception) -> bool:
 
 @dataclass(slots=True)
 class Progress:
-    """What one attempt did that the caller can see: text sent to ``on_text``."""
+    """What one attempt did that the caller can see: text sent to ``on_text``, or a tool call."""
 
     emitted: bool = False
 
@@ -399,7 +468,8 @@ async def run_with_retries(
 ) -> _T:
     """Run `send` until it succeeds, retrying what `classify` calls retryable.
 
-    A failure after text reached ``on_text`` is not retried: it raises `ProviderError`.
+    A failure after something visible arrived (text sent to ``on_text``, or a tool call) is not
+    retried: it raises `ProviderError`.
     Cancellation always propagates; an exception `classify` does not know propagates unchanged.
     The SDK's exception is not chained to the error raised, so its request (which holds the
     API key in a header) is not kept alive by it.
@@ -419,7 +489,7 @@ async def run_with_retries(
         else:
             _log.debug(
                 "model.request.finished",
-                provider=provider.label,
+                provider=provider.name,
                 model=provider.model,
                 retries=retry,
                 ms=round((time.perf_counter() - started) * 1000, 1),
@@ -429,7 +499,7 @@ async def run_with_retries(
         if error is not None:
             _log.warning(
                 "model.request.failed",
-                provider=provider.label,
+                provider=provider.name,
                 model=provider.model,
                 retries=retry,
                 error=f"{type(error).__name__}: {error}",
@@ -439,7 +509,7 @@ async def run_with_retries(
         delay = policy.delay(retry, failure.retry_after)
         _log.warning(
             "model.request.retry",
-            provider=provider.label,
+            provider=provider.name,
             model=provider.model,
             attempt=retry,
             delay=round(delay, 3),

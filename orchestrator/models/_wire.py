@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import ssl
 import threading
@@ -37,6 +38,8 @@ if TYPE_CHECKING:
     from ._base import Request, TextCallback
 
 __all__ = (
+    "CONNECT_TIMEOUT",
+    "DEFAULT_TIMEOUT",
     "INVALID_ARGUMENTS",
     "SSEDecoder",
     "SSEEvent",
@@ -51,6 +54,17 @@ __all__ = (
 
 INVALID_ARGUMENTS = _INVALID_ARGUMENTS
 """The key of the args a tool call gets when the provider sent arguments that are not JSON."""
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds a provider model waits for each read of a reply when no ``timeout=`` is given.
+
+Reasoning models and local servers can stay silent for minutes before their first token, and a
+timeout before anything visible arrived is retried (the whole prompt sent, and paid for, again),
+so the default sits well above such silences; it is half the SDKs' own 600 s.
+"""
+
+CONNECT_TIMEOUT = 10.0
+"""The longest wait to connect, in seconds (``timeout`` when that is shorter)."""
 
 
 def missing_sdk(module: str, *, extra: str, owner: str) -> ImportError:
@@ -84,6 +98,14 @@ def _optional_int(owner: str, name: str, value: object) -> int | None:
     return value
 
 
+def _timeout(owner: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{owner}(timeout=...) must be a number of seconds, got {value!r}.")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{owner}(timeout=...) must be a finite number > 0, got {value!r}.")
+    return float(value)
+
+
 def _str_mapping(owner: str, name: str, value: object, *, values: bool) -> dict[str, Any]:
     if value is None:
         return {}
@@ -112,6 +134,7 @@ class Settings:
     params: Mapping[str, Any]
     headers: Mapping[str, str] = field(repr=False)  # may hold credentials too
     retry: RetryPolicy
+    timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
     def parse(
@@ -129,6 +152,7 @@ class Settings:
         params: object,
         headers: object,
         retry: object,
+        timeout: object,
         reserved: frozenset[str],
     ) -> Settings:
         """Check every setting and say how to fix the first wrong one.
@@ -177,7 +201,13 @@ class Settings:
             params=MappingProxyType(extra),
             headers=MappingProxyType(_str_mapping(owner, "headers", headers, values=True)),
             retry=RetryPolicy() if retry is None else retry,
+            timeout=_timeout(owner, timeout),
         )
+
+    @property
+    def connect_timeout(self) -> float:
+        """The longest wait to connect: `timeout`, but never more than `CONNECT_TIMEOUT`."""
+        return min(self.timeout, CONNECT_TIMEOUT)
 
     def key(self, provider: Provider, *, placeholder: bool) -> Secret:
         """The API key: given, or read from the environment now.
@@ -289,13 +319,15 @@ async def read_events(
     handle: Callable[[SSEEvent], str | None],
     on_text: TextCallback | None,
     progress: Progress,
-    has_content: Callable[[], bool],
+    has_visible: Callable[[], bool],
 ) -> None:
     """Feed each event of `response` to `handle`; text it returns goes to `on_text`.
 
-    Once `has_content()` (the reply holds text, reasoning or a tool call), the attempt counts as
-    started: a stream that breaks after that is not re-sent, so nothing is asked for twice.
-    The response is read to its end and closed on every path, shielded from cancellation.
+    Once something visible arrived (text passed to `on_text`, or what `has_visible()` reports:
+    a tool call), the attempt counts as started: a stream that breaks after that is not re-sent,
+    so nothing is shown or asked for twice. Before that (a ping, an empty block, reasoning), a
+    break is retried like a dropped connection. The response is read to its end and closed on
+    every path, shielded from cancellation.
     """
     decoder = SSEDecoder()
     try:
@@ -303,7 +335,7 @@ async def read_events(
             async for chunk in chunks:
                 for event in decoder.feed(chunk):
                     _emit(handle(event), on_text, progress)
-                    if has_content():
+                    if has_visible():
                         progress.emitted = True
         for event in decoder.close():
             _emit(handle(event), on_text, progress)
@@ -347,8 +379,8 @@ class ReplyStream(Protocol):
         """Take one event; return the text it adds, if any."""
         ...
 
-    def has_content(self) -> bool:
-        """Whether the reply holds text, reasoning or a tool call yet."""
+    def has_visible(self) -> bool:
+        """Whether the reply holds something besides text that the caller acts on (a tool call)."""
         ...
 
     def reply(self, price: Price | None) -> Reply:
@@ -395,11 +427,13 @@ class SettingsModel:
         return self._settings.retry
 
     @property
+    def timeout(self) -> float:
+        """Seconds to wait for each read of a reply (and, at most 10 of them, to connect)."""
+        return self._settings.timeout
+
+    @property
     def _official(self) -> bool:
         return self._settings.base_url == self.official_url
-
-    def _label(self) -> str:
-        return self.label
 
     def __repr__(self) -> str:
         where = "" if self._official else f", base_url={self._settings.base_url!r}"
@@ -408,11 +442,14 @@ class SettingsModel:
     def _provider(self) -> Provider:
         settings = self._settings
         return Provider(
-            self._label(),
+            self.label,
             settings.name,
             settings.base_url,
             settings.api_key_env,
             type(self).__name__,
+            official=self._official,
+            timeout=settings.timeout,
+            connect_timeout=settings.connect_timeout,
         )
 
     def request_body(self, request: Request) -> dict[str, Any]:
@@ -426,26 +463,32 @@ class SettingsModel:
         *,
         sdk: Any,
         client_class: Callable[..., Any],
-        placeholder_key: bool,
         open_response: Callable[[Any, dict[str, Any]], AbstractAsyncContextManager[Any]],
         new_stream: Callable[[], ReplyStream],
     ) -> Reply:
         """Send `request` through the provider's SDK and stream its reply, with retries.
 
-        Both official SDKs have the same shape: a client class taking the key, the base URL and
-        an httpx client, `APIStatusError` and `APIConnectionError`. `open_response(client, body)`
-        opens the streaming response; `new_stream()` reads one attempt's events.
+        Both official SDKs have the same shape: a client class taking the key, the base URL, a
+        timeout and an httpx client, `APIStatusError`, `APIConnectionError` and its subclass
+        `APITimeoutError`. `open_response(client, body)` opens the streaming response;
+        `new_stream()` reads one attempt's events.
         """
+        import httpx2
+
+        settings = self._settings
         provider = self._provider()
-        key = self._settings.key(provider, placeholder=placeholder_key)
+        # A server at a custom base_url may need no key (a local one): it gets a placeholder.
+        key = settings.key(provider, placeholder=not self._official)
         provider = provider.with_secret(key)
         body = self.request_body(request)
         context = await shared_ssl_context()
         client = client_class(
             api_key=key.reveal(),
-            base_url=self._settings.base_url,
+            base_url=settings.base_url,
             max_retries=0,
-            default_headers=dict(self._settings.headers),
+            # Each read of the stream waits at most `timeout` (the SDKs' default is 600 s).
+            timeout=httpx2.Timeout(settings.timeout, connect=settings.connect_timeout),
+            default_headers=dict(settings.headers),
             http_client=sdk.DefaultAsyncHttpxClient(verify=context),
         )
 
@@ -453,11 +496,14 @@ class SettingsModel:
             stream = new_stream()
             async with open_response(client, body) as response:
                 await read_events(
-                    response.http_response, stream.handle, on_text, progress, stream.has_content
+                    response.http_response, stream.handle, on_text, progress, stream.has_visible
                 )
-            return stream.reply(self._settings.price)
+            return stream.reply(settings.price)
 
         def classify(error: Exception) -> Failure | None:
+            if isinstance(error, sdk.APITimeoutError):
+                # The SDK's wrapper says only "Request timed out"; its cause says which wait.
+                return provider.timeout_failure(error.__cause__ or error)
             if isinstance(error, sdk.APIStatusError):
                 status: Any = error  # the SDK's error type, which only the SDK module knows
                 return provider.status_failure(
@@ -468,7 +514,7 @@ class SettingsModel:
             return provider.classify(error)
 
         try:
-            return await run_with_retries(self._settings.retry, provider, send, classify)
+            return await run_with_retries(settings.retry, provider, send, classify)
         finally:
             with anyio.CancelScope(shield=True):
                 await client.close()

@@ -441,6 +441,59 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
 
 
 @pytest.mark.anyio
+async def test_a_stream_cut_before_anything_visible_is_retried(server: ScriptedServer) -> None:
+    # Issue 12, item 7: message_start, an empty text block and a ping are not content yet.
+    empty_text = Scripted(
+        events=sse(
+            start(),
+            block_start(0, {"type": "text", "text": ""}),
+            {"type": "ping"},
+            delta(0, type="text_delta", text="late"),
+            named=True,
+        ),
+        cut_after=3,
+    )
+    # Thinking is not shown to anyone either: a stream cut mid-thought is sent again.
+    thinking = Scripted(
+        events=sse(
+            start(),
+            block_start(0, {"type": "thinking", "thinking": "", "signature": ""}),
+            delta(0, type="thinking_delta", thinking="Let me see."),
+            delta(0, type="thinking_delta", thinking=" More."),
+            named=True,
+        ),
+        cut_after=3,
+    )
+    server.push(empty_text, thinking, text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server), reporter=reporter)
+    state = State(messages=[Message.user("Hi")])
+    reply = await agent.athink(state)
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    assert [attempt for attempt, _, _ in reporter.retries] == [1, 2]
+    assert len(server.requests) == 3
+
+
+@pytest.mark.anyio
+async def test_a_stream_cut_after_a_tool_call_started_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    events = sse(
+        start(),
+        block_start(0, {"type": "text", "text": ""}),
+        stop(0),
+        block_start(1, {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {}}),
+        delta(1, type="input_json_delta", partial_json='{"pa'),
+        named=True,
+    )
+    server.push(Scripted(events=events, cut_after=4), text_reply("again"))
+    with pytest.raises(ProviderError, match="broke off mid-stream"):
+        await make_model(server).respond(hello())
+    assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
 async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     before_text = Scripted(events=sse(start(), overloaded, named=True))
@@ -461,10 +514,61 @@ async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+    # message_start, the empty text block and a ping arrive; then nothing.
+    events = sse(
+        start(),
+        block_start(0, {"type": "text", "text": ""}),
+        {"type": "ping"},
+        delta(0, type="text_delta", text="late"),
+        named=True,
+    )
+    server.push(Scripted(events=events, hold_after=3, resume=resume), text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server, timeout=1.0), reporter=reporter)
+    try:
+        reply = await agent.athink(State(messages=[Message.user("Hi")]))
+    finally:
+        resume.set()
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert "sent nothing for 1 s" in str(error)
+    assert "AnthropicModel(..., timeout=...)" in str(error)
+    assert AnthropicModel("claude-x").timeout == 300
+
+
+@pytest.mark.anyio
 async def test_a_missing_key_fails_at_the_first_request() -> None:
     model = AnthropicModel("claude-sonnet-4-5")
-    with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable"):
+    with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable") as caught:
         await model.respond(hello())
+    assert str(caught.value).startswith("No API key for Anthropic (model 'claude-sonnet-4-5')")
+
+
+@pytest.mark.anyio
+async def test_errors_name_the_anthropic_compatible_server_at_its_url(
+    server: ScriptedServer,
+) -> None:
+    # Issue 12, item 7: a custom base_url is not Anthropic, and the errors say so.
+    where = f"the Anthropic-compatible server at {server.url}"
+    server.push(*[error(503, "api_error", "Down")] * 2, error(404, "not_found_error", "no"))
+    model = make_model(server, retry=RetryPolicy(retries=1, base=0.001))
+    with pytest.raises(ProviderError) as failed:
+        await model.respond(hello())
+    assert str(failed.value).startswith(f"T{where[1:]} failed to answer for 'claude-test'")
+    with pytest.raises(ProviderError) as missing:
+        await model.respond(hello())
+    assert str(missing.value).startswith(f"T{where[1:]} has no model 'claude-test' (HTTP 404")
+    assert str(missing.value).count(server.url) == 1
+    server.push(Scripted(events=text_reply("Hel", "lo").events, cut_after=3))
+    with pytest.raises(ProviderError) as broken:
+        await model.respond(hello())
+    assert f"The reply of 'claude-test' from {where} broke off mid-stream" in str(broken.value)
 
 
 @pytest.mark.anyio

@@ -247,6 +247,93 @@ async def test_reasoning_goes_back_only_within_the_tool_loop(server: ScriptedSer
     assert assistant == {"role": "assistant", "content": "A"}
 
 
+def thinking(text: str = "", signature: str | None = None) -> dict[str, Any]:
+    """A piece of a thinking block as LiteLLM's proxy streams it for Claude."""
+    return {"type": "thinking", "thinking": text, "signature": signature}
+
+
+@pytest.mark.anyio
+async def test_thinking_blocks_go_back_to_the_same_server_in_a_tool_loop(
+    server: ScriptedServer,
+) -> None:
+    # Issue 12, item 7: LiteLLM's proxy streams Claude's thinking as `thinking_blocks` beside
+    # `reasoning_content`; Claude with extended thinking refuses a tool loop's next request
+    # without them.
+    events = sse(
+        chunk(
+            {
+                "role": "assistant",
+                "content": "",
+                "reasoning_content": "Read ",
+                "thinking_blocks": [thinking("Read ")],
+            }
+        ),
+        chunk({"reasoning_content": "it.", "thinking_blocks": [thinking("it.")]}),
+        chunk({"reasoning_content": "", "thinking_blocks": [thinking(signature="c2ln")]}),
+        chunk({"thinking_blocks": [{"type": "redacted_thinking", "data": "opaque"}]}),
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": 0,
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                    }
+                ]
+            }
+        ),
+        chunk(finish="tool_calls"),
+        usage_chunk(20, 8),
+        "[DONE]",
+    )
+    server.push(Scripted(events=events), text_reply("Read it."))
+    agent = Agent(make_model(server), tools=[read_file])
+    state = State(messages=[Message.user("Read a.py")])
+    assert await agent.arun(state) == "Read it."
+
+    blocks = [
+        {"type": "thinking", "thinking": "Read it.", "signature": "c2ln"},
+        {"type": "redacted_thinking", "data": "opaque"},
+    ]
+    same = f"openai@{server.url}/v1"
+    reply = state.messages[1]
+    assert reply.content[:2] == (
+        ReasoningBlock("Read it."),
+        RawBlock(same, {"reasoning_content": "Read it.", "thinking_blocks": blocks}),
+    )
+    assistant = server.requests[1].body["messages"][1]
+    assert assistant["thinking_blocks"] == blocks
+    assert assistant["reasoning_content"] == "Read it."
+    assert assistant["tool_calls"][0]["id"] == "call_1"
+    # Another server never sees them.
+    other = OpenAIModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key=KEY)
+    echoed = other.request_body(Request(None, state.messages))["messages"][1]
+    assert "thinking_blocks" not in echoed
+
+
+@pytest.mark.anyio
+async def test_thinking_blocks_alone_and_whole(server: ScriptedServer) -> None:
+    # A server that sends only thinking blocks, each whole in one chunk: the reasoning read
+    # from them, each signature closing its block.
+    events = sse(
+        chunk({"thinking_blocks": [thinking("First.", "s1")]}),
+        chunk({"thinking_blocks": [thinking("Second.", "s2")]}),
+        chunk({"content": "Done."}),
+        chunk(finish="stop"),
+    )
+    server.push(Scripted(events=events))
+    reply = await make_model(server).respond(hello())
+    same = f"openai@{server.url}/v1"
+    first = {"type": "thinking", "thinking": "First.", "signature": "s1"}
+    second = {"type": "thinking", "thinking": "Second.", "signature": "s2"}
+    assert reply.message.content == (
+        ReasoningBlock("First.\n\nSecond."),
+        RawBlock(same, {"thinking_blocks": [first, second]}),
+        TextBlock("Done."),
+    )
+
+
 def test_the_official_api_gets_max_completion_tokens() -> None:
     model = OpenAIModel("o3-mini", max_tokens=50)
     body = model.request_body(hello())
@@ -493,6 +580,23 @@ async def test_a_stream_cut_before_any_text_is_retried(server: ScriptedServer) -
 
 
 @pytest.mark.anyio
+async def test_a_stream_cut_after_reasoning_only_is_retried(server: ScriptedServer) -> None:
+    # Issue 12, item 7: retried until something visible arrived (text, or a tool call);
+    # reasoning reaches no one while it streams.
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "Let me "}),
+        chunk({"reasoning_content": "think."}),
+        chunk({"content": "late"}),
+    )
+    server.push(Scripted(events=events, cut_after=2), text_reply("whole"))
+    chunks: list[str] = []
+    reply = await make_model(server).respond(hello(), on_text=chunks.append)
+    assert reply.message.text == "whole"
+    assert chunks == ["whole"]
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
 async def test_a_stream_that_ends_early_or_with_an_error_event(server: ScriptedServer) -> None:
     ended = Scripted(events=sse(chunk({"role": "assistant"})))
     failed = Scripted(events=sse({"error": {"message": "upstream went away", "code": 502}}))
@@ -500,6 +604,86 @@ async def test_a_stream_that_ends_early_or_with_an_error_event(server: ScriptedS
     reply = await make_model(server).respond(hello())
     assert reply.message.text == "third time"
     assert len(server.requests) == 3
+
+
+# -- timeouts --------------------------------------------------------------------------------------
+# A test whose healthy attempt must read within the timeout uses 1 s, so a busy machine does not
+# turn a slow healthy read into one more timeout; where every attempt stalls, 0.5 s.
+
+
+def test_the_timeout_is_checked_and_finite_by_default() -> None:
+    assert OpenAIModel("gpt-4o").timeout == 300
+    assert OpenAIModel("gpt-4o", timeout=2.5).timeout == 2.5
+    bad: list[tuple[Any, type[Exception]]] = [
+        (0, ValueError),
+        (-1, ValueError),
+        (float("inf"), ValueError),
+        (float("nan"), ValueError),
+        ("5", TypeError),
+        (True, TypeError),
+        (None, TypeError),
+    ]
+    for value, error in bad:
+        with pytest.raises(error, match=r"OpenAIModel\(timeout=\.\.\.\)"):
+            OpenAIModel("gpt-4o", timeout=value)
+
+
+@pytest.mark.anyio
+async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+    stalled = Scripted(events=text_reply("late").events, hold_after=1, resume=resume)
+    server.push(stalled, text_reply("whole"))
+    reporter = Recorder()
+    agent = Agent(make_model(server, timeout=1.0), reporter=reporter)
+    try:
+        reply = await agent.athink(State(messages=[Message.user("Hi")]))
+    finally:
+        resume.set()
+    assert reply.message.text == "whole"
+    assert reporter.text == ["whole"]
+    [(attempt, _, error)] = reporter.retries
+    assert attempt == 1
+    assert type(error) is ProviderError
+    assert "sent nothing for 1 s" in str(error)
+    assert "OpenAIModel(..., timeout=...)" in str(error)
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_server_that_never_answers_times_out_after_the_retries(
+    server: ScriptedServer,
+) -> None:
+    resume = threading.Event()
+
+    def stall(request: Recorded) -> Scripted:
+        resume.wait(timeout=30)  # holds the response back: not even the headers arrive
+        return text_reply("too late")
+
+    server.push(stall, stall)
+    model = make_model(server, timeout=0.5, retry=RetryPolicy(retries=1, base=0.001))
+    try:
+        with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s.*Gave up after 2"):
+            await model.respond(hello())
+    finally:
+        resume.set()
+    assert len(server.requests) == 2
+
+
+@pytest.mark.anyio
+async def test_a_stream_stalled_after_text_is_not_retried(server: ScriptedServer) -> None:
+    resume = threading.Event()
+    stalled = Scripted(events=text_reply("Hel", "lo").events, hold_after=2, resume=resume)
+    server.push(stalled, text_reply("again"))
+    chunks: list[str] = []
+    try:
+        with pytest.raises(ProviderError, match=r"broke off mid-stream \(ReadTimeout: nothing"):
+            await make_model(server, timeout=1.0).respond(hello(), on_text=chunks.append)
+    finally:
+        resume.set()
+    assert chunks == ["Hel"]
+    assert len(server.requests) == 1
 
 
 @pytest.mark.anyio
@@ -510,8 +694,10 @@ async def test_an_unreachable_server_is_retried_then_fails() -> None:
     model = OpenAIModel(
         "m", base_url=f"http://127.0.0.1:{port}/v1", retry=RetryPolicy(retries=1, base=0.001)
     )
-    with pytest.raises(ProviderError, match=r"Could not reach .*Gave up after 2 attempts"):
+    with pytest.raises(ProviderError, match=r"Could not reach .*Gave up after 2 attempts") as e:
         await model.respond(hello())
+    where = f"the OpenAI-compatible server at http://127.0.0.1:{port}/v1"
+    assert str(e.value).startswith(f"Could not reach {where} for 'm' (")
 
 
 @pytest.mark.anyio

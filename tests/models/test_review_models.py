@@ -137,19 +137,32 @@ def free_port() -> int:
 # -- keys and construction -------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.anyio
-async def test_anthropic_without_a_key_at_a_custom_base_url_is_an_auth_error(
-    server: ScriptedServer,
+async def test_a_custom_base_url_without_a_key_gets_a_placeholder(
+    server: ScriptedServer, provider: str
 ) -> None:
-    # Issue 7, item 1: "a missing key fails at the first request with AuthError saying which
-    # variable to set."
-    server.push(an_text("hello"))
-    model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
+    # Issue 12, item 7: the models guide says "A model at a custom base_url with no key set
+    # sends a placeholder instead, since local servers usually need none", for both models;
+    # a server that does want a key says so, and the error names the variable to set.
+    if provider == "openai":
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST)
+        server.push(oa_text("hello"))
+        where = f"the OpenAI-compatible server at {server.url}/v1"
+    else:
+        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
+        server.push(an_text("hello"))
+        where = f"the Anthropic-compatible server at {server.url}"
     state = State(messages=[Message.user("Hi")])
-    with pytest.raises(AuthError, match="ANTHROPIC_API_KEY"):
+    assert (await Agent(model).athink(state)).message.text == "hello"
+    [sent] = server.requests
+    assert "not-needed" in sent.headers.get("authorization", "") + sent.headers.get("x-api-key", "")
+    server.push(Scripted(401, {"error": {"type": "authentication_error", "message": "no"}}))
+    with pytest.raises(AuthError) as caught:
         await Agent(model).athink(state)
-    assert server.requests == []
-    assert state.messages == (Message.user("Hi"),)
+    message = str(caught.value)
+    assert message.startswith(where[:1].upper() + where[1:] + " refused the API key")
+    assert "Set " + ("OPENAI_API_KEY" if provider == "openai" else "ANTHROPIC_API_KEY") in message
 
 
 def test_construction_needs_no_network_and_no_key(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -158,6 +158,33 @@ def test_classify_shared_errors() -> None:
     assert provider().classify(KeyError("a bug of ours")) is None
 
 
+def test_timeouts_are_retried_and_say_which_wait_ran_out() -> None:
+    timed = Provider(
+        "OpenAI",
+        "gpt-x",
+        "https://api.example/v1",
+        "OPENAI_API_KEY",
+        "OpenAIModel",
+        timeout=30,
+        connect_timeout=10,
+    )
+    read = timed.classify(httpx2.ReadTimeout("timed out"))
+    assert read is not None
+    assert read.retryable
+    assert "OpenAI sent nothing for 30 s while answering 'gpt-x' (ReadTimeout)" in str(read.error)
+    assert "pass OpenAIModel(..., timeout=...) to wait longer" in str(read.error)
+    assert read.cause == "ReadTimeout: nothing arrived for 30 s"
+    connect = timed.classify(httpx2.ConnectTimeout("timed out"))
+    assert connect is not None
+    assert connect.retryable
+    assert "Could not connect to OpenAI at https://api.example/v1 within 10 s" in str(connect.error)
+    pool = timed.classify(httpx2.PoolTimeout("timed out"))
+    assert pool is not None
+    assert "timed out after 30 s (PoolTimeout)" in str(pool.error)
+    unknown = provider().timeout_failure(TimeoutError())
+    assert "timed out after the time allowed (TimeoutError)" in str(unknown.error)
+
+
 # -- server-sent events ----------------------------------------------------------------------------
 
 
