@@ -17,7 +17,7 @@ import anyio
 
 from ._ask import ask as _ask
 from ._ask import compact as _compact
-from ._execute import CallContext, current_call, run_tools, stragglers, wait_for
+from ._execute import CallContext, current_call, merge_due, run_tools, stragglers, wait_for
 from ._history import RunStart
 from ._logs import get_log
 from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop, run_body
@@ -352,6 +352,7 @@ class Agent:
             if self._schema is not None:
                 state._bind_schema(self._schema)
             link = self._start(state)
+            merge_due(state, self._tools_by_name)  # of a turn a crash or a fork cut off
             if not is_default_loop(self._loop):  # which saves it with its first request
                 await self._save(state)
             self._report("on_run_start", state)
@@ -448,6 +449,7 @@ class Agent:
     async def _think(self, state: State, *, saved_next: bool = False) -> Reply:
         """`athink`; with `saved_next`, a reply without calls is saved by the caller's next save."""
         self._require_unfinished(state, "think")
+        merge_due(state, self._tools_by_name)
         messages = state._begin_think(model=self._model.name)
         self._report("on_think_start", state)
         request = Request(system=self._instructions, messages=messages, tools=self._specs)

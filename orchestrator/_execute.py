@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._state import State
 
-__all__ = ("CallContext", "current_call", "run_tools")
+__all__ = ("CallContext", "current_call", "merge_due", "run_tools")
 
 _log = get_log("tools")
 
@@ -86,6 +86,30 @@ async def wait_for(threads: list[threading.Event]) -> None:
         for done in threads:
             if not done.is_set():
                 await anyio.to_thread.run_sync(done.wait)
+
+
+def merge_due(state: State, tools: Mapping[str, Tool]) -> None:
+    """Merge the state updates of `state`'s last closed turn with the handlers of `tools`.
+
+    A turn's updates are merged when it closes, by the agent that ran its tools; a State
+    loaded or forked before that merges them when an agent next runs it. The handlers are code
+    the history cannot hold, so a tool of the turn that `tools` lacks is an error, never a
+    merge by another rule.
+
+    Raises:
+        ValueError: A tool whose update is due is not among `tools`.
+    """
+    due = state._folded.due
+    if not due:
+        return
+    missing = sorted({entry.call.name for entry in due if entry.call.name not in tools})
+    if missing:
+        raise ValueError(
+            f"State {state.id} has state updates from {', '.join(missing)} waiting to be merged"
+            " with those tools' handlers, and this agent has no such tool: run the State with"
+            " the agent whose tools made them."
+        )
+    state._merge_due({entry.call.id: tools[entry.call.name].output_handlers for entry in due})
 
 
 def _text(text: str) -> tuple[TextBlock | Image, ...]:
@@ -135,6 +159,7 @@ class _Turn:
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
             self._report_closed(self.state._close_pending("cancelled", text, self._links()))
+            merge_due(self.state, self.tools)
             # The stop cancelled the turn's scope, and with it a save of the denied call.
             await self.agent._save(self.state)
         if self.fatal is not None:
@@ -151,6 +176,7 @@ class _Turn:
             text = f"(aborted: {type(error).__name__})"
             closed = self.state._close_pending("aborted", text, self._links())
         self._report_closed(closed)
+        merge_due(self.state, self.tools)
 
     def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
         """Report the end of calls that were closed without running to their end."""
@@ -321,15 +347,16 @@ class _Turn:
         update: dict[str, Any] | None,
     ) -> ToolResultEntry:
         usage = _children_usage(context)
-        return self.state._record_tool_result(
+        entry = self.state._record_tool_result(
             call,
             ToolResultBlock(call.id, content, is_error),
             outcome=outcome,
             child_ids=context.child_ids,
             usage=usage,
             state_update=update,
-            handlers=self.tools[call.name].output_handlers if update else None,
         )
+        merge_due(self.state, self.tools)  # the turn's last result closed it
+        return entry
 
     def _stop(self, call: ToolCall, permission: str | None) -> None:
         if self.stopped:

@@ -150,6 +150,7 @@ class Folded:
         "at_first",
         "at_last",
         "calls",
+        "due",
         "entries",
         "extra_data",
         "finished",
@@ -186,6 +187,7 @@ class Folded:
     pending_ids: tuple[str, ...]  # the ids of `pending`, to find a call in C speed
     results: Seq[ToolResultEntry]  # the open turn's results, in the order they came
     held: tuple[Message, ...]  # added while the turn was open: they go in after it
+    due: tuple[ToolResultEntry, ...]  # the closed turn's results whose updates wait to merge
     at_first: datetime | None
     at_last: datetime | None
 
@@ -200,6 +202,7 @@ class Folded:
         new.at_first = self.at_first
         new.at_last = self.at_last
         new.calls = self.calls
+        new.due = self.due
         new.entries = self.entries
         new.extra_data = self.extra_data
         new.finished = self.finished
@@ -264,6 +267,7 @@ def _empty() -> Folded:
     new.pending_ids = ()
     new.results = _NO_ENTRIES
     new.held = ()
+    new.due = ()
     new.at_first = None
     new.at_last = None
     return new
@@ -369,6 +373,8 @@ def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | Non
 
 def _extra_data(new: Folded, entry: ExtraDataEntry, lookup: Lookup | None) -> None:
     change = entry.content
+    if change.turn_merge:
+        new.due = ()
     data = dict(new.extra_data)
     data.update(change.changed)
     for key in change.removed:
@@ -389,6 +395,8 @@ def _run_start(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
 
 def _model_request(new: Folded, entry: ModelRequestEntry, lookup: Lookup | None) -> None:
     _require_closed_turn(new, "a model request")
+    if new.due:
+        raise Inconsistent("a model request while the last turn's state updates wait to merge")
     new.turn += 1
     new.waiting = True
 
@@ -429,9 +437,10 @@ def _tool_result(new: Folded, entry: ToolResultEntry, lookup: Lookup | None) -> 
     new.pending_ids = new.pending_ids[:index] + new.pending_ids[index + 1 :]
     new.results = new.results.append(entry)
     if not new.pending:
-        by_id = {result.call.id: result.content for result in new.results.to_tuple()}
+        by_id = {result.call.id: result for result in new.results.to_tuple()}
         ordered = tuple(by_id[item.id] for item in new.calls)
-        new.messages = new.messages.append(Message("user", ordered))
+        new.messages = new.messages.append(Message("user", tuple(r.content for r in ordered)))
+        new.due = tuple(result for result in ordered if result.merge_due)
         new.calls = ()
         new.results = _NO_ENTRIES
         _flush_held(new)

@@ -58,10 +58,15 @@ class ContextChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExtraDataChange:
-    """Keys of `extra_data` given new values (`changed`) and keys removed (`removed`)."""
+    """Keys of `extra_data` given new values (`changed`) and keys removed (`removed`).
+
+    `turn_merge` marks the entry that merges the state updates of the turn that just closed
+    (its results marked `merge_due`), recorded by the agent that has the tools' handlers.
+    """
 
     changed: Mapping[str, Any] = field(default_factory=dict[str, Any])
     removed: Sequence[str] = ()
+    turn_merge: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "changed", freeze(self.changed, "extra_data"))
@@ -169,6 +174,11 @@ class ToolResultEntry(_Entry):
     `outcome` says how it ended, `child_ids` lists the subagent States it started, `usage` is what
     they spent, `state_update` is the tool's update to typed data, and `late` marks a result that
     came after the call had already been closed (it does not enter the messages).
+
+    `merge_due` says the update waits for the turn to close: then the agent that ran the tool
+    merges the turn's updates in request order, with the tools' own handlers, as one `extra_data`
+    entry (`turn_merge`). A handler is code, which the history cannot hold: until that entry is
+    recorded (a State loaded or forked mid-turn), the update is due, never merged another way.
     """
 
     content: ToolResultBlock
@@ -178,6 +188,7 @@ class ToolResultEntry(_Entry):
     late: bool = False
     usage: Usage = field(default_factory=Usage)
     state_update: Mapping[str, Any] | None = None
+    merge_due: bool = False
     kind: Literal["tool_result"] = field(default="tool_result", init=False)
 
     def __post_init__(self) -> None:

@@ -138,7 +138,6 @@ class State(StateCore):
         # replayed call's new child writes under the same keys (None: this State's id).
         self._effect_scope: str | None = None
         self._recorded: BaseException | None = None
-        self._handlers: dict[str, Mapping[str, Handler]] = {}
         self._snapshot: tuple[Folded, StateSnapshot] | None = None
         imported = self._check_messages(messages)
         if history is not None:
@@ -428,7 +427,6 @@ class State(StateCore):
             copy._effect_scope = None
             copy._running = False
             copy._recorded = None
-            copy._handlers = {}
             copy._snapshot = None
             return copy
 

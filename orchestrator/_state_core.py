@@ -110,7 +110,6 @@ class StateCore:
         "_compacting",
         "_effect_scope",
         "_folded",
-        "_handlers",
         "_id",
         "_lock",
         "_recorded",
@@ -131,7 +130,6 @@ class StateCore:
     _running: bool
     _effect_scope: str | None
     _recorded: BaseException | None
-    _handlers: dict[str, Mapping[str, Handler]]
     _snapshot: tuple[Folded, StateSnapshot] | None
 
     def _check_schema_data(
@@ -223,6 +221,13 @@ class StateCore:
                     " or start a new State from state.messages."
                 )
             self._require_closed_turn("think")
+            if self._folded.due:
+                names = ", ".join(sorted({entry.call.name for entry in self._folded.due}))
+                raise ValueError(
+                    f"The state updates of the last turn ({names}) wait to be merged by the tools'"
+                    " handlers: run the State with the agent that has those tools (agent.arun or"
+                    " agent.athink merge them first)."
+                )
             messages = self._folded.messages
             self._record(ModelRequestEntry, ModelRequest(model=model, message_count=len(messages)))
             return messages
@@ -276,19 +281,14 @@ class StateCore:
         child_ids: Iterable[str] = (),
         usage: Usage | None = None,
         state_update: Mapping[str, Any] | None = None,
-        handlers: Mapping[str, Handler] | None = None,
     ) -> ToolResultEntry:
         """Record `call`'s result; a call that is no longer pending gets a `late` entry.
 
-        When it is the turn's last result, the turn's state updates are applied in request order
-        as one `extra_data` entry.
+        A state update is due until the turn closes; then the agent merges the turn's updates
+        (`_merge_due`), which needs the tools' handlers: code the history cannot hold.
         """
         with self._lock:
             late = call.id not in self._folded.pending_ids
-            calls = self._folded.calls
-            earlier = self._folded.results  # this turn's results so far, as the fold holds them
-            if handlers and not late:
-                self._handlers[call.id] = handlers
             entry = self._record(
                 ToolResultEntry,
                 result,
@@ -298,11 +298,9 @@ class StateCore:
                 late=late,
                 usage=usage or NO_USAGE,
                 state_update=state_update,
+                merge_due=state_update is not None and not late,
             )
-            entry = cast("ToolResultEntry", entry)
-            if not late and not self._folded.pending:
-                self._apply_turn_updates(calls, (*earlier.to_tuple(), entry))
-            return entry
+            return cast("ToolResultEntry", entry)
 
     def _close_pending(
         self,
@@ -330,50 +328,52 @@ class StateCore:
                 )
             return tuple(entries)
 
-    def _apply_turn_updates(
-        self, calls: tuple[ToolCall, ...], results: tuple[ToolResultEntry, ...]
-    ) -> None:
-        """Apply the state updates of the turn that just closed, in request order.
+    def _merge_due(self, handlers: Mapping[str, Mapping[str, Handler]]) -> None:
+        """Merge the state updates of the turn that closed, in request order; `handlers` by call id.
 
-        `results` are the turn's results as the fold held them (after a restore, only those of
-        the restored timeline). Each key merges through its handler, so calls of one turn never
-        see each other's updates and the later call in request order wins a replace. Recorded
-        as one `extra_data` entry. An update that no longer validates once merged with the
-        ones before it is not applied, and a notice tells the model so.
+        `handlers` are the tools' own handlers of each due result's call (the agent that ran
+        them has them). Each key merges through the tool's handler, else its schema field's,
+        else `replace_values`, so calls of one turn never see each other's updates and the later
+        call in request order wins a replace. Recorded as one `extra_data` entry marked
+        `turn_merge` (even when nothing changed: it says the merge happened). An update that no
+        longer validates once merged with the ones before it is not applied, and a notice tells
+        the model so.
         """
-        updates = {entry.call.id: entry.state_update for entry in results if entry.state_update}
-        handlers, self._handlers = self._handlers, {}
-        if not updates:
-            return
-        staged = dict(self._folded.extra_data)
-        changed: dict[str, Any] = {}
-        refused: list[str] = []
-        for call in calls:
-            attempt: dict[str, Any] = {}
-            try:
-                for key, value in (updates.get(call.id) or {}).items():
-                    field = self._schema.fields.get(key) if self._schema is not None else None
-                    merge = handlers.get(call.id, {}).get(key) or (
-                        field.handler if field is not None else replace_values
-                    )
-                    current = attempt[key] if key in attempt else staged.get(key)
-                    merged = merge(thaw(current) if current is not None else None, thaw(value))
-                    attempt[key] = field.validate(merged) if field is not None else freeze(merged)
-            except (ValueError, TypeError) as error:
-                refused.append(f"the state update of {call.name} ({call.id}): {error}")
-                continue
-            staged.update(attempt)
-            changed.update(attempt)
-        before = self._folded.extra_data
-        changed = {
-            key: value
-            for key, value in changed.items()
-            if key not in before or not same_json(before[key], value)
-        }
-        if changed:
-            self._record(ExtraDataEntry, ExtraDataChange(changed=changed))
-        for text in refused:
-            self._record(NoticeEntry, Message.notice(f"Not applied, {text}"))
+        with self._lock:
+            due = self._folded.due
+            if not due:
+                return
+            staged = dict(self._folded.extra_data)
+            changed: dict[str, Any] = {}
+            refused: list[str] = []
+            for entry in due:
+                call, own = entry.call, handlers.get(entry.call.id, {})
+                attempt: dict[str, Any] = {}
+                try:
+                    for key, value in (entry.state_update or {}).items():
+                        field = self._schema.fields.get(key) if self._schema is not None else None
+                        merge = own.get(key) or (
+                            field.handler if field is not None else replace_values
+                        )
+                        current = attempt[key] if key in attempt else staged.get(key)
+                        merged = merge(thaw(current) if current is not None else None, thaw(value))
+                        attempt[key] = (
+                            field.validate(merged) if field is not None else freeze(merged)
+                        )
+                except (ValueError, TypeError) as error:
+                    refused.append(f"the state update of {call.name} ({call.id}): {error}")
+                    continue
+                staged.update(attempt)
+                changed.update(attempt)
+            before = self._folded.extra_data
+            changed = {
+                key: value
+                for key, value in changed.items()
+                if key not in before or not same_json(before[key], value)
+            }
+            self._record(ExtraDataEntry, ExtraDataChange(changed=changed, turn_merge=True))
+            for text in refused:
+                self._record(NoticeEntry, Message.notice(f"Not applied, {text}"))
 
     def _check_update(
         self, update: Mapping[str, Any], handlers: Mapping[str, Handler] | None = None

@@ -132,6 +132,7 @@ def rich_state(state_id: str = "rich") -> State:
         child_ids=("rich-child",),
         usage=Usage(input_tokens=5, requests=2),
     )
+    state._merge_due({})  # the turn closed: its state update merges (what an agent does)
     state.set("score", 5)
     before = state.snapshot()
     state.add_message(Message.user("never mind"))

@@ -656,9 +656,19 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     state._record_tool_result(
         first, block("first", "1"), outcome="done", state_update={"winner": "first", "a": [1]}
     )
+    # The turn closed: its updates are due until merged (an agent merges them at once, with
+    # its tools' handlers), and a State replayed from here agrees.
+    assert "winner" not in state.extra_data
+    assert [entry.call.id for entry in state._folded.due] == ["first", "second"]
+    assert_replays(state)
+    with pytest.raises(ValueError, match=r"state updates of the last turn \(tool\)"):
+        state._begin_think()
+    state._merge_due({})
     # The later call in request order wins a replace, whatever order the results came in.
     assert state.extra_data == {"winner": "second", "a": [1]}
     assert state.history[-1].kind == "extra_data"
+    assert state.history[-1].content.turn_merge
+    assert state._folded.due == ()
     assert_replays(state)
 
 
