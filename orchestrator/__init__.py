@@ -55,11 +55,21 @@ from ._reply import Usage as Usage
 from ._reporting import Reporter as Reporter
 from ._snapshot import StateSnapshot as StateSnapshot
 from ._state import State as State
+from ._state import bind_state as bind_state
+from ._state import recover_state as recover_state
+from ._state import storage_view as storage_view
+from ._state import validate_id as validate_id
 from ._stopped import Stopped as Stopped
 from ._stopped import StoppedByFinish as StoppedByFinish
 from ._stopped import StoppedByLimit as StoppedByLimit
 from ._stopped import StoppedByPermission as StoppedByPermission
 from ._stopped import StoppedByUntil as StoppedByUntil
+from ._storage import AsyncMemoryBackend as AsyncMemoryBackend
+from ._storage import AsyncStore as AsyncStore
+from ._storage import MemoryBackend as MemoryBackend
+from ._storage import StateInfo as StateInfo
+from ._storage import StorageView as StorageView
+from ._storage import Store as Store
 from ._tools import FunctionTool as FunctionTool
 from ._tools import OutputMapping as OutputMapping
 from ._tools import Tool as Tool
@@ -87,6 +97,8 @@ __all__ = (
     "Agent",
     "AskEntry",
     "AskRecord",
+    "AsyncMemoryBackend",
+    "AsyncStore",
     "AuthError",
     "Block",
     "ConsoleReporter",
@@ -104,6 +116,7 @@ __all__ = (
     "Issue",
     "Loop",
     "Memory",
+    "MemoryBackend",
     "Message",
     "ModelReplyEntry",
     "ModelRequest",
@@ -122,6 +135,7 @@ __all__ = (
     "RunStart",
     "RunStartEntry",
     "State",
+    "StateInfo",
     "StateSnapshot",
     "StopEntry",
     "Stopped",
@@ -129,6 +143,8 @@ __all__ = (
     "StoppedByLimit",
     "StoppedByPermission",
     "StoppedByUntil",
+    "StorageView",
+    "Store",
     "StoreDamagedError",
     "StoreError",
     "TextBlock",
@@ -143,10 +159,14 @@ __all__ = (
     "Usage",
     "UserEntry",
     "ValidationError",
+    "bind_state",
     "loop",
     "merge_lists",
+    "recover_state",
     "replace_values",
+    "storage_view",
     "thaw",
     "tool",
+    "validate_id",
     "waiting_for_user",
 )

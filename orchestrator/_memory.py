@@ -6,9 +6,9 @@ A memory belongs to one agent name in one store. It holds a key-value space (`ge
 pydantic model; only declared collections are writable, and a document is validated by its
 model before anything is stored (`ValidationError` with one `Issue` per problem otherwise).
 
-What a store keeps (the memory primitive every backend implements, see `stores.MemoryBackend`):
-JSON text under ``(agent, space, key)``, where the space is ``"kv"`` or ``"collection:<name>"``.
-This module is the one place that encodes and decodes that text.
+What a store keeps (the memory primitive every backend implements, `MemoryBackend`): JSON text
+under ``(agent, space, key)``, where the space is ``"kv"`` or ``"collection:<name>"``. This
+module is the one place that encodes and decodes that text.
 
 Effect keys: a write made while a tool call runs carries the key
 ``"<state id>:<call id>:<ordinal>"`` (the ordinal counts the call's writes from 0). The store

@@ -38,9 +38,18 @@ from ._state_core import error_text as error_text
 from ._state_core import is_interruption as is_interruption
 from ._state_core import validate_id as validate_id
 from ._stopped import Stopped, StoppedByFinish
+from ._storage import StateInfo, StorageView
 from ._typed import Handler, Schema
 
-__all__ = ("State", "error_text", "is_interruption", "validate_id")
+__all__ = (
+    "State",
+    "bind_state",
+    "error_text",
+    "is_interruption",
+    "recover_state",
+    "storage_view",
+    "validate_id",
+)
 
 
 _RENAMED = {
@@ -539,3 +548,29 @@ class State(StateCore):
 
 
 RESERVED: frozenset[str] = frozenset(name for name in dir(State) if not name.startswith("_"))
+
+
+# -- the view a store works from (see `orchestrator._storage`) -----------------------------------
+
+
+def storage_view(state: State) -> StorageView:
+    """What a store writes of `state`: its id, entries and info, all of this moment."""
+    return StorageView(state.id, state._folded)
+
+
+def bind_state(state: State, store: object) -> None:
+    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
+    state._bind_store(store)
+
+
+def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:
+    """Close the turn a crash cut off in a loaded `state`; return the entries that added.
+
+    Every backend calls it on load (a third-party one too). A request that was waiting on the
+    model is taken back; each pending call gets an ``unknown`` result (the tool may or may not
+    have run, so it is never run again on its own). `children` are the stored States whose
+    `parent_id` is this State: the ones a cut-off call started stay listed in its result, with
+    their usage, so `state.child(id)` still opens them. The added entries are written by the
+    next save.
+    """
+    return state._recover(storage_view(state).links(children))

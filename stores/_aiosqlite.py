@@ -19,9 +19,8 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from orchestrator import State
+from orchestrator import State, StateInfo
 
-from ._base import StateInfo
 from ._batch import LoopGroupCommits
 from ._known import KnownStates
 from ._memory import check_state
@@ -114,7 +113,7 @@ class AioSQLiteStore:
     async def aload(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
 
-        A turn a crash cut off is closed (see `stores.Store.load`); the entries that adds are
+        A turn a crash cut off is closed (see `orchestrator.Store.load`); the entries that adds are
         written by the next save.
 
         Raises:
@@ -138,7 +137,7 @@ class AioSQLiteStore:
         _require_asyncio("adelete")
         await self._run(delete_plan(state_id, self._known), state_id)
 
-    # -- agent memory (`stores.AsyncMemoryBackend`) -------------------------------------------
+    # -- agent memory (`orchestrator.AsyncMemoryBackend`) ---------------------------------------
 
     async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
         """The text stored under `key` in the agent's space, or None."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, cast
 
 import anyio
@@ -22,23 +22,32 @@ from anyio.from_thread import BlockingPortal
 
 from orchestrator import (
     Agent,
+    AskEntry,
+    AskRecord,
+    ExtraDataChange,
+    ExtraDataEntry,
+    HistoryEntry,
     Image,
     Memory,
     Message,
+    ModelReplyEntry,
+    ModelRequest,
+    ModelRequestEntry,
     RawBlock,
     ReasoningBlock,
     Reply,
     RunStart,
+    RunStartEntry,
     State,
+    StateInfo,
     TextBlock,
     ToolCall,
     ToolResultBlock,
+    ToolResultEntry,
     Usage,
     UserEntry,
     tool,
 )
-
-from ._base import StateInfo
 
 __all__ = (
     "PNG",
@@ -47,6 +56,7 @@ __all__ = (
     "Mode",
     "Notes",
     "StoreClient",
+    "appended",
     "assert_same",
     "crashed_pending",
     "crashed_waiting",
@@ -91,12 +101,26 @@ def result_block(
     return ToolResultBlock(call_id, blocks, is_error)
 
 
+def appended(state: State, entry_type: type[HistoryEntry], content: Any, **fields: Any) -> State:
+    """`state` with one more entry, given as data (as a store or a replay gives a history).
+
+    The contract builds its States this way, from public entry types, so it depends on no
+    private recording API; the State itself checks that each entry may follow the ones before.
+    """
+    turn = state.turn + 1 if entry_type is ModelRequestEntry else state.turn
+    entry = entry_type(
+        seq=len(state.history), turn=turn, at=datetime.now(UTC), content=content, **fields
+    )
+    return State(id=state.id, history=[*state.history, entry], schema=state.schema)
+
+
 def rich_state(state_id: str = "rich") -> State:
     """A State that has every kind of entry and value a store must keep.
 
     Messages with images and a U+2028 inside text, a reply with reasoning, raw blocks and
-    parallel tool calls, results with images and errors, a child link, typed data, extra data
-    edits, a notice, a restore, an ask, a compaction, cleared results, and a finish.
+    parallel tool calls, results with images and errors, a child link, typed data merged at a
+    turn's end, extra data edits, a notice, a restore, an ask, a compaction, cleared results,
+    and a finish.
     """
     state = State(
         id=state_id,
@@ -104,8 +128,9 @@ def rich_state(state_id: str = "rich") -> State:
         extra_data={"repo": "api", "ids": [1, 2.5, None, True], "nested": {"a": {"b": "c"}}},
         schema=Notes,
     )
-    state._record_run_start(RunStart(agent="tester", model="fake", tools=("grep", "look")))
-    state._begin_think(model="fake")
+    start = RunStart(agent="tester", model="fake", tools=("grep", "look"))
+    state = appended(state, RunStartEntry, start)
+    state = appended(state, ModelRequestEntry, ModelRequest(model="fake", message_count=1))
     grep, look = tool_call_of("c1", "grep", q="bug", n=3), tool_call_of("c2", "look", path="a.png")
     reply = Message(
         "assistant",
@@ -117,22 +142,30 @@ def rich_state(state_id: str = "rich") -> State:
             look,
         ),
     )
-    state._record_reply(Reply(reply, _USAGE, "tool_use", "fake-1"))
-    state._record_tool_result(
-        grep,
-        result_block("c1", TextBlock("found in b.py")),
+    state = appended(state, ModelReplyEntry, Reply(reply, _USAGE, "tool_use", "fake-1"))
+    found = result_block("c1", TextBlock("found in b.py"))
+    state = appended(
+        state,
+        ToolResultEntry,
+        found,
+        call=grep,
         outcome="done",
         state_update={"items": ["b"]},
+        merge_due=True,
     )
     state.add_message(Message.notice("the user is watching"))
-    state._record_tool_result(
-        look,
-        result_block("c2", TextBlock("it shows"), Image(PNG, "image/jpeg"), is_error=True),
+    shown = result_block("c2", TextBlock("it shows"), Image(PNG, "image/jpeg"), is_error=True)
+    state = appended(
+        state,
+        ToolResultEntry,
+        shown,
+        call=look,
         outcome="error",
         child_ids=("rich-child",),
         usage=Usage(input_tokens=5, requests=2),
     )
-    state._merge_due({})  # the turn closed: its state update merges (what an agent does)
+    merged = ExtraDataChange(changed={"items": ["b"]}, turn_merge=True)
+    state = appended(state, ExtraDataEntry, merged)  # what the agent of the tools records
     state.set("score", 5)
     before = state.snapshot()
     state.add_message(Message.user("never mind"))
@@ -140,36 +173,40 @@ def rich_state(state_id: str = "rich") -> State:
     with state.edit_extra_data() as data:
         data["k"] = {"a": None, "text": "line\nbreak\u2028sep"}
         del data["repo"]
-    state._record_ask("Is it fixed?", {"fixed": False, "why": "tests"}, Usage(requests=1))
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant("It is in b.py."), _USAGE, "end_turn", "fake-1"))
+    asked = AskRecord(question="Is it fixed?", answer={"fixed": False, "why": "tests"})
+    state = appended(state, AskEntry, asked)
+    state = appended(state, ModelRequestEntry, ModelRequest(model="fake", message_count=4))
+    answer = Reply(Message.assistant("It is in b.py."), _USAGE, "end_turn", "fake-1")
+    state = appended(state, ModelReplyEntry, answer)
     state.clear_tool_results(keep_last=0)
     state.compact("We found the bug in b.py.")
     state.finish({"answer": 42, "files": ["b.py"]})
     return state
 
 
+def _waiting(state_id: str, task: str) -> State:
+    state = State(id=state_id, messages=[Message.user(task)])
+    state = appended(state, RunStartEntry, RunStart(agent="tester", model="fake"))
+    return appended(state, ModelRequestEntry, ModelRequest(model="fake", message_count=1))
+
+
 def crashed_waiting(state_id: str = "waiting") -> State:
     """A State cut off while its request waited on the model (as a crash leaves it)."""
-    state = State(id=state_id, messages=[Message.user("Summarize the repo")])
-    state._record_run_start(RunStart(agent="tester", model="fake"))
-    state._begin_think(model="fake")
-    return state
+    return _waiting(state_id, "Summarize the repo")
 
 
 def crashed_pending(state_id: str = "pending") -> State:
     """A State cut off with two tool calls open; one other call already has its result."""
-    state = State(id=state_id, messages=[Message.user("Fix the bug")])
-    state._record_run_start(RunStart(agent="tester", model="fake"))
-    state._begin_think(model="fake")
+    state = _waiting(state_id, "Fix the bug")
     calls = (
         tool_call_of("c1", "grep", q="bug"),
         tool_call_of("c2", "edit", path="b.py"),
         tool_call_of("c3", "test"),
     )
-    state._record_reply(Reply(Message.assistant("", calls), _USAGE, "tool_use", "fake"))
-    state._record_tool_result(calls[0], result_block("c1", TextBlock("b.py:3")), outcome="done")
-    return state
+    reply = Reply(Message.assistant("", calls), _USAGE, "tool_use", "fake")
+    state = appended(state, ModelReplyEntry, reply)
+    done = result_block("c1", TextBlock("b.py:3"))
+    return appended(state, ToolResultEntry, done, call=calls[0], outcome="done")
 
 
 def dated(state_id: str, at: datetime, *, parent: tuple[str, str] | None = None) -> State:
@@ -179,7 +216,8 @@ def dated(state_id: str, at: datetime, *, parent: tuple[str, str] | None = None)
     ]
     state = State(id=state_id, history=entries)
     if parent is not None:
-        state._record_run_start(RunStart(parent_id=parent[0], parent_call_id=parent[1]))
+        link = RunStart(parent_id=parent[0], parent_call_id=parent[1])
+        state = appended(state, RunStartEntry, link)
     return state
 
 

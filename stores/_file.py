@@ -25,7 +25,7 @@ rewritten with digests by its next save.
 Many threads may use one store; processes may share the folder (appends take a `flock`), but
 each State should be run by one process at a time.
 
-Agent memory (`stores.MemoryBackend`) is a log per agent: a header line (the format version and
+Agent memory (`MemoryBackend`) is a log per agent: a header line (the format version and
 the log's own id), then one line per write (``{"space", "key", "value", "effect"?}``, a null
 value deletes). A write with an effect key already in the log writes nothing. The store keeps
 what it has read of each log and reads only the lines added since, so a call costs the new
@@ -52,10 +52,16 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 
-from orchestrator import State, StoreError
-from orchestrator._state import validate_id
+from orchestrator import (
+    State,
+    StateInfo,
+    StoreError,
+    bind_state,
+    recover_state,
+    storage_view,
+    validate_id,
+)
 
-from ._base import StateInfo, bind_state, info_of, recover_state
 from ._codec import (
     DIGEST_SIZE,
     FORMAT_V1,
@@ -68,7 +74,6 @@ from ._codec import (
     missing_entries,
 )
 from ._memory import (
-    Continuation,
     Tail,
     check_list_args,
     check_memory,
@@ -304,7 +309,7 @@ class FileStore(ThreadedAsync):
             except FileNotFoundError:
                 self._known.pop(state.id, None)
                 if self._create(state, folder):
-                    state._bind_store(self)
+                    bind_state(state, self)
                     return
                 fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
             try:
@@ -319,7 +324,7 @@ class FileStore(ThreadedAsync):
                 self._append(state, folder, fd, stored)
             finally:
                 os.close(fd)
-        state._bind_store(self)
+        bind_state(state, self)
 
     @contextlib.contextmanager
     def _failures(self, state_id: str | None) -> Generator[None, None, None]:
@@ -332,8 +337,9 @@ class FileStore(ThreadedAsync):
 
     def _create(self, state: State, folder: Path) -> bool:
         """Write a new State's folder whole; False if another writer made it first."""
-        info = info_of(state)  # before the entries: it never claims more than stored
-        new = continuation(state, Tail())
+        view = storage_view(state)  # its entries and its info agree
+        info = view.info
+        new = continuation(view, Tail())
         data = _sealed(new.digests, new.lines)
         self._root.mkdir(mode=_FOLDER_MODE, parents=True, exist_ok=True)
         if info.parent_id is not None:
@@ -342,7 +348,7 @@ class FileStore(ThreadedAsync):
         os.mkdir(draft, _FOLDER_MODE)
         try:
             _write_new_file(draft / LOG, data)
-            _write_new_file(draft / INFO, _encode_info(info, _head(info, Tail(), new)))
+            _write_new_file(draft / INFO, _encode_info(info, new.tail.digest or None))
             try:
                 os.rename(draft, folder)
             except OSError:
@@ -362,8 +368,9 @@ class FileStore(ThreadedAsync):
         if known is None or not known.matches(fd, size):
             # First save here, or another writer changed the log: read its end again.
             known = self._scan(state.id, fd, size)
-        info = info_of(state)  # before the entries: it never claims more than stored
-        new = continuation(state, known.tail)
+        view = storage_view(state)  # its entries and its info agree
+        info = view.info
+        new = continuation(view, known.tail)
         if not new.lines:
             self._known[state.id] = _Known(new.tail, known.end, known.last)
             return
@@ -374,7 +381,7 @@ class FileStore(ThreadedAsync):
         _write_all(fd, data)
         os.fsync(fd)
         self._known[state.id] = _Known(new.tail, known.end + len(data), _last_length(data))
-        _replace_info(folder, info, _head(info, known.tail, new))
+        _replace_info(folder, info, new.tail.digest)
 
     def _scan(self, state_id: str, fd: int, size: int) -> _Known:
         """Read the end of a log this store does not know, and cut a torn last line."""
@@ -822,19 +829,6 @@ def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(draft)
-
-
-def _head(info: StateInfo, before: Tail, new: Continuation) -> bytes | None:
-    """The digest of the last entry `info` counts, once `new` is written after `before`.
-
-    `info` was taken before the entries, so it counts no more than are written.
-    """
-    count = info.entries
-    if count == 0:
-        return None
-    if count <= before.count:
-        return before.digest
-    return new.digests[count - 1 - before.count]
 
 
 def _last_length(data: bytes) -> int:

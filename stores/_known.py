@@ -6,61 +6,30 @@ a query and the encoding of one entry per State and save: with a thousand subage
 turn, that was a third of the time the store took. A connection that wrote or read the end itself
 already knows it, and it stays true as long as no other connection wrote to the file, which
 SQLite counts for us: ``PRAGMA data_version`` changes exactly when another connection committed.
-
-The parts of a State's `states` row that seldom change (its title, its usage as JSON, ...) are
-kept beside, with the values they were made from, so the next save reuses them when those are
-the same objects.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
-
-from orchestrator import Message, Stopped, Usage
-
 from ._memory import Tail
 
-__all__ = ("KnownStates", "RowParts", "Stored")
+__all__ = ("KnownStates",)
 
 
 _LONGEST_LINE = 64 * 1024  # bytes of a last entry's encoded line worth keeping
-
-
-@dataclass(frozen=True, slots=True)
-class RowParts:
-    """Parts of a `states` row, each beside the immutable value it was made from."""
-
-    title_from: Message | None  # the first message, when the title is its text
-    title: str
-    at_first: datetime | None
-    created: int | None
-    usage: Usage
-    usage_json: str
-    stopped: Stopped | None
-    stopped_json: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """What a connection knows of one State it stored: where its history ends, and its row."""
-
-    tail: Tail
-    row: RowParts | None = None
 
 
 class KnownStates:
     """What one connection wrote or read of each State, by id; forgotten when another writes.
 
     Only the `limit` most recently used are kept, so a long-lived store holds a bounded number
-    (each keeps one entry, its encoded line, and a row's parts).
+    (each keeps one entry and its encoded line).
     """
 
     __slots__ = ("_limit", "_states", "_version")
 
     def __init__(self, limit: int = 4096) -> None:
         self._limit = limit
-        self._states: dict[str, Stored] = {}
+        self._states: dict[str, Tail] = {}
         self._version: object = None
 
     def current(self, version: object) -> bool:
@@ -79,21 +48,21 @@ class KnownStates:
         """Keep what is known while the file stays at `version` (its format was checked at it)."""
         self._version = version
 
-    def get(self, state_id: str) -> Stored | None:
+    def get(self, state_id: str) -> Tail | None:
         """What is known of `state_id`, or None (then read its tail from the file)."""
         return self._states.get(state_id)
 
-    def put(self, state_id: str, stored: Stored) -> None:
-        """Remember `stored` once the transaction that wrote or read it committed.
+    def put(self, state_id: str, tail: Tail) -> None:
+        """Remember `tail` once the transaction that wrote or read it committed.
 
         A State whose last entry is long (an image, say) is not kept: its next save reads the
         end back, rather than this holding megabytes after the State is gone.
         """
         states = self._states
         states.pop(state_id, None)  # to the end: the most recently used is forgotten last
-        if len(stored.tail.line) > _LONGEST_LINE:
+        if len(tail.line) > _LONGEST_LINE:
             return
-        states[state_id] = stored
+        states[state_id] = tail
         if len(states) > self._limit:
             del states[next(iter(states))]
 

@@ -4,7 +4,7 @@ The shared part (`Tail`, `continuation`, `rebuild`, `select`) is written once he
 simplest backend that uses it: what a save may write, how a load rebuilds and recovers a State,
 and how `list` orders and filters.
 
-`check_memory` checks the arguments of the memory primitive (`stores.MemoryBackend`) for every
+`check_memory` checks the arguments of the memory primitive (`orchestrator.MemoryBackend`) for every
 backend, before any I/O.
 
 The save rule: a save only ever adds entries. The State saved must continue the stored history:
@@ -26,12 +26,18 @@ from datetime import UTC, datetime
 
 import anyio.lowlevel
 
-from orchestrator import HistoryEntry, State
-from orchestrator._fold import Folded
+from orchestrator import (
+    HistoryEntry,
+    State,
+    StateInfo,
+    StorageView,
+    bind_state,
+    recover_state,
+    storage_view,
+    validate_id,
+)
 from orchestrator._memory import validate_key, validate_space
-from orchestrator._state import validate_id
 
-from ._base import StateInfo, bind_state, info_of, recover_state
 from ._codec import (
     chain_digests,
     check_chain,
@@ -73,7 +79,7 @@ class Tail:
         """This tail, with the last stored entry taken from `state` (which holds them all)."""
         if self.count == 0:
             return self
-        return Tail(self.count, self.line, state._entries_from(self.count - 1)[0], self.digest)
+        return Tail(self.count, self.line, storage_view(state).entry(self.count - 1), self.digest)
 
     def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
         """Whether `boundary` is the stored last entry.
@@ -105,33 +111,31 @@ class Continuation:
     tail: Tail
 
 
-def continuation(state: State, tail: Tail, folded: Folded | None = None) -> Continuation:
-    """The encoded entries of `state` after `tail`, their digests, and the tail once written.
+def continuation(view: StorageView, tail: Tail) -> Continuation:
+    """The encoded entries of `view` after `tail`, their digests, and the tail once written.
 
-    The entries are those of `folded`, a value of `state` taken earlier, if given (so they agree
-    with a row written from it); else its current ones. Only the new entries are encoded (plus,
-    at most, the stored last one to compare it).
+    Only the new entries are encoded (plus, at most, the stored last one to compare it).
 
     Raises:
-        ValueError: `state` does not continue the stored history (see the module docstring).
+        ValueError: The State does not continue the stored history (see the module docstring).
     """
-    history = (state._folded if folded is None else folded).entries
+    state = view  # the messages below name the State by its id
     count = tail.count
     if count == 0:
-        entries = history.after(0)
+        entries = view.entries()
         if not entries:
             return Continuation((), (), tail)
         lines = tuple([encode_entry(entry) for entry in entries])
-        digests = tuple(chain_digests(first_digest(state.id), lines))
+        digests = tuple(chain_digests(first_digest(view.id), lines))
         return Continuation(lines, digests, Tail(len(entries), lines[-1], entries[-1], digests[-1]))
-    if len(history) < count:
+    if view.count < count:
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
             " id and this State has fewer, so it is an older copy or another State. Load the"
             f" stored one with store.load({state.id!r}) and continue that one, or save this one"
             " under a new id (state.fork())."
         )
-    boundary = history.get(count - 1)
+    boundary = view.entry(count - 1)
     if not tail.continued_by(state.id, boundary):
         raise ValueError(
             f"State {state.id!r} cannot be saved: the store already holds a State with this id"
@@ -140,15 +144,15 @@ def continuation(state: State, tail: Tail, folded: Folded | None = None) -> Cont
             f" store.load({state.id!r}) and continue that one, or save this one under a new id"
             " (state.fork())."
         )
-    added = len(history) - count
+    added = view.count - count
     if added == 0:
         return Continuation((), (), Tail(count, tail.line, boundary, tail.digest))
     if added == 1:  # the usual save: one entry since the last
-        entry = history.get(count)
+        entry = view.entry(count)
         lines = (encode_entry(entry),)
         digests = tuple(chain_digests(tail.digest, lines))
         return Continuation(lines, digests, Tail(count + 1, lines[0], entry, digests[0]))
-    new = history.after(count)
+    new = view.entries(count)
     lines = tuple([encode_entry(entry) for entry in new])
     digests = tuple(chain_digests(tail.digest, lines))
     return Continuation(lines, digests, Tail(count + added, lines[-1], new[-1], digests[-1]))
@@ -201,7 +205,7 @@ def rebuild(
         ]
     try:
         with _collector_paused():
-            return State._from_entries(state_id, entries)
+            return State(id=state_id, history=entries)
     except (ValueError, TypeError) as error:
         raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
 
@@ -312,8 +316,9 @@ class MemoryStore:
         state = check_state(state)
         with self._lock:
             saved = self._states.get(state.id)
-            info = info_of(state)  # before the entries: it never claims more than stored
-            new = continuation(state, Tail() if saved is None else saved.tail)
+            view = storage_view(state)
+            info = view.info
+            new = continuation(view, Tail() if saved is None else saved.tail)
             if saved is None:
                 self._states[state.id] = _Saved(list(new.lines), list(new.digests), info, new.tail)
             else:
@@ -322,7 +327,7 @@ class MemoryStore:
                     saved.digests.extend(new.digests)
                     saved.info = info
                 saved.tail = new.tail
-        state._bind_store(self)
+        bind_state(state, self)
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, recovered if a turn was cut off, bound to this store.

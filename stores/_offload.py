@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._base import StateInfo, Store
+from orchestrator import StateInfo, Store
 
 if TYPE_CHECKING:
     from orchestrator import State
@@ -35,8 +35,8 @@ _MEMORY_METHODS = ("memory_get", "memory_scan", "memory_put")
 class ThreadedAsync:
     """Mixin giving a sync store the async twins of its methods, run in a worker thread.
 
-    Subclass it and define the sync methods of `stores.Store`; the class then also implements
-    `stores.AsyncStore`. A backend that must not run two calls at once (one SQLite connection)
+    Subclass it and define the sync methods of `orchestrator.Store`; the class then also implements
+    `orchestrator.AsyncStore`. A backend that must not run two calls at once (one SQLite connection)
     overrides `_offload_limiter` to return its own `anyio.CapacityLimiter`.
 
     Example:

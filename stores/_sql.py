@@ -36,16 +36,24 @@ import sqlite3
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeAlias, TypeVar
+from typing import Annotated, Any, TypeAlias, TypeVar
 
 import pydantic
 
-from orchestrator import State, Stopped, StoreDamagedError, StoreError, Usage
-from orchestrator._fold import Folded
-from orchestrator._state import validate_id
-from orchestrator._stopped import AnyStopped
+from orchestrator import (
+    State,
+    StateInfo,
+    Stopped,
+    StorageView,
+    StoreDamagedError,
+    StoreError,
+    Usage,
+    bind_state,
+    recover_state,
+    storage_view,
+    validate_id,
+)
 
-from ._base import StateInfo, bind_state, recover_state, title_of
 from ._codec import (
     DIGEST_SIZE,
     FORMAT_V1,
@@ -56,7 +64,7 @@ from ._codec import (
     damaged,
     first_digest,
 )
-from ._known import KnownStates, RowParts, Stored
+from ._known import KnownStates
 from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
 
 __all__ = (
@@ -393,13 +401,13 @@ def _save_many(
     ends = [known.get(state.id) for state in states]
     unknown = [state.id for state, end in zip(states, ends, strict=True) if end is None]
     stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
-    saves: list[tuple[State, Folded, Stored]] = []
+    saves: list[tuple[State, StorageView, Tail]] = []
     unreadable: dict[int, ValueError] = {}
     new = 0
     for state, stored in zip(states, ends, strict=True):
-        folded = state._folded  # one immutable value: the entries written and the row agree
+        view = storage_view(state)  # one moment of it: the entries written and the row agree
         if stored is None:
-            stored = Stored(Tail())
+            stored = Tail()
             if state.id in stored_ids:
                 last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
                 seq, data, digest = last[0]
@@ -408,9 +416,9 @@ def _save_many(
                         where, state.id, f"history entry {seq} has no digest to continue"
                     )
                     continue
-                stored = Stored(Tail(seq + 1, _bytes(data), None, digest))
-        saves.append((state, folded, stored))
-        new += len(folded.entries) - stored.tail.count
+                stored = Tail(seq + 1, _bytes(data), None, digest)
+        saves.append((state, view, stored))
+        new += view.count - stored.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
     writes.refused.update(unreadable)
     for state_id in writes.stored:
@@ -423,11 +431,11 @@ def _save_many(
         yield QueryMany(INSERT_ENTRY, rows)
         yield QueryMany(PUT_STATE, writes.states)
     yield Query(COMMIT)
-    for state_id, stored in writes.stored.items():
-        known.put(state_id, stored)
+    for state_id, tail in writes.stored.items():
+        known.put(state_id, tail)
     for state in states:
         if id(state) not in writes.refused:
-            state._bind_store(store)
+            bind_state(state, store)
     return writes.refused
 
 
@@ -464,12 +472,12 @@ class _Writes:
     lines: list[bytes] = field(default_factory=list[bytes])
     digests: list[bytes] = field(default_factory=list[bytes])
     states: list[Row] = field(default_factory=list["Row"])
-    stored: dict[str, Stored] = field(default_factory=dict[str, Stored])
+    stored: dict[str, Tail] = field(default_factory=dict[str, Tail])
     refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
 
 
-def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
-    """The rows that save each State's `folded` value after its stored `tail` (no I/O).
+def _writes(saves: Sequence[tuple[State, StorageView, Tail]]) -> _Writes:
+    """The rows that save each State's `view` after its stored `tail` (no I/O).
 
     A State that does not continue its stored history is refused (its `ValueError`, keyed by
     ``id(state)``); one with nothing new writes nothing. Two States under one id in one batch
@@ -479,12 +487,11 @@ def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
     writes = _Writes()
     written = writes.stored
     ids, seqs, lines_of, digests = writes.ids, writes.seqs, writes.lines, writes.digests
-    for state, folded, known in saves:
+    for state, view, known in saves:
         state_id = state.id
-        stored = written.get(state_id, known)
-        tail = stored.tail
+        tail = written.get(state_id, known)
         try:
-            new = continuation(state, tail, folded)
+            new = continuation(view, tail)
         except ValueError as error:
             writes.refused[id(state)] = error
             continue
@@ -495,9 +502,8 @@ def _writes(saves: Sequence[tuple[State, Folded, Stored]]) -> _Writes:
         seqs += range(tail.count, end.count)
         lines_of += new.lines
         digests += new.digests
-        row, parts = _state_row(state_id, folded, stored.row, end.digest or None)
-        writes.states.append(row)
-        written[state_id] = Stored(end, parts)
+        writes.states.append(_state_row(view.info, end.digest or None))
+        written[state_id] = end
     return writes
 
 
@@ -685,7 +691,9 @@ def create_private(path: str) -> None:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _MICROSECOND = timedelta(microseconds=1)
 _USAGE: pydantic.TypeAdapter[Usage] = pydantic.TypeAdapter(Usage)
-_STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(AnyStopped | None)
+_STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(
+    Annotated[Stopped | None, pydantic.Field(discriminator="kind")]
+)
 
 
 def _json(adapter: pydantic.TypeAdapter[Any], value: object) -> str | None:
@@ -704,60 +712,22 @@ def _datetime(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _state_row(
-    state_id: str, folded: Folded, before: RowParts | None, head: bytes | None
-) -> tuple[Row, RowParts]:
-    """The `states` row of a folded value, in O(1) (`info_of` would build the whole history).
-
-    `head` is the digest of the last entry written with it.
-
-    Parts made from the same objects as `before`'s are taken from it, not made again.
-    """
-    messages = folded.messages
-    first = messages.get(0) if len(messages) else None
-    if before is not None and first is not None and first is before.title_from:
-        title, title_from = before.title, first
-    else:
-        title = title_of(messages)
-        # Kept only when the first message gave the title: then later ones cannot change it.
-        title_from = first if title and first is not None and title_of((first,)) == title else None
-    at_first, usage, stopped = folded.at_first, folded.usage, folded.stopped
-    same = before is not None
-    created = before.created if same and at_first is before.at_first else _micros(at_first)
-    usage_json = (
-        before.usage_json if same and usage is before.usage else _USAGE.dump_json(usage).decode()
-    )
-    stopped_json = (
-        before.stopped_json if same and stopped is before.stopped else _json(_STOPPED, stopped)
-    )
-    if (
-        same
-        and title_from is before.title_from
-        and title == before.title
-        and at_first is before.at_first
-        and usage is before.usage
-        and stopped is before.stopped
-    ):
-        parts = before  # most saves: nothing changed, and no new object to collect
-    else:
-        parts = RowParts(
-            title_from, title, at_first, created, usage, usage_json, stopped, stopped_json
-        )
-    row = (
-        state_id,
-        folded.parent_id,
-        folded.parent_call_id,
-        title,
-        created,
-        _micros(folded.at_last),
-        folded.turn,
-        int(folded.finished),
-        stopped_json,
-        usage_json,
-        len(folded.entries),
+def _state_row(info: StateInfo, head: bytes | None) -> Row:
+    """The `states` row of a State's info; `head` is the digest of its last entry."""
+    return (
+        info.id,
+        info.parent_id,
+        info.parent_call_id,
+        info.title,
+        _micros(info.created_at),
+        _micros(info.updated_at),
+        info.turn,
+        int(info.finished),
+        _json(_STOPPED, info.stopped),
+        _USAGE.dump_json(info.usage).decode(),
+        info.entries,
         head,
     )
-    return row, parts
 
 
 def _info_of_row(row: Row, where: str) -> StateInfo:

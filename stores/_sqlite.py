@@ -19,9 +19,8 @@ from weakref import WeakKeyDictionary
 import anyio
 import anyio.lowlevel
 
-from orchestrator import State
+from orchestrator import State, StateInfo
 
-from ._base import StateInfo
 from ._batch import LoopGroupCommits
 from ._known import KnownStates
 from ._memory import check_state
@@ -128,7 +127,7 @@ class SQLiteStore(ThreadedAsync):
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
 
-        A turn a crash cut off is closed (see `stores.Store.load`); the entries that adds are
+        A turn a crash cut off is closed (see `orchestrator.Store.load`); the entries that adds are
         written by the next save.
 
         Raises:
@@ -148,7 +147,7 @@ class SQLiteStore(ThreadedAsync):
         """Forget the State `state_id` (nothing happens if it is absent)."""
         self._run(delete_plan(state_id, self._known), state_id)
 
-    # -- agent memory (`stores.MemoryBackend`) ------------------------------------------------
+    # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 
     def memory_get(self, agent: str, space: str, key: str) -> str | None:
         """The text stored under `key` in the agent's space, or None."""

@@ -20,9 +20,9 @@ of that library (run through `anyio.from_thread.start_blocking_portal`, so one b
 colours). An async store that needs closing on its loop may define ``async def aclose()``; it is
 awaited after each async test. The suite needs pytest, anyio, and trio unless `asyncio_only`.
 
-A store may also keep agent memory (`stores.MemoryBackend` / `AsyncMemoryBackend`, the primitive
-under `orchestrator.Memory`); set ``keeps_memory = False`` on a contract subclass whose store
-does not, and the memory tests check only that `Memory` refuses it.
+A store may also keep agent memory (`orchestrator.MemoryBackend` / `AsyncMemoryBackend`, the
+primitive under `orchestrator.Memory`); set ``keeps_memory = False`` on a contract subclass
+whose store does not, and the memory tests check only that `Memory` refuses it.
 
 The save rule every backend follows: a save only adds entries to the history it continues. The
 State saved must hold every stored entry (the stored last entry is compared); another State
@@ -42,23 +42,31 @@ from anyio.from_thread import start_blocking_portal
 
 from orchestrator import (
     Agent,
+    AsyncMemoryBackend,
+    AsyncStore,
     Memory,
+    MemoryBackend,
     Message,
+    ModelReplyEntry,
+    ModelRequest,
+    ModelRequestEntry,
     Reply,
     State,
+    Store,
     TextBlock,
     ToolResultEntry,
     Usage,
     ValidationError,
+    storage_view,
 )
 from orchestrator.testing import FakeModel, tool_call
 
-from ._base import AsyncMemoryBackend, AsyncStore, MemoryBackend, Store, info_of
 from ._contract_support import (
     Colour,
     Loop,
     Mode,
     StoreClient,
+    appended,
     assert_same,
     crashed_pending,
     crashed_waiting,
@@ -82,9 +90,9 @@ class StoreContract:
     """The tests every store passes. Subclass it as ``Test<YourStore>`` with a `store` fixture.
 
     Class attributes say what the store can do (the suite parametrizes by them; it never skips):
-    `colours` lists the protocols it implements, ``"sync"`` (`stores.Store`) and/or ``"async"``
-    (`stores.AsyncStore`); `asyncio_only` says its async methods work on asyncio only;
-    `keeps_memory` says it keeps agent memory (`stores.MemoryBackend` and/or
+    `colours` lists the protocols of `orchestrator` it implements, ``"sync"`` (`Store`) and/or
+    ``"async"`` (`AsyncStore`); `asyncio_only` says its async methods work on asyncio only;
+    `keeps_memory` says it keeps agent memory (`orchestrator.MemoryBackend` and/or
     `AsyncMemoryBackend`, as `colours` says).
     """
 
@@ -171,9 +179,9 @@ class StoreContract:
             prefix = State(id="grown", history=state.history[:size])
             client.save(prefix)
             loaded = client.load("grown")
-            if prefix._folded.open_turn:  # cut off mid-turn: the load closed the turn
+            if storage_view(prefix).open_turn:  # cut off mid-turn: the load closed the turn
                 assert loaded.history[:size] == prefix.history
-                assert not loaded._folded.open_turn
+                assert not storage_view(loaded).open_turn
             else:
                 assert_same(loaded, prefix)
         assert client.list()[0].entries == len(state.history)
@@ -231,32 +239,38 @@ class StoreContract:
     # -- binding ---------------------------------------------------------------------------------
 
     def test_save_binds_the_state_to_the_store(self, client: StoreClient) -> None:
-        """After `save`, the State is bound to the store."""
+        """After `save`, the State is bound to the store: an Agent without one saves it there."""
         state = State(messages=[Message.user("hi")])
         client.save(state)
-        assert state._store is client.store
+        assert client.run_agent(Agent(FakeModel(["Hello."])), state) == "Hello."
+        assert_same(client.load(state.id), state)
 
     def test_load_binds_the_state_to_the_store(self, client: StoreClient) -> None:
-        """A loaded State is bound to the store it came from."""
+        """A loaded State is bound to the store it came from: its runs are saved there."""
         client.save(State(id="bound", messages=[Message.user("hi")]))
-        assert client.load("bound")._store is client.store
+        loaded = client.load("bound")
+        assert client.run_agent(Agent(FakeModel(["Hello."])), loaded) == "Hello."
+        assert_same(client.load("bound"), loaded)
 
     def test_children_open_from_the_store_of_a_loaded_parent(self, client: StoreClient) -> None:
         """`child`/`achild` of a loaded parent load the child from the same store."""
         parent = State(id="parent", messages=[Message.user("delegate")])
-        parent._begin_think(model="fake")
+        parent = appended(parent, ModelRequestEntry, ModelRequest(model="fake"))
         call = tool_call_of("c1", "helper", task="look")
-        parent._record_reply(Reply(Message.assistant("", [call])))
+        parent = appended(parent, ModelReplyEntry, Reply(Message.assistant("", [call])))
         child = dated("kid", datetime.now(UTC), parent=("parent", "c1"))
-        parent._record_tool_result(
-            call, result_block("c1", TextBlock("done")), outcome="done", child_ids=("kid",)
+        done = result_block("c1", TextBlock("done"))
+        parent = appended(
+            parent, ToolResultEntry, done, call=call, outcome="done", child_ids=("kid",)
         )
         client.save(child)
         client.save(parent)
         opened = client.child(client.load("parent"), "kid")
         assert_same(opened, child)
-        assert opened._store is client.store
         assert opened.parent_id == "parent"
+        opened.add_message(Message.user("and more"))  # opened from the store: bound to it
+        assert client.run_agent(Agent(FakeModel(["More."])), opened) == "More."
+        assert_same(client.load("kid"), opened)
 
     # -- lookups and ids -------------------------------------------------------------------------
 
@@ -291,7 +305,7 @@ class StoreContract:
         assert client.ids() == ["old", "new", "mid"]
 
     def test_list_gives_the_info_of_each_state(self, client: StoreClient) -> None:
-        """`list` gives each State's `StateInfo`, equal to `info_of` the State saved."""
+        """`list` gives each State's `StateInfo`, equal to the info of the State saved."""
         states = [
             rich_state(),
             crashed_pending(),
@@ -300,7 +314,7 @@ class StoreContract:
         for state in states:
             client.save(state)
         by_id = {info.id: info for info in client.list()}
-        assert by_id == {state.id: info_of(state) for state in states}
+        assert by_id == {state.id: storage_view(state).info for state in states}
         rich = by_id["rich"]
         assert rich.finished
         assert rich.title == "Look at this\u2028screenshot, ünïcode ✓"
@@ -443,8 +457,9 @@ class StoreContract:
         start = datetime(2026, 1, 1, tzinfo=UTC)
         for minute, (kid, call) in enumerate((("kid-a", "c2"), ("kid-b", "c2"), ("kid-c", "c3"))):
             child = dated(kid, start + timedelta(minutes=minute), parent=("lead", call))
-            child._begin_think(model="fake")
-            child._record_reply(Reply(Message.assistant("on it"), Usage(input_tokens=10 + minute)))
+            child = appended(child, ModelRequestEntry, ModelRequest(model="fake"))
+            spent = Reply(Message.assistant("on it"), Usage(input_tokens=10 + minute))
+            child = appended(child, ModelReplyEntry, spent)
             client.save(child)
         client.save(dated("stranger", start, parent=("someone-else", "c2")))
         loaded = client.load("lead")

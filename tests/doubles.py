@@ -10,12 +10,12 @@ from typing import Any, Literal
 
 import pydantic
 
-from orchestrator import State, ToolResultEntry
-from stores import MemoryStore, StateInfo, chain_digests, first_digest
+from orchestrator import State, StateInfo, ToolResultEntry
+from stores import MemoryStore, chain_digests, first_digest
 
 
 class ThreadCheckedStore:
-    """A sync-only store (`stores.Store`, no ``a``-methods) that notes calls on the loop thread.
+    """A sync-only store (`orchestrator.Store`, no ``a``-methods) noting calls on the loop thread.
 
     Set `loop_thread` to the event loop's thread (``threading.get_ident()`` in the test); every
     call is listed in `calls`, and those made on that thread in `on_loop` as well.

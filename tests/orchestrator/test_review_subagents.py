@@ -12,10 +12,10 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator import Agent, Message, Reporter, State, ToolCall, ToolResultEntry, tool
+from orchestrator import Agent, Message, Reporter, State, StateInfo, ToolCall, ToolResultEntry, tool
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from stores import MemoryStore, StateInfo
+from stores import MemoryStore
 from tests.doubles import ThreadCheckedStore
 
 TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
@@ -30,7 +30,7 @@ def has_results(request: Request) -> bool:
 
 
 class AsyncOnlyStore:
-    """A `stores.AsyncStore` as a third party writes it: the ``a``-methods and nothing else."""
+    """An `orchestrator.AsyncStore` as a third party writes it: the ``a``-methods, nothing else."""
 
     def __init__(self) -> None:
         self.inner = MemoryStore()

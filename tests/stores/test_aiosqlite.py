@@ -17,15 +17,17 @@ import pytest
 
 from orchestrator import (
     Agent,
+    AsyncStore,
     ErrorEntry,
     Message,
     State,
     StoreDamagedError,
     ToolResultEntry,
+    storage_view,
     tool,
 )
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION, AsyncStore, info_of
+from stores import FORMAT_VERSION
 from stores._aiosqlite import AioSQLiteStore
 from stores._sqlite import SQLiteStore
 from tests.doubles import reseal_sql, write_sql
@@ -110,7 +112,7 @@ async def test_a_run_round_trips_in_the_file_sqlite_store_reads(
     loaded = await store.aload(state.id)
     assert_same(loaded, state)
     assert loaded._store is store
-    assert await store.alist() == [info_of(state)]
+    assert await store.alist() == [storage_view(state).info]
     with SQLiteStore(path) as sync_store:  # one format for both backends
         assert_same(await sync_store.aload(state.id), state)
         loaded.add_message(Message.user("And now?"))

@@ -14,8 +14,8 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from orchestrator import Message, RunStart, State, StoreDamagedError, StoreError
-from stores import FORMAT_VERSION, AsyncStore, Store, chain_digests, first_digest
+from orchestrator import AsyncStore, Message, RunStart, State, Store, StoreDamagedError, StoreError
+from stores import FORMAT_VERSION, chain_digests, first_digest
 from stores._file import INFO, LOG, FileStore
 from stores._offload import ThreadedAsync
 from stores.contract import crashed_pending, rich_state

@@ -15,16 +15,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Message, State, StoreDamagedError
-from stores import (
-    FORMAT_VERSION,
-    FileStore,
-    SQLiteStore,
-    Store,
-    chain_digests,
-    encode_entry,
-    first_digest,
-)
+from orchestrator import Message, State, Store, StoreDamagedError
+from stores import FORMAT_VERSION, FileStore, SQLiteStore, chain_digests, encode_entry, first_digest
 from stores.contract import rich_state
 
 Stored = list[tuple[bytes, bytes | None]]  # (encoded entry, digest) of each stored entry

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from stores._known import KnownStates, Stored
+from stores._known import KnownStates
 from stores._memory import Tail
 
 
@@ -10,9 +10,9 @@ def test_states_are_kept_while_the_version_stays_and_dropped_when_it_moves() -> 
     known = KnownStates()
     assert not known.current(7)  # nothing trusted yet: the caller checks the file first
     known.trust(7)
-    known.put("a", Stored(Tail(1, b"line")))
+    known.put("a", Tail(1, b"line"))
     assert known.current(7)
-    assert known.get("a") == Stored(Tail(1, b"line"))
+    assert known.get("a") == Tail(1, b"line")
     assert not known.current(8)  # another connection wrote: all it knew may be stale
     assert known.get("a") is None
     assert not known.current(7)  # and the old version is not trusted again by itself
@@ -20,28 +20,28 @@ def test_states_are_kept_while_the_version_stays_and_dropped_when_it_moves() -> 
 
 def test_forget_drops_one_state() -> None:
     known = KnownStates()
-    known.put("a", Stored(Tail(1, b"a")))
-    known.put("b", Stored(Tail(1, b"b")))
+    known.put("a", Tail(1, b"a"))
+    known.put("b", Tail(1, b"b"))
     known.forget("a")
     known.forget("absent")
     assert known.get("a") is None
-    assert known.get("b") == Stored(Tail(1, b"b"))
+    assert known.get("b") == Tail(1, b"b")
 
 
 def test_only_the_most_recently_written_are_kept() -> None:
     known = KnownStates(limit=2)
-    known.put("a", Stored(Tail(1, b"a")))
-    known.put("b", Stored(Tail(1, b"b")))
-    known.put("a", Stored(Tail(2, b"a2")))  # written again: now the most recent
-    known.put("c", Stored(Tail(1, b"c")))
+    known.put("a", Tail(1, b"a"))
+    known.put("b", Tail(1, b"b"))
+    known.put("a", Tail(2, b"a2"))  # written again: now the most recent
+    known.put("c", Tail(1, b"c"))
     assert known.get("b") is None
-    assert known.get("a") == Stored(Tail(2, b"a2"))
-    assert known.get("c") == Stored(Tail(1, b"c"))
+    assert known.get("a") == Tail(2, b"a2")
+    assert known.get("c") == Tail(1, b"c")
 
 
 def test_a_state_whose_last_entry_is_long_is_not_kept() -> None:
     known = KnownStates()
-    known.put("image", Stored(Tail(1, b"x" * 70_000)))
-    known.put("text", Stored(Tail(1, b"x" * 1_000)))
+    known.put("image", Tail(1, b"x" * 70_000))
+    known.put("text", Tail(1, b"x" * 1_000))
     assert known.get("image") is None  # read back from the file at its next save
     assert known.get("text") is not None

@@ -7,8 +7,17 @@ import threading
 import anyio
 import pytest
 
-from orchestrator import Message, RunStart, State, StoreDamagedError
-from stores import AsyncStore, StateInfo, Store, chain_digests, first_digest, info_of
+from orchestrator import (
+    AsyncStore,
+    Message,
+    RunStart,
+    State,
+    StateInfo,
+    Store,
+    StoreDamagedError,
+    storage_view,
+)
+from stores import chain_digests, first_digest
 from stores._codec import _ENTRY, decode_entry, encode_entry
 from stores._memory import MemoryStore
 from stores.contract import crashed_pending, crashed_waiting, rich_state
@@ -123,11 +132,11 @@ def test_the_info_a_save_keeps_is_what_info_of_gives() -> None:
     kid._record_run_start(RunStart(parent_id="p", parent_call_id="c"))
     notice_first = State(id="notice", messages=[Message.notice("n"), Message.user("u" * 300)])
     for state in (rich_state(), crashed_pending(), crashed_waiting(), State(), kid, notice_first):
-        assert info_of(state) == _info_from_snapshot(state)
+        assert storage_view(state).info == _info_from_snapshot(state)
         store = MemoryStore()
         store.save(state)
         (listed,) = store.list()
-        assert listed == info_of(state)
+        assert listed == storage_view(state).info
 
 
 def _info_from_snapshot(state: State) -> StateInfo:

@@ -9,9 +9,8 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator import Memory, State
-from stores import AsyncMemoryBackend, MemoryBackend, MemoryStore, ThreadedAsync
-from stores._base import StateInfo
+from orchestrator import AsyncMemoryBackend, Memory, MemoryBackend, State, StateInfo
+from stores import MemoryStore, ThreadedAsync
 
 
 class _States:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Memory, Message, State
-from stores import FileStore, MemoryBackend
+from orchestrator import Memory, MemoryBackend, Message, State
+from stores import FileStore
 from stores import _file as file_module
 from stores._file import LOG, MEMORY, MEMORY_FORMAT
 

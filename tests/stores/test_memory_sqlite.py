@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import Memory, Message, State, StoreError
-from stores import AioSQLiteStore, AsyncMemoryBackend, MemoryBackend, SQLiteStore
+from orchestrator import AsyncMemoryBackend, Memory, MemoryBackend, Message, State, StoreError
+from stores import AioSQLiteStore, SQLiteStore
 from stores import _sql as sql
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -28,9 +28,13 @@ from orchestrator import (
     Reply,
     RunStart,
     State,
+    StateInfo,
     ToolCall,
     ToolResultEntry,
     Usage,
+    bind_state,
+    recover_state,
+    storage_view,
     tool,
 )
 from orchestrator.models import Request
@@ -42,11 +46,7 @@ from stores import (
     FileStore,
     MemoryStore,
     SQLiteStore,
-    StateInfo,
     ThreadedAsync,
-    bind_state,
-    info_of,
-    recover_state,
 )
 from stores.contract import StoreContract
 from tests.doubles import ThreadCheckedStore
@@ -410,7 +410,9 @@ class PublicApiStore(ThreadedAsync):
     ) -> builtins.list[StateInfo]:
         with self._lock:
             stored = {state_id: builtins.list(rows) for state_id, rows in self._rows.items()}
-        infos = [info_of(self._rebuild(state_id, rows)) for state_id, rows in stored.items()]
+        infos = [
+            storage_view(self._rebuild(state_id, rows)).info for state_id, rows in stored.items()
+        ]
         infos = [info for info in infos if parent_id is None or info.parent_id == parent_id]
         infos.sort(key=lambda info: info.id)
         infos.sort(
@@ -428,8 +430,8 @@ class PublicApiStore(ThreadedAsync):
 class TestPublicApiStore(StoreContract):
     # Issue 4, item 5: the contract suite is for "every backend ... (including a third-party
     # one: it is importable as a pytest plugin or helper)"; DESIGN 9: "A loaded State is bound
-    # to its store" and load "closes a half-done turn": stores.bind_state and
-    # stores.recover_state are the public helpers for both.
+    # to its store" and load "closes a half-done turn": orchestrator.bind_state and
+    # orchestrator.recover_state are the public helpers for both.
     colours = ("sync",)
     keeps_memory = False
 

@@ -29,16 +29,19 @@ from orchestrator import (
     ModelReplyEntry,
     Reply,
     State,
+    StateInfo,
     StoppedByFinish,
     StoreDamagedError,
     StoreError,
     ToolResultEntry,
     Usage,
+    storage_view,
     tool,
 )
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION, StateInfo, info_of
-from stores._known import KnownStates, Stored
+from stores import FORMAT_VERSION
+from stores._known import KnownStates
+from stores._memory import Tail
 from stores._sqlite import SQLiteStore
 from tests.doubles import reseal_sql, write_sql
 
@@ -135,7 +138,7 @@ def test_save_writes_only_new_entries_and_is_idempotent(store: SQLiteStore, path
 def test_an_empty_state_is_listed_and_loads(store: SQLiteStore) -> None:
     state = State(id="empty")
     store.save(state)
-    assert store.list() == [info_of(state)]
+    assert store.list() == [storage_view(state).info]
     assert store.load("empty").history == ()
 
 
@@ -160,13 +163,13 @@ def test_list_gives_the_same_info_as_info_of(store: SQLiteStore) -> None:
     store.save(priced)
     infos = {info.id: info for info in store.list()}
     for state in (parent, child, finished, priced):
-        assert infos[state.id] == info_of(state)
+        assert infos[state.id] == storage_view(state).info
     assert infos[parent.id].title == "x" * 200
     assert infos[child.id].parent_id == parent.id
     assert infos[finished.id].stopped == StoppedByFinish({"answer": [1, 2.5, None]})
     assert infos[finished.id].title == "[notice] a notice"  # a notice is a user message too
     assert infos[priced.id].usage.cost == 0.25
-    assert store.list(parent_id=parent.id) == [info_of(child)]
+    assert store.list(parent_id=parent.id) == [storage_view(child).info]
 
 
 def test_titles_and_naive_times_map_like_info_of(store: SQLiteStore) -> None:
@@ -177,7 +180,7 @@ def test_titles_and_naive_times_map_like_info_of(store: SQLiteStore) -> None:
     dated = State(history=[naive])
     store.save(dated)
     infos = {info.id: info for info in store.list()}
-    assert infos[untitled.id] == info_of(untitled)
+    assert infos[untitled.id] == storage_view(untitled).info
     assert infos[untitled.id].title == "the question"
     assert infos[dated.id].created_at == datetime(2024, 5, 6, 7, 8, 9, 123456, tzinfo=UTC)
     assert [info.id for info in store.list()] == [untitled.id, dated.id]
@@ -193,7 +196,7 @@ def test_the_row_follows_every_change_between_saves(store: SQLiteStore) -> None:
     def save() -> None:
         store.save(state)
         (info,) = store.list()
-        assert info == info_of(state)
+        assert info == storage_view(state).info
         saved.append(info)
 
     save()
@@ -302,7 +305,7 @@ def test_a_save_interrupted_right_after_its_commit_can_be_saved_again(
     state.add_message(Message.user("two"))
     put = KnownStates.put
 
-    def interrupted(self: KnownStates, state_id: str, stored: Stored) -> None:
+    def interrupted(self: KnownStates, state_id: str, tail: Tail) -> None:
         monkeypatch.setattr(KnownStates, "put", put)
         raise KeyboardInterrupt
 
@@ -749,7 +752,7 @@ def test_a_failing_database_is_a_store_error_with_the_cause(path: Path) -> None:
     [
         ("updated_at", "yesterday", "updated_at holds str 'yesterday', not int"),
         ("usage", "{not json", "usage holds JSON that does not read: Invalid JSON"),
-        ("stopped", '{"kind": "nope"}', "stopped holds JSON that does not read: Input tag"),
+        ("stopped", '{"kind": "nope"}', "stopped holds JSON that does not read"),
         ("turn", "three", "turn holds str 'three', not int"),
     ],
 )

@@ -1,12 +1,15 @@
-"""What every store is: the `Store` and `AsyncStore` protocols and `StateInfo`.
+"""What a store is, and the view of a State a store works from.
 
-The two protocols have the same method names, the async ones prefixed with ``a``. A backend
-implements one or both. `save` writes only the entries not yet stored (idempotent by `seq`), so
-storage grows with the history, never with snapshots.
+The protocols a backend implements (`Store`, `AsyncStore`, and the memory primitive
+`MemoryBackend`, `AsyncMemoryBackend`) live here, in the core, so that `Agent` and `Memory` are
+typed with them. A backend reads a State only through `storage_view` (its id, entries and info
+at one moment, all from one immutable value) and changes it only through `bind_store` and
+`recover`: the whole of what a store needs, on public names, for `stores` and third-party
+backends alike.
 
-`MemoryBackend` and `AsyncMemoryBackend` are the memory primitive behind `orchestrator.Memory`:
-JSON text kept under ``(agent, space, key)`` beside the States, read one key at a time or a
-whole space at once, and written one key at a time with an optional effect key.
+The two store protocols have the same method names, the async ones prefixed with ``a``. A
+backend implements one or both. `save` writes only the entries not yet stored (idempotent by
+`seq`), so storage grows with the history, never with snapshots.
 """
 
 from __future__ import annotations
@@ -15,19 +18,26 @@ import builtins
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Annotated, Protocol, runtime_checkable
 
-from orchestrator import HistoryEntry, Message, State, Stopped, Usage
+from pydantic import Field
+
+from ._fold import Folded
+from ._history import HistoryEntry
+from ._messages import Message
+from ._reply import Usage
+from ._stopped import Stopped
+
+if TYPE_CHECKING:
+    from ._state import State
 
 __all__ = (
     "AsyncMemoryBackend",
     "AsyncStore",
     "MemoryBackend",
     "StateInfo",
+    "StorageView",
     "Store",
-    "bind_state",
-    "info_of",
-    "recover_state",
     "title_of",
 )
 
@@ -50,7 +60,7 @@ class StateInfo:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     turn: int = 0
-    stopped: Stopped | None = None
+    stopped: Annotated[Stopped, Field(discriminator="kind")] | None = None
     finished: bool = False
     usage: Usage = field(default_factory=Usage)
     entries: int = 0
@@ -67,51 +77,73 @@ def title_of(messages: Iterable[Message]) -> str:
     return ""
 
 
-def info_of(state: State) -> StateInfo:
-    """The `StateInfo` of `state` as it is now.
+class StorageView:
+    """A State as a store writes it: its id, entries and info, all of one moment.
 
-    It reads the folded value and builds no tuple, so a save that calls it on every turn does
-    not cost more as the history grows.
+    Made by `storage_view(state)`. It holds one immutable value of the State, so the entries a
+    store writes and the info it writes beside them always agree, whatever the State records
+    meanwhile. Reading an entry or the info costs O(1), never the length of the history.
     """
-    folded = state._folded
-    return StateInfo(
-        id=state.id,
-        parent_id=folded.parent_id,
-        parent_call_id=folded.parent_call_id,
-        title=title_of(folded.messages),
-        created_at=folded.at_first,
-        updated_at=folded.at_last,
-        turn=folded.turn,
-        stopped=folded.stopped,
-        finished=folded.finished,
-        usage=folded.usage,
-        entries=len(folded.entries),
-    )
 
+    __slots__ = ("_value", "id")
 
-def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:
-    """Close the turn a crash cut off in a loaded `state`; return the entries that added.
+    def __init__(self, state_id: str, value: Folded) -> None:
+        self.id = state_id
+        self._value = value
 
-    Every backend calls it on load (a third-party one too). A request that was waiting on the
-    model is taken back; each pending call gets an ``unknown`` result (the tool may or may not
-    have run, so it is never run again on its own). `children` are the stored States whose
-    `parent_id` is this State: the ones a cut-off call started stay listed in its result, with
-    their usage, so `state.child(id)` still opens them. The added entries are written by the
-    next save.
-    """
-    links: dict[str, tuple[list[str], Usage]] = {}
-    pending = {call.id for call in state.pending_calls}
-    for child in sorted(children, key=lambda info: info.created_at or _EPOCH):
-        call_id = child.parent_call_id
-        if call_id is not None and call_id in pending:
-            ids, usage = links.get(call_id, ([], Usage()))
-            links[call_id] = ([*ids, child.id], usage + child.usage)
-    return state._recover(links)
+    @property
+    def count(self) -> int:
+        """How many entries the State has."""
+        return len(self._value.entries)
 
+    def entry(self, index: int) -> HistoryEntry:
+        """Entry `index` (its `seq`)."""
+        return self._value.entries.get(index)
 
-def bind_state(state: State, store: object) -> None:
-    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
-    state._bind_store(store)
+    def entries(self, start: int = 0) -> tuple[HistoryEntry, ...]:
+        """The entries from `start` on: what a store holding `start` entries writes next."""
+        return self._value.entries.after(start)
+
+    @property
+    def info(self) -> StateInfo:
+        """The State's `StateInfo` at this moment."""
+        value = self._value
+        return StateInfo(
+            id=self.id,
+            parent_id=value.parent_id,
+            parent_call_id=value.parent_call_id,
+            title=title_of(value.messages),
+            created_at=value.at_first,
+            updated_at=value.at_last,
+            turn=value.turn,
+            stopped=value.stopped,
+            finished=value.finished,
+            usage=value.usage,
+            entries=len(value.entries),
+        )
+
+    @property
+    def open_turn(self) -> bool:
+        """Whether a turn is open: the model is waited on, or tool calls are pending.
+
+        A State stored like this was cut off; `recover_state` closes the turn when it is loaded.
+        """
+        return self._value.open_turn
+
+    def links(self, children: Iterable[StateInfo]) -> dict[str, tuple[list[str], Usage]]:
+        """By pending call id, the `children` that call started and what they spent.
+
+        `children` are the stored States whose `parent_id` is this State; the ones started by a
+        call that is still pending are kept, oldest first.
+        """
+        pending = {call.id for call in self._value.pending}
+        links: dict[str, tuple[list[str], Usage]] = {}
+        for child in sorted(children, key=lambda info: info.created_at or _EPOCH):
+            call_id = child.parent_call_id
+            if call_id is not None and call_id in pending:
+                ids, usage = links.get(call_id, ([], Usage()))
+                links[call_id] = ([*ids, child.id], usage + child.usage)
+        return links
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -179,10 +211,6 @@ class MemoryBackend(Protocol):
     A write may carry an effect key: the store records it with the write, atomically, and a
     later write of that agent with the same effect key changes nothing. So a write repeated
     with its key (a replayed tool call) is applied once.
-
-    `orchestrator.Memory` takes a store as keeping memory when it has these methods (or their
-    async twins) and no class attribute ``keeps_memory = False`` (which `ThreadedAsync` sets
-    on a subclass that does not define them).
     """
 
     def memory_get(self, agent: str, space: str, key: str) -> str | None:
