@@ -21,9 +21,6 @@ import anyio.to_thread
 
 from orchestrator import State, StateInfo
 
-from ._batch import LoopGroupCommits
-from ._known import KnownStates
-from ._memory import check_state
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -45,6 +42,7 @@ from ._sql import (
     open_plan,
     save_many_plan,
 )
+from .backend import LoopGroupCommits, TailCache, check_state
 
 __all__ = ("AioSQLiteStore",)
 
@@ -78,7 +76,7 @@ class AioSQLiteStore:
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = anyio.Lock()
-        self._known = KnownStates()  # what its connection stored
+        self._known = TailCache()  # what its connection stored
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
         self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile

@@ -73,8 +73,10 @@ from ._codec import (
     first_digest,
     missing_entries,
 )
-from ._memory import (
+from ._offload import ThreadedAsync
+from .backend import (
     Tail,
+    TailCache,
     check_list_args,
     check_memory,
     check_state,
@@ -82,7 +84,6 @@ from ._memory import (
     rebuild,
     select,
 )
-from ._offload import ThreadedAsync
 
 __all__ = ("FileStore",)
 
@@ -214,26 +215,18 @@ def _seq_of(line: bytes) -> int | None:
     return seq if isinstance(seq, int) and not isinstance(seq, bool) and seq >= 0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class _Known:
-    """What this store last wrote or read of a log: its tail, where it ends, its last line."""
+def _matches(tail: Tail, fd: int, size: int) -> bool:
+    """Whether a log is still as this store left it: `tail.at` bytes, ending in its last line.
 
-    tail: Tail
-    end: int  # the size of the log, all lines complete
-    last: int  # the length of the last line, newline left out
-
-    def matches(self, fd: int, size: int) -> bool:
-        """Whether the log is still as this store left it (its size, and its last line).
-
-        Reading the last line back catches a log another writer changed, or deleted and made
-        again, even at the same size.
-        """
-        if size != self.end:
-            return False
-        if self.tail.count == 0:
-            return True
-        line = _read_at(fd, self.last, self.end - self.last - 1)
-        return line == _seal(self.tail.digest, self.tail.line)
+    Reading the last line back catches a log another writer changed, or deleted and made again,
+    even at the same size.
+    """
+    if size != tail.at:
+        return False
+    if tail.count == 0:
+        return True
+    sealed = _seal(tail.digest, tail.line)
+    return _read_at(fd, len(sealed), tail.at - len(sealed) - 1) == sealed
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,7 +268,7 @@ class FileStore(ThreadedAsync):
         self._root = Path(path)
         self._where = f"FileStore {str(self._root)!r}"
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
-        self._known: dict[str, _Known] = {}
+        self._tails = TailCache()  # the ends of the logs this store wrote or read
         self._logs: dict[str, _MemoryLog] = {}  # agent: what was read of its memory log
 
     def __repr__(self) -> str:
@@ -307,7 +300,7 @@ class FileStore(ThreadedAsync):
             try:
                 fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
             except FileNotFoundError:
-                self._known.pop(state.id, None)
+                self._tails.forget(state.id)
                 if self._create(state, folder):
                     bind_state(state, self)
                     return
@@ -359,34 +352,34 @@ class FileStore(ThreadedAsync):
         finally:
             if draft.exists():
                 shutil.rmtree(draft, ignore_errors=True)
-        self._known[state.id] = _Known(new.tail, len(data), _last_length(data))
+        self._tails.put(state.id, dataclasses.replace(new.tail, at=len(data)))
         return True
 
     def _append(self, state: State, folder: Path, fd: int, stored: _Stored) -> None:
         size = os.fstat(fd).st_size
-        known = self._known.get(state.id)
-        if known is None or not known.matches(fd, size):
+        known = self._tails.get(state.id)
+        if known is None or not _matches(known, fd, size):
             # First save here, or another writer changed the log: read its end again.
             known = self._scan(state.id, fd, size)
         view = storage_view(state)  # its entries and its info agree
         info = view.info
-        new = continuation(view, known.tail)
+        new = continuation(view, known)
         if not new.lines:
-            self._known[state.id] = _Known(new.tail, known.end, known.last)
+            self._tails.put(state.id, dataclasses.replace(new.tail, at=known.at))
             return
         if info.parent_id is not None and stored.info.parent_id is None:
             self._link_child(info)  # first saved with its parent link
         data = _sealed(new.digests, new.lines)
-        self._known.pop(state.id, None)  # if the write fails, read the log again next time
+        self._tails.forget(state.id)  # if the write fails, read the log again next time
         _write_all(fd, data)
         os.fsync(fd)
-        self._known[state.id] = _Known(new.tail, known.end + len(data), _last_length(data))
+        self._tails.put(state.id, dataclasses.replace(new.tail, at=known.at + len(data)))
         _replace_info(folder, info, new.tail.digest)
 
-    def _scan(self, state_id: str, fd: int, size: int) -> _Known:
+    def _scan(self, state_id: str, fd: int, size: int) -> Tail:
         """Read the end of a log this store does not know, and cut a torn last line."""
         end, last = _last_line(fd, size)
-        known = _Known(Tail(), end, 0)
+        known = Tail(at=end)
         if last is not None:
             digest, line = _unseal(last)
             seq = _seq_of(line)
@@ -396,14 +389,14 @@ class FileStore(ThreadedAsync):
             entry = decode_entry(line, state_id=state_id, index=seq, where=self._where)
             if digest is None:
                 raise damaged(self._where, state_id, f"history entry {seq} has no digest")
-            known = _Known(Tail(seq + 1, line, entry, digest), end, len(last))
+            known = Tail(seq + 1, line, entry, digest, end)
         if end < size:
             os.ftruncate(fd, end)  # a torn line: the save that wrote it never returned
         return known
 
     def _migrate_v1(self, state_id: str, folder: Path, fd: int, stored: _Stored) -> None:
         """Rewrite a log of format 1 with digests, then its info (under the log's lock)."""
-        self._known.pop(state_id, None)
+        self._tails.forget(state_id)
         data = _read_all(fd)
         lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
         # A line already sealed is one a migration cut off by a crash wrote.
@@ -519,10 +512,10 @@ class FileStore(ThreadedAsync):
                 )
                 if entries:
                     with self._lock_for(state_id):
-                        known = self._known.get(state_id)
-                        if known is None or known.end == end:
-                            tail = Tail(len(entries), entries[-1], None, digests[-1] or b"")
-                            self._known[state_id] = _Known(tail.holding(state), end, len(lines[-1]))
+                        known = self._tails.get(state_id)
+                        if known is None or known.at == end:
+                            tail = Tail(len(entries), entries[-1], None, digests[-1] or b"", end)
+                            self._tails.put(state_id, tail.holding(state))
             children = self._children_of(state_id) if state.pending_calls else ()
         recover_state(state, children)
         bind_state(state, self)
@@ -609,7 +602,7 @@ class FileStore(ThreadedAsync):
         """
         validate_id(state_id, "state_id")
         with self._lock_for(state_id):
-            self._known.pop(state_id, None)
+            self._tails.forget(state_id)
             trash = self._root / f".del-{state_id}-{uuid.uuid4().hex}"
             try:
                 os.rename(self._root / state_id, trash)
@@ -829,11 +822,6 @@ def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(draft)
-
-
-def _last_length(data: bytes) -> int:
-    """The length of the last line of `data` (lines ending in a newline), newline left out."""
-    return len(data) - data.rfind(b"\n", 0, len(data) - 1) - 2
 
 
 def _missing(where: str, state_id: str, count: int, found: int) -> Exception:

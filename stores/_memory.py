@@ -1,272 +1,36 @@
-"""`MemoryStore`, and the bookkeeping every backend shares to continue a stored history.
+"""`MemoryStore`: States kept in this process, encoded exactly as the other backends keep them.
 
-The shared part (`Tail`, `continuation`, `rebuild`, `select`) is written once here, next to the
-simplest backend that uses it: what a save may write, how a load rebuilds and recovers a State,
-and how `list` orders and filters.
-
-`check_memory` checks the arguments of the memory primitive (`orchestrator.MemoryBackend`) for every
-backend, before any I/O.
-
-The save rule: a save only ever adds entries. The State saved must continue the stored history:
-it holds at least the stored entries, and its entry at the stored end is the stored last entry
-(compared by identity, else by its encoded bytes, so the check costs one entry, not the whole
-history). Anything else (another State under an id that is taken, an older copy that has fewer
-entries) raises `ValueError` telling to `load` the stored State, or to save under a new id.
+It is the simplest backend built on `stores.backend`, the helpers every backend shares.
 """
 
 from __future__ import annotations
 
 import builtins
-import contextlib
-import gc
 import threading
-from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import anyio.lowlevel
 
 from orchestrator import (
-    HistoryEntry,
     State,
     StateInfo,
-    StorageView,
     bind_state,
     recover_state,
     storage_view,
     validate_id,
 )
-from orchestrator._memory import validate_key, validate_space
 
-from ._codec import (
-    chain_digests,
-    check_chain,
-    damaged,
-    decode_entry,
-    encode_entry,
-    first_digest,
+from .backend import (
+    Tail,
+    check_list_args,
+    check_memory,
+    check_state,
+    continuation,
+    rebuild,
+    select,
 )
 
-__all__ = (
-    "Continuation",
-    "MemoryStore",
-    "Tail",
-    "check_list_args",
-    "check_memory",
-    "check_state",
-    "continuation",
-    "rebuild",
-    "select",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Tail:
-    """The end of a stored history: enough to check cheaply that a save continues it.
-
-    `count` entries are stored; `line` is the last one's encoded line, `digest` its chained
-    digest (`stores._codec.chain_digests`), and `entry` that entry as an object, when this
-    process has it (a State loaded or saved here holds the same object, so the usual check is
-    one identity test).
-    """
-
-    count: int = 0
-    line: bytes = b""
-    entry: HistoryEntry | None = None
-    digest: bytes = b""
-
-    def holding(self, state: State) -> Tail:
-        """This tail, with the last stored entry taken from `state` (which holds them all)."""
-        if self.count == 0:
-            return self
-        return Tail(self.count, self.line, storage_view(state).entry(self.count - 1), self.digest)
-
-    def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
-        """Whether `boundary` is the stored last entry.
-
-        It is when it is the same object, encodes to the same line, or (a line written by
-        another library version, encoded differently) decodes to an equal entry.
-        """
-        if boundary is self.entry or encode_entry(boundary) == self.line:
-            return True
-        if not self.line:
-            return False
-        stored = decode_entry(self.line, state_id=state_id, index=self.count - 1)
-        return stored == boundary and stored.at == boundary.at
-
-
-def check_state(state: object) -> State:
-    """`state` if it is a State; a `TypeError` saying what a store saves otherwise."""
-    if not isinstance(state, State):
-        raise TypeError(f"A store saves State objects, got {type(state).__name__}.")
-    return state
-
-
-@dataclass(frozen=True, slots=True)
-class Continuation:
-    """What a save writes: the new entries' encoded lines and digests, and the tail after them."""
-
-    lines: tuple[bytes, ...]
-    digests: tuple[bytes, ...]
-    tail: Tail
-
-
-def continuation(view: StorageView, tail: Tail) -> Continuation:
-    """The encoded entries of `view` after `tail`, their digests, and the tail once written.
-
-    Only the new entries are encoded (plus, at most, the stored last one to compare it).
-
-    Raises:
-        ValueError: The State does not continue the stored history (see the module docstring).
-    """
-    state = view  # the messages below name the State by its id
-    count = tail.count
-    if count == 0:
-        entries = view.entries()
-        if not entries:
-            return Continuation((), (), tail)
-        lines = tuple([encode_entry(entry) for entry in entries])
-        digests = tuple(chain_digests(first_digest(view.id), lines))
-        return Continuation(lines, digests, Tail(len(entries), lines[-1], entries[-1], digests[-1]))
-    if view.count < count:
-        raise ValueError(
-            f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
-            " id and this State has fewer, so it is an older copy or another State. Load the"
-            f" stored one with store.load({state.id!r}) and continue that one, or save this one"
-            " under a new id (state.fork())."
-        )
-    boundary = view.entry(count - 1)
-    if not tail.continued_by(state.id, boundary):
-        raise ValueError(
-            f"State {state.id!r} cannot be saved: the store already holds a State with this id"
-            f" whose history is different (entry {count - 1} differs), and a save only adds"
-            " entries to the history it continues. Load the stored one with"
-            f" store.load({state.id!r}) and continue that one, or save this one under a new id"
-            " (state.fork())."
-        )
-    added = view.count - count
-    if added == 0:
-        return Continuation((), (), Tail(count, tail.line, boundary, tail.digest))
-    if added == 1:  # the usual save: one entry since the last
-        entry = view.entry(count)
-        lines = (encode_entry(entry),)
-        digests = tuple(chain_digests(tail.digest, lines))
-        return Continuation(lines, digests, Tail(count + 1, lines[0], entry, digests[0]))
-    new = view.entries(count)
-    lines = tuple([encode_entry(entry) for entry in new])
-    digests = tuple(chain_digests(tail.digest, lines))
-    return Continuation(lines, digests, Tail(count + added, lines[-1], new[-1], digests[-1]))
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Generator[None, None, None]:
-    """Pause the cyclic garbage collector while a history is decoded and replayed.
-
-    Those steps only create objects that live on (no cycles to free), yet with many objects
-    alive each collection scans them all: on CPython 3.11 it took about 40% of a 100,000-entry
-    load. Pausing is process-wide but brief, and it restores what it found, so an app that
-    turned the collector off keeps it off.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
-def rebuild(
-    state_id: str,
-    lines: Sequence[bytes | str],
-    digests: Sequence[object] | None,
-    *,
-    where: str,
-    count: int | None = None,
-    head: object = None,
-) -> State:
-    """The State whose encoded entries are `lines`, not yet recovered or bound.
-
-    `digests` are the stored digests of `lines` (None: format 1, which had none); `count` and
-    `head` what the State's info says of its history (see `stores._codec.check_chain`).
-
-    Raises:
-        StoreDamagedError: An entry is damaged, out of place or fails its integrity check, or
-            the entries do not replay into a State; the message names `where` (the store), the
-            State and the entry's index.
-    """
-    raw = [line.encode() if isinstance(line, str) else line for line in lines]
-    if digests is not None:
-        check_chain(where, state_id, raw, digests, count=count, head=head)
-    with _collector_paused():
-        entries = [
-            decode_entry(line, state_id=state_id, index=i, where=where)
-            for i, line in enumerate(raw)
-        ]
-    try:
-        with _collector_paused():
-            return State(id=state_id, history=entries)
-    except (ValueError, TypeError) as error:
-        raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
-
-
-def check_list_args(parent_id: str | None, limit: int | None) -> None:
-    """Check the arguments of `list`: a valid id or None, and a count >= 0 or None."""
-    if parent_id is not None:
-        validate_id(parent_id, "parent_id")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-        raise TypeError(f"limit must be an int or None, got {type(limit).__name__}.")
-    if limit is not None and limit < 0:
-        raise ValueError(f"limit must be >= 0 (or None for all), got {limit}.")
-
-
-def check_memory(
-    agent: object,
-    space: object,
-    key: object = None,
-    *,
-    data: object = None,
-    effect: object = None,
-) -> None:
-    """Check the arguments of a memory call (`key` None: a scan).
-
-    Raises:
-        TypeError, ValueError: The agent name is not an id, the space or key is not a str of
-            the allowed length, `data` is not a str or None, or `effect` is not a non-empty
-            str or None.
-    """
-    validate_id(agent, "agent")
-    validate_space(space)
-    if key is not None:
-        validate_key(key)
-    if data is not None and not isinstance(data, str):
-        raise TypeError(f"data must be JSON text (a str) or None, got {type(data).__name__}.")
-    if effect is not None and (not isinstance(effect, str) or not effect):
-        raise TypeError(f"effect must be a non-empty str or None, got {effect!r}.")
-
-
-_OLDEST = datetime.min
-
-
-def _updated(info: StateInfo) -> datetime:
-    at = info.updated_at
-    if at is None:
-        return _OLDEST
-    return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
-
-
-def select(
-    infos: Iterable[StateInfo], *, parent_id: str | None, limit: int | None
-) -> builtins.list[StateInfo]:
-    """What `list` returns: the States picked and ordered.
-
-    Only children of `parent_id` (all if None), most recently updated first (ties by id), at
-    most `limit` of them.
-    """
-    chosen = [info for info in infos if parent_id is None or info.parent_id == parent_id]
-    chosen.sort(key=lambda info: info.id)
-    chosen.sort(key=_updated, reverse=True)
-    return chosen if limit is None else chosen[:limit]
+__all__ = ("MemoryStore",)
 
 
 @dataclass(slots=True)

@@ -64,8 +64,15 @@ from ._codec import (
     damaged,
     first_digest,
 )
-from ._known import KnownStates
-from ._memory import Tail, check_list_args, check_memory, check_state, continuation, rebuild
+from .backend import (
+    Tail,
+    TailCache,
+    check_list_args,
+    check_memory,
+    check_state,
+    continuation,
+    rebuild,
+)
 
 __all__ = (
     "BUSY_TIMEOUT_MS",
@@ -362,7 +369,7 @@ def _bytes(data: object) -> bytes:
     return repr(data).encode()  # not JSON text: its digest fails, naming the entry
 
 
-def save_plan(state: State, store: object, where: str, known: KnownStates) -> Plan[None]:
+def save_plan(state: State, store: object, where: str, known: TailCache) -> Plan[None]:
     """Write the entries of `state` the store does not hold yet, and its `states` row.
 
     `state` must continue the stored history (`stores._memory.continuation`: its entry at the
@@ -375,14 +382,14 @@ def save_plan(state: State, store: object, where: str, known: KnownStates) -> Pl
     return _save_one(check_state(state), store, where, known)
 
 
-def _save_one(state: State, store: object, where: str, known: KnownStates) -> Plan[None]:
+def _save_one(state: State, store: object, where: str, known: TailCache) -> Plan[None]:
     refused = yield from _save_many((state,), store, where, known)
     if refused:
         raise refused[id(state)]
 
 
 def save_many_plan(
-    states: Sequence[State], store: object, where: str, known: KnownStates
+    states: Sequence[State], store: object, where: str, known: TailCache
 ) -> Plan[dict[int, ValueError]]:
     """Write several States in one transaction (a group commit); bind each one it wrote.
 
@@ -394,7 +401,7 @@ def save_many_plan(
 
 
 def _save_many(
-    states: Sequence[State], store: object, where: str, known: KnownStates
+    states: Sequence[State], store: object, where: str, known: TailCache
 ) -> Plan[dict[int, ValueError]]:
     """One transaction: find each State's stored end (known, or read), write what follows."""
     yield from _begin_write(where, known)
@@ -449,7 +456,7 @@ def _having_entries(state_ids: Sequence[str]) -> Plan[set[str]]:
     return found
 
 
-def _begin_write(where: str, known: KnownStates) -> Plan[None]:
+def _begin_write(where: str, known: TailCache) -> Plan[None]:
     """Take the write lock; check the format, unless no other connection wrote since we did."""
     yield Query(BEGIN_WRITE)
     version: list[Row] = yield Query(DATA_VERSION)
@@ -502,7 +509,7 @@ def _writes(saves: Sequence[tuple[State, StorageView, Tail]]) -> _Writes:
         seqs += range(tail.count, end.count)
         lines_of += new.lines
         digests += new.digests
-        writes.states.append(_state_row(view.info, end.digest or None))
+        writes.states.append(_state_row(view, end.digest or None))
         written[state_id] = end
     return writes
 
@@ -584,7 +591,7 @@ def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]
     return [_info_of_row(row, where) for row in rows]
 
 
-def delete_plan(state_id: str, known: KnownStates) -> Plan[None]:
+def delete_plan(state_id: str, known: TailCache) -> Plan[None]:
     """Forget the State `state_id`; nothing happens if it is absent.
 
     Raises:
@@ -594,7 +601,7 @@ def delete_plan(state_id: str, known: KnownStates) -> Plan[None]:
     return _delete(state_id, known)
 
 
-def _delete(state_id: str, known: KnownStates) -> Plan[None]:
+def _delete(state_id: str, known: TailCache) -> Plan[None]:
     known.forget(state_id)
     yield Query(BEGIN_WRITE)
     yield Query(DELETE_ENTRIES, (state_id,))
@@ -696,10 +703,6 @@ _STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(
 )
 
 
-def _json(adapter: pydantic.TypeAdapter[Any], value: object) -> str | None:
-    return None if value is None else adapter.dump_json(value).decode()
-
-
 def _micros(at: datetime | None) -> int | None:
     if at is None:
         return None
@@ -712,20 +715,21 @@ def _datetime(micros: int | None) -> datetime | None:
     return None if micros is None else _EPOCH + micros * _MICROSECOND
 
 
-def _state_row(info: StateInfo, head: bytes | None) -> Row:
-    """The `states` row of a State's info; `head` is the digest of its last entry."""
+def _state_row(view: StorageView, head: bytes | None) -> Row:
+    """The `states` row of a State's view; `head` is the digest of its last entry."""
+    stopped = view.stopped
     return (
-        info.id,
-        info.parent_id,
-        info.parent_call_id,
-        info.title,
-        _micros(info.created_at),
-        _micros(info.updated_at),
-        info.turn,
-        int(info.finished),
-        _json(_STOPPED, info.stopped),
-        _USAGE.dump_json(info.usage).decode(),
-        info.entries,
+        view.id,
+        view.parent_id,
+        view.parent_call_id,
+        view.title,
+        _micros(view.created_at),
+        _micros(view.updated_at),
+        view.turn,
+        int(view.finished),
+        None if stopped is None else _STOPPED.dump_json(stopped).decode(),
+        _USAGE.dump_json(view.usage).decode(),
+        view.count,
         head,
     )
 

@@ -21,9 +21,6 @@ import anyio.lowlevel
 
 from orchestrator import State, StateInfo
 
-from ._batch import LoopGroupCommits
-from ._known import KnownStates
-from ._memory import check_state
 from ._offload import ThreadedAsync
 from ._sql import (
     BUSY_RETRY_PAUSE,
@@ -48,6 +45,7 @@ from ._sql import (
     save_many_plan,
     save_plan,
 )
+from .backend import LoopGroupCommits, TailCache, check_state
 
 __all__ = ("SQLiteStore",)
 
@@ -85,7 +83,7 @@ class SQLiteStore(ThreadedAsync):
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
-        self._known = KnownStates()  # what its connection stored
+        self._known = TailCache()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile

@@ -182,7 +182,7 @@ async def test_an_agent_without_the_tool_refuses_to_merge_by_another_rule() -> N
 
 
 CRASH = """
-import os, sys
+import os, sys, time
 from orchestrator import Agent, Message, State, tool
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
@@ -190,7 +190,14 @@ from tests.orchestrator.test_turn_merge import SCHEMA, bump
 
 @tool
 def slow() -> str:
-    \"\"\"Crash the process while bump's result is stored.\"\"\"
+    \"\"\"Crash the process once bump's result is stored (bounded wait).\"\"\"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with SQLiteStore(sys.argv[1]) as reader:
+            stored = reader.load("crashed").history  # recovered: cut-off calls read unknown
+            if any(e.kind == "tool_result" and e.outcome == "done" for e in stored):
+                break
+        time.sleep(0.01)
     os._exit(1)
 
 store = SQLiteStore(sys.argv[1])

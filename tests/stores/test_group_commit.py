@@ -13,7 +13,7 @@ import trio
 
 from orchestrator import Message, State
 from stores import SQLiteStore
-from stores._batch import GroupCommit
+from stores.backend import GroupCommit
 
 
 class CountingStore(SQLiteStore):

@@ -40,9 +40,8 @@ from orchestrator import (
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION
-from stores._known import KnownStates
-from stores._memory import Tail
 from stores._sqlite import SQLiteStore
+from stores.backend import Tail, TailCache
 from tests.doubles import reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -303,13 +302,13 @@ def test_a_save_interrupted_right_after_its_commit_can_be_saved_again(
     state = State(messages=[Message.user("one")])
     store.save(state)
     state.add_message(Message.user("two"))
-    put = KnownStates.put
+    put = TailCache.put
 
-    def interrupted(self: KnownStates, state_id: str, tail: Tail) -> None:
-        monkeypatch.setattr(KnownStates, "put", put)
+    def interrupted(self: TailCache, state_id: str, tail: Tail) -> None:
+        monkeypatch.setattr(TailCache, "put", put)
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(KnownStates, "put", interrupted)
+    monkeypatch.setattr(TailCache, "put", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.save(state)
     assert [seq for seq, _ in stored_rows(path, state.id)] == [0, 1]  # it was committed

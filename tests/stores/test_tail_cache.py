@@ -1,13 +1,12 @@
-"""`KnownStates`: what a SQLite connection remembers of the States it stored, and how long."""
+"""`TailCache`: what a store remembers of the stored ends of its States, and how long."""
 
 from __future__ import annotations
 
-from stores._known import KnownStates
-from stores._memory import Tail
+from stores.backend import Tail, TailCache
 
 
 def test_states_are_kept_while_the_version_stays_and_dropped_when_it_moves() -> None:
-    known = KnownStates()
+    known = TailCache()
     assert not known.current(7)  # nothing trusted yet: the caller checks the file first
     known.trust(7)
     known.put("a", Tail(1, b"line"))
@@ -19,7 +18,7 @@ def test_states_are_kept_while_the_version_stays_and_dropped_when_it_moves() -> 
 
 
 def test_forget_drops_one_state() -> None:
-    known = KnownStates()
+    known = TailCache()
     known.put("a", Tail(1, b"a"))
     known.put("b", Tail(1, b"b"))
     known.forget("a")
@@ -29,7 +28,7 @@ def test_forget_drops_one_state() -> None:
 
 
 def test_only_the_most_recently_written_are_kept() -> None:
-    known = KnownStates(limit=2)
+    known = TailCache(limit=2)
     known.put("a", Tail(1, b"a"))
     known.put("b", Tail(1, b"b"))
     known.put("a", Tail(2, b"a2"))  # written again: now the most recent
@@ -40,7 +39,7 @@ def test_only_the_most_recently_written_are_kept() -> None:
 
 
 def test_a_state_whose_last_entry_is_long_is_not_kept() -> None:
-    known = KnownStates()
+    known = TailCache()
     known.put("image", Tail(1, b"x" * 70_000))
     known.put("text", Tail(1, b"x" * 1_000))
     assert known.get("image") is None  # read back from the file at its next save

@@ -1,0 +1,459 @@
+"""What a store backend is built from: the helpers every backend shares, on public names only.
+
+A backend (ours, or yours: see the stores guide) implements `orchestrator.Store` and/or
+`orchestrator.AsyncStore`, reads a State only through `orchestrator.storage_view`, and uses
+these to keep the rules every backend keeps:
+
+- `continuation`: what a save may write after the stored `Tail` (new entries, encoded, with
+  their chained digests) and the check that the State continues the stored history;
+- `rebuild`: a loaded State from its stored lines, every digest checked;
+- `select`, `check_list_args`, `check_memory`, `check_state`: the arguments and order of
+  `list` and of the memory primitive, checked before any I/O;
+- `TailCache`: where each stored history ends, for the States a store wrote or read recently,
+  so a save need not read it back (bounded);
+- `GroupCommit`: concurrent saves on one event loop written in one transaction.
+
+The save rule: a save only ever adds entries. The State saved must continue the stored history:
+it holds at least the stored entries, and its entry at the stored end is the stored last entry
+(compared by identity, else by its encoded bytes, so the check costs one entry, not the whole
+history). Anything else (another State under an id that is taken, an older copy that has fewer
+entries) raises `ValueError` telling to `load` the stored State, or to save under a new id.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import gc
+from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from weakref import WeakKeyDictionary
+
+import anyio
+import anyio.lowlevel
+
+from orchestrator import HistoryEntry, State, StateInfo, StorageView, storage_view, validate_id
+from orchestrator._memory import validate_key, validate_space
+
+from ._codec import (
+    chain_digests,
+    check_chain,
+    damaged,
+    decode_entry,
+    encode_entry,
+    first_digest,
+)
+
+__all__ = (
+    "Continuation",
+    "GroupCommit",
+    "LoopGroupCommits",
+    "Tail",
+    "TailCache",
+    "check_list_args",
+    "check_memory",
+    "check_state",
+    "continuation",
+    "rebuild",
+    "select",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Tail:
+    """The end of a stored history: enough to check cheaply that a save continues it.
+
+    `count` entries are stored; `line` is the last one's encoded line, `digest` its chained
+    digest (`stores.chain_digests`), and `entry` that entry as an object, when this process has
+    it (a State loaded or saved here holds the same object, so the usual check is one identity
+    test). `at` is where the stored history ends in the backend's own terms, if it needs one
+    (a `FileStore`'s log size).
+    """
+
+    count: int = 0
+    line: bytes = b""
+    entry: HistoryEntry | None = None
+    digest: bytes = b""
+    at: int = 0
+
+    def holding(self, state: State) -> Tail:
+        """This tail, with the last stored entry taken from `state` (which holds them all)."""
+        if self.count == 0:
+            return self
+        entry = storage_view(state).entry(self.count - 1)
+        return Tail(self.count, self.line, entry, self.digest, self.at)
+
+    def continued_by(self, state_id: str, boundary: HistoryEntry) -> bool:
+        """Whether `boundary` is the stored last entry.
+
+        It is when it is the same object, encodes to the same line, or (a line written by
+        another library version, encoded differently) decodes to an equal entry.
+        """
+        if boundary is self.entry or encode_entry(boundary) == self.line:
+            return True
+        if not self.line:
+            return False
+        stored = decode_entry(self.line, state_id=state_id, index=self.count - 1)
+        return stored == boundary and stored.at == boundary.at
+
+
+def check_state(state: object) -> State:
+    """`state` if it is a State; a `TypeError` saying what a store saves otherwise."""
+    if not isinstance(state, State):
+        raise TypeError(f"A store saves State objects, got {type(state).__name__}.")
+    return state
+
+
+@dataclass(frozen=True, slots=True)
+class Continuation:
+    """What a save writes: the new entries' encoded lines and digests, and the tail after them."""
+
+    lines: tuple[bytes, ...]
+    digests: tuple[bytes, ...]
+    tail: Tail
+
+
+def continuation(view: StorageView, tail: Tail) -> Continuation:
+    """The encoded entries of `view` after `tail`, their digests, and the tail once written.
+
+    Only the new entries are encoded (plus, at most, the stored last one to compare it).
+
+    Raises:
+        ValueError: The State does not continue the stored history (see the module docstring).
+    """
+    state = view  # the messages below name the State by its id
+    count = tail.count
+    if count == 0:
+        entries = view.entries()
+        if not entries:
+            return Continuation((), (), tail)
+        lines = tuple([encode_entry(entry) for entry in entries])
+        digests = tuple(chain_digests(first_digest(view.id), lines))
+        return Continuation(lines, digests, Tail(len(entries), lines[-1], entries[-1], digests[-1]))
+    if view.count < count:
+        raise ValueError(
+            f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
+            " id and this State has fewer, so it is an older copy or another State. Load the"
+            f" stored one with store.load({state.id!r}) and continue that one, or save this one"
+            " under a new id (state.fork())."
+        )
+    boundary = view.entry(count - 1)
+    if not tail.continued_by(state.id, boundary):
+        raise ValueError(
+            f"State {state.id!r} cannot be saved: the store already holds a State with this id"
+            f" whose history is different (entry {count - 1} differs), and a save only adds"
+            " entries to the history it continues. Load the stored one with"
+            f" store.load({state.id!r}) and continue that one, or save this one under a new id"
+            " (state.fork())."
+        )
+    added = view.count - count
+    if added == 0:
+        return Continuation((), (), Tail(count, tail.line, boundary, tail.digest))
+    if added == 1:  # the usual save: one entry since the last
+        entry = view.entry(count)
+        lines = (encode_entry(entry),)
+        digests = tuple(chain_digests(tail.digest, lines))
+        return Continuation(lines, digests, Tail(count + 1, lines[0], entry, digests[0]))
+    new = view.entries(count)
+    lines = tuple([encode_entry(entry) for entry in new])
+    digests = tuple(chain_digests(tail.digest, lines))
+    return Continuation(lines, digests, Tail(count + added, lines[-1], new[-1], digests[-1]))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Generator[None, None, None]:
+    """Pause the cyclic garbage collector while a history is decoded and replayed.
+
+    Those steps only create objects that live on (no cycles to free), yet with many objects
+    alive each collection scans them all: on CPython 3.11 it took about 40% of a 100,000-entry
+    load. Pausing is process-wide but brief, and it restores what it found, so an app that
+    turned the collector off keeps it off.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def rebuild(
+    state_id: str,
+    lines: Sequence[bytes | str],
+    digests: Sequence[object] | None,
+    *,
+    where: str,
+    count: int | None = None,
+    head: object = None,
+) -> State:
+    """The State whose encoded entries are `lines`, not yet recovered or bound.
+
+    `digests` are the stored digests of `lines` (None: format 1, which had none); `count` and
+    `head` what the State's info says of its history (see `stores._codec.check_chain`).
+
+    Raises:
+        StoreDamagedError: An entry is damaged, out of place or fails its integrity check, or
+            the entries do not replay into a State; the message names `where` (the store), the
+            State and the entry's index.
+    """
+    raw = [line.encode() if isinstance(line, str) else line for line in lines]
+    if digests is not None:
+        check_chain(where, state_id, raw, digests, count=count, head=head)
+    with _collector_paused():
+        entries = [
+            decode_entry(line, state_id=state_id, index=i, where=where)
+            for i, line in enumerate(raw)
+        ]
+    try:
+        with _collector_paused():
+            return State(id=state_id, history=entries)
+    except (ValueError, TypeError) as error:
+        raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
+
+
+def check_list_args(parent_id: str | None, limit: int | None) -> None:
+    """Check the arguments of `list`: a valid id or None, and a count >= 0 or None."""
+    if parent_id is not None:
+        validate_id(parent_id, "parent_id")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+        raise TypeError(f"limit must be an int or None, got {type(limit).__name__}.")
+    if limit is not None and limit < 0:
+        raise ValueError(f"limit must be >= 0 (or None for all), got {limit}.")
+
+
+def check_memory(
+    agent: object,
+    space: object,
+    key: object = None,
+    *,
+    data: object = None,
+    effect: object = None,
+) -> None:
+    """Check the arguments of a memory call (`key` None: a scan).
+
+    Raises:
+        TypeError, ValueError: The agent name is not an id, the space or key is not a str of
+            the allowed length, `data` is not a str or None, or `effect` is not a non-empty
+            str or None.
+    """
+    validate_id(agent, "agent")
+    validate_space(space)
+    if key is not None:
+        validate_key(key)
+    if data is not None and not isinstance(data, str):
+        raise TypeError(f"data must be JSON text (a str) or None, got {type(data).__name__}.")
+    if effect is not None and (not isinstance(effect, str) or not effect):
+        raise TypeError(f"effect must be a non-empty str or None, got {effect!r}.")
+
+
+_OLDEST = datetime.min
+
+
+def _updated(info: StateInfo) -> datetime:
+    at = info.updated_at
+    if at is None:
+        return _OLDEST
+    return at if at.tzinfo is None else at.astimezone(UTC).replace(tzinfo=None)
+
+
+def select(
+    infos: Iterable[StateInfo], *, parent_id: str | None, limit: int | None
+) -> builtins.list[StateInfo]:
+    """What `list` returns: the States picked and ordered.
+
+    Only children of `parent_id` (all if None), most recently updated first (ties by id), at
+    most `limit` of them.
+    """
+    chosen = [info for info in infos if parent_id is None or info.parent_id == parent_id]
+    chosen.sort(key=lambda info: info.id)
+    chosen.sort(key=_updated, reverse=True)
+    return chosen if limit is None else chosen[:limit]
+
+
+# -- where stored histories end ---------------------------------------------------------------
+
+_LONGEST_LINE = 64 * 1024  # bytes of a last entry's encoded line worth keeping
+
+
+class TailCache:
+    """Where the stored history of each recently written or read State ends, by id.
+
+    A save must know the stored end of its State (a `Tail`) to write only what follows and to
+    check that the State continues it; reading it back costs a query or a file read per save.
+    A store keeps the tails it wrote or read here instead. At most `limit` are kept (the least
+    recently used go first), and none whose last line is long (an image): a long-lived store
+    holds a bounded amount.
+
+    `current` and `trust` let a backend keep the cache only while nobody else wrote: SQLite's
+    ``PRAGMA data_version``, for one, changes exactly when another connection committed.
+    """
+
+    __slots__ = ("_limit", "_tails", "_version")
+
+    def __init__(self, limit: int = 4096) -> None:
+        self._limit = limit
+        self._tails: dict[str, Tail] = {}
+        self._version: object = None
+
+    def get(self, state_id: str) -> Tail | None:
+        """The stored end of `state_id`, if known (else read it from storage)."""
+        return self._tails.get(state_id)
+
+    def put(self, state_id: str, tail: Tail) -> None:
+        """Remember `tail` once what wrote or read it is durable."""
+        tails = self._tails
+        tails.pop(state_id, None)  # to the end: the most recently used is forgotten last
+        if len(tail.line) > _LONGEST_LINE:
+            return
+        tails[state_id] = tail
+        if len(tails) > self._limit:
+            del tails[next(iter(tails))]
+
+    def forget(self, state_id: str) -> None:
+        """Drop what is known of `state_id`: it was deleted, or a write of it is under way."""
+        self._tails.pop(state_id, None)
+
+    def current(self, version: object) -> bool:
+        """Whether storage is still at the `version` given to `trust`; else forget everything."""
+        if version == self._version:
+            return True
+        self._tails.clear()
+        self._version = None
+        return False
+
+    def trust(self, version: object) -> None:
+        """Keep what is known while storage stays at `version`."""
+        self._version = version
+
+
+# -- group commit -----------------------------------------------------------------------------
+
+Flush = Callable[[builtins.list[State]], Awaitable[dict[int, ValueError]]]
+
+
+class _Batch:
+    """The States of saves waiting to go out in one transaction, and what came of it."""
+
+    __slots__ = ("done", "failure", "refused", "saves", "states", "taken", "writer")
+
+    def __init__(self) -> None:
+        self.states: dict[int, State] = {}  # by id(state): a State saved twice is written once
+        self.saves: dict[int, int] = {}  # by id(state): how many saves wait for it
+        self.writer = False  # one of its saves will write it
+        self.taken = False  # its writer took it: it is being written, or was
+        self.done = anyio.Event()
+        self.refused: dict[int, ValueError] = {}
+        self.failure: BaseException | None = None
+
+    def add(self, state: State) -> None:
+        key = id(state)
+        self.states.setdefault(key, state)
+        self.saves[key] = self.saves.get(key, 0) + 1
+
+    def drop(self, state: State) -> None:
+        """Take back one save of `state` (cancelled); the State goes with its last save."""
+        key = id(state)
+        left = self.saves[key] - 1
+        if left:
+            self.saves[key] = left
+        else:
+            del self.saves[key], self.states[key]
+
+
+class GroupCommit:
+    """Saves on one event loop that arrive while a transaction is written go out in the next.
+
+    The first save of the open batch writes it: it waits, shielded, for the writer's lock (the
+    batch before may still be written), takes the batch, writes it and wakes the batch's other
+    saves, which wait for that. Only writers queue on the lock, one per batch, so a thousand
+    saves wake together. No task runs in the background: the writer is always one of the
+    callers.
+
+    A save in a cancelled scope raises at once and is not written; a waiting save cancelled
+    before its batch is taken is not written either (unless another save waits for the same
+    State). A writer is shielded until its batch is written, then raises a cancellation that
+    came meanwhile, as does a waiting save cancelled while its batch is written: the State may
+    have been written.
+    """
+
+    __slots__ = ("_flush", "_lock", "_open")
+
+    def __init__(self, flush: Flush) -> None:
+        self._flush = flush
+        self._lock = anyio.Lock()
+        self._open = _Batch()
+
+    async def save(self, state: State) -> None:
+        """Queue `state` and return once a transaction holding it committed.
+
+        Raises what writing it raised: the `ValueError` of a refused State, or the failure of
+        the whole transaction.
+        """
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        batch = self._open
+        batch.add(state)
+        if batch.writer:
+            try:
+                await batch.done.wait()
+            except BaseException:
+                if not batch.taken:  # cancelled before its batch went out: not written
+                    batch.drop(state)
+                raise
+        else:
+            batch.writer = True
+            with anyio.CancelScope(shield=True):
+                async with self._lock:
+                    batch.taken = True
+                    if self._open is batch:
+                        self._open = _Batch()
+                    await self._write(batch)
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        if batch.failure is not None:
+            raise batch.failure
+        refused = batch.refused.get(id(state))
+        if refused is not None:
+            raise refused
+
+    async def _write(self, batch: _Batch) -> None:
+        try:
+            batch.refused = await self._flush(builtins.list(batch.states.values()))
+        except Exception as error:
+            batch.failure = error
+        except BaseException as error:  # e.g. KeyboardInterrupt: raised here, not in every save
+            batch.failure = RuntimeError(f"The write was interrupted ({error!r}); save again.")
+            raise
+        finally:
+            batch.done.set()
+
+
+class LoopGroupCommits:
+    """A store's `GroupCommit` on each event loop that saves through it.
+
+    A group commit's lock belongs to the loop that made it, and a sync ``agent.run`` starts a
+    new loop each time: so one per loop (an anyio `RunVar`, which trio run as a guest of an
+    asyncio loop keeps apart too).
+    """
+
+    __slots__ = ("__weakref__", "_flush")
+
+    def __init__(self, flush: Flush) -> None:
+        self._flush = flush
+
+    def current(self) -> GroupCommit:
+        """The group commit of the running event loop."""
+        commits = _COMMITS.get(None)
+        if commits is None:
+            commits = WeakKeyDictionary[LoopGroupCommits, GroupCommit]()
+            _COMMITS.set(commits)
+        commit = commits.get(self)
+        if commit is None:
+            commit = commits[self] = GroupCommit(self._flush)
+        return commit
+
+
+# The group commits of each event loop, by the `LoopGroupCommits` of their store.
+_COMMITS: anyio.lowlevel.RunVar[WeakKeyDictionary[LoopGroupCommits, GroupCommit]] = (
+    anyio.lowlevel.RunVar("stores_group_commits")
+)
