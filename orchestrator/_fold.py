@@ -13,7 +13,7 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime
-from typing import Any, TypeVar, cast, overload
+from typing import Any, ClassVar, TypeVar, cast, overload
 
 from ._history import (
     ENTRY_TYPES,
@@ -112,7 +112,7 @@ class Seq(Sequence[_T]):
             )
         return NotImplemented
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]  # equal to lists: unhashable
 
     def __repr__(self) -> str:
         return f"Seq({list(self)!r})"

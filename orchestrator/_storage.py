@@ -87,6 +87,9 @@ class StorageView:
 
     __slots__ = ("_value", "id")
 
+    id: str
+    """The State's id."""
+
     def __init__(self, state_id: str, value: Folded) -> None:
         self.id = state_id
         self._value = value

@@ -389,7 +389,12 @@ class StoreClient:
         Worker `i` saves each State that `rounds(i)` yields (the generator changes the States
         between its yields), with `save` or `asave` as `in_workers` runs them.
         """
-        self.in_workers(workers, rounds, self.store.save, self.store.asave)
+        store = self.store
+
+        async def asave(state: State) -> object:
+            return await store.asave(state)  # looked up only where the async methods are used
+
+        self.in_workers(workers, rounds, lambda state: store.save(state), asave)
 
     def in_workers(
         self,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator import State
 from stores._file import FileStore
 from stores._memory import MemoryStore
 from stores.contract import StoreContract
@@ -63,3 +64,24 @@ class TestAioSQLiteStore(StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Any:
         return _backend("stores._aiosqlite", "AioSQLiteStore", tmp_path / "states.db")
+
+
+def _guide_backend() -> type[Any]:
+    """The `DictStore` the stores guide writes from public names: it must pass the contract."""
+    page = Path(__file__).resolve().parents[2] / "docs" / "guides" / "stores.md"
+    text = page.read_text(encoding="utf-8")
+    start = text.index("```python\nimport threading\n")
+    code = text[start + len("```python\n") : text.index("\n```", start)]
+    code = code[: code.index("\nmine = DictStore()")]  # the class, not the example after it
+    namespace: dict[str, Any] = {"State": State, "__name__": "guide_dict_store"}
+    exec(compile(code, f"{page}:DictStore", "exec"), namespace)
+    return namespace["DictStore"]
+
+
+class TestGuideDictStore(StoreContract):
+    colours = ("sync",)
+    keeps_memory = False
+
+    @pytest.fixture
+    def store(self) -> Any:
+        return _guide_backend()()
