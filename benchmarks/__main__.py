@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .agent_bench import bench_fanout, bench_parallel_tools, bench_subagents, bench_turns
+from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
+from .inside_bench import bench_inside
 from .report import Metric, load_previous, render, save
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
@@ -39,6 +40,8 @@ class Config:
     store_load: int = 100_000
     store_turns: int = 200
     store_crowd: int = 10_000
+    inside_turns: int = 200
+    rss_turns: int = 2_000
 
     @property
     def history_size(self) -> int:
@@ -67,6 +70,8 @@ QUICK = Config(
     store_load=1_000,
     store_turns=20,
     store_crowd=100,
+    inside_turns=20,
+    rss_turns=50,
 )
 
 
@@ -108,7 +113,9 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_parallel_tools(config.repeats)
     _progress("subagents ...")
     metrics += bench_subagents(config.repeats)
-    metrics += bench_fanout(config.fanout)
+    metrics += bench_inside(
+        config.inside_turns, config.repeats, config.rss_turns, config.fanout, _progress
+    )
     _progress("stores ...")
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd

@@ -5,14 +5,20 @@ No timing is asserted here: the numbers are for `make bench` to print, not for t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import sqlite3
 from pathlib import Path
 
+import anyio
 import pytest
 
 from benchmarks import __main__ as cli
+from benchmarks import peak_rss
+from benchmarks.exchange import Counter, agent_seconds, floor_seconds
+from benchmarks.inside_bench import SQLiteFloor, bench_inside, paired, save_points
 from benchmarks.report import Metric, Previous, format_change, load_previous, render, save
 from benchmarks.state_bench import (
     bench_materialize,
@@ -23,6 +29,7 @@ from benchmarks.state_bench import (
 )
 from benchmarks.workload import Recorded, build_history, record_turn
 from orchestrator import State
+from stores import decode_entry
 
 
 @pytest.fixture(scope="module")
@@ -181,6 +188,7 @@ def test_cli_quick_compares_with_the_previous_run(
     saved = load_previous(path)
     assert saved is not None
     assert {"replay.ratio", "record.ratio", "memory.user.bytes_per_entry"} <= set(saved.values)
+    assert {"turn.none.default.ratio", "turn.sqlite.user.ratio", "rss.50.mb"} <= set(saved.values)
 
 
 def test_cli_quick_without_results_never_touches_the_baseline(
@@ -196,3 +204,127 @@ def test_cli_quick_without_results_never_touches_the_baseline(
     assert cli.main(["--quick"]) == 0
     assert "(not saved)" in capsys.readouterr().out
     assert not baseline.exists()
+
+
+# -- issue 13: each target beside its floor ----------------------------------------------------
+
+
+@pytest.mark.parametrize("user_loop", [False, True])
+def test_the_agent_makes_one_tool_call_a_turn(user_loop: bool) -> None:
+    # agent_seconds checks the calls itself: a run that made another number would raise.
+    assert anyio.run(agent_seconds, 4, user_loop) > 0
+
+
+def test_the_floor_makes_one_tool_call_a_turn() -> None:
+    assert anyio.run(floor_seconds, 4) > 0
+
+
+def test_a_wrong_number_of_calls_is_an_error() -> None:
+    counter = Counter()
+    counter.calls = 3
+    with pytest.raises(RuntimeError, match="3 tool calls in 4 turns"):
+        counter.check(4)
+
+
+def test_save_points_cut_the_history_before_each_model_request() -> None:
+    points = save_points(3)
+    assert len(points) == 3 + 2  # one before each of the 4 requests, then the rest
+    assert all(point[-1].kind == "model_request" for point in points[:-1])
+    assert "model_request" not in {entry.kind for entry in points[-1]}
+    entries = [entry for point in points for entry in point]
+    assert [entry.seq for entry in entries] == list(range(len(entries)))
+
+
+@pytest.mark.parametrize("in_thread", [True, False])
+def test_the_sqlite_floor_commits_every_entry(tmp_path: Path, in_thread: bool) -> None:
+    points = save_points(3)
+    db = SQLiteFloor(tmp_path / "floor.db")
+    try:
+        commit = db.commit if in_thread else db.commit_here
+        anyio.run(floor_seconds, 3, commit, points)
+    finally:
+        db.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "floor.db")) as check:
+        rows = check.execute("SELECT seq, data FROM entries ORDER BY seq").fetchall()
+        mode = check.execute("PRAGMA journal_mode").fetchone()
+    entries = [entry for point in points for entry in point]
+    assert [decode_entry(data, state_id="x", index=seq) for seq, data in rows] == entries
+    assert mode == ("wal",)
+
+
+def test_paired_starts_each_round_one_further_along() -> None:
+    order: list[str] = []
+
+    def run(name: str) -> float:
+        order.append(name)
+        return float(len(order))
+
+    results = paired({name: lambda name=name: run(name) for name in "abc"}, 3)
+    assert order == ["a", "b", "c", "a", "b", "c", "b", "c", "a", "c", "a", "b"]  # a warm-up first
+    assert results == {"a": [4.0, 9.0, 11.0], "b": [5.0, 7.0, 12.0], "c": [6.0, 8.0, 10.0]}
+
+    order.clear()
+    paired({name: lambda name=name: run(name) for name in "ab"}, 1, warm_up=False)
+    assert order == ["a", "b"]
+
+
+def test_peak_rss_prints_the_peak_of_the_process(capsys: pytest.CaptureFixture[str]) -> None:
+    assert peak_rss.main(["floor", "5"]) == 0
+    assert int(capsys.readouterr().out) > 1_000_000
+    assert peak_rss.main(["nothing", "5"]) == 2
+
+
+def test_bench_inside() -> None:
+    started: list[str] = []
+    metrics = bench_inside(3, 1, 5, 3, started.append)
+    by_key = check(
+        metrics,
+        {
+            "turn.none.floor.us",
+            "turn.none.default.us",
+            "turn.none.default.ratio",
+            "turn.none.user.us",
+            "turn.none.user.ratio",
+            "turn.sqlite.floor.us",
+            "turn.sqlite.floor_here.us",
+            "turn.sqlite.default.us",
+            "turn.sqlite.default.ratio",
+            "turn.sqlite.user.us",
+            "turn.sqlite.user.ratio",
+            "turn.aiosqlite.default.us",
+            "turn.aiosqlite.default.ratio",
+            "turn.aiosqlite.user.us",
+            "turn.aiosqlite.user.ratio",
+            "tools.async.50.warm.ms",
+            "tools.async.50.floor.ms",
+            "tools.async.50.ratio",
+            "tools.sync.50.warm.ms",
+            "tools.sync.50.floor.ms",
+            "tools.sync.50.ratio",
+            "rss.5.mb",
+            "rss.import.mb",
+            "rss.5.floor.mb",
+            "subagents.fanout.3.s",
+            "subagents.fanout.3.peak_mb",
+            "subagents.fanout.3.sqlite.s",
+            "subagents.fanout.3.sqlite.ratio",
+            "subagents.fanout.3.aiosqlite.s",
+        },
+    )
+    assert len(started) == 5
+    targets = {
+        "turn.none.default.us": "≤ 100 µs",
+        "turn.none.user.ratio": "≤ 2.5x",
+        "turn.sqlite.default.us": "≤ 300 µs",
+        "turn.sqlite.user.ratio": "≤ 2x",
+        "turn.aiosqlite.default.ratio": "≤ 1.5x",
+        "tools.async.50.warm.ms": "≤ 15 ms",
+        "tools.sync.50.warm.ms": "≤ 30 ms",
+        "rss.5.mb": "≤ 40 MB",
+    }
+    for key, target in targets.items():
+        assert by_key[key].target == target
+        assert by_key[key].ok is not None
+    assert by_key["turn.none.floor.us"].target is None
+    # A process that imports the library holds more than one that does not.
+    assert by_key["rss.import.mb"].value > by_key["rss.5.floor.mb"].value
