@@ -478,14 +478,22 @@ class FileStore(ThreadedAsync):
             ValueError: `state_id` is not a valid id (nothing is touched), or the State was
                 stored in another format version (the message names both).
             StoreDamagedError: An entry is damaged, missing, repeated or moved, or info.json is
-                damaged (the message names the State and the entry's index).
+                damaged or missing (the message names the State and the entry's index).
             StoreError: The files cannot be read (the `OSError` is the cause).
         """
         validate_id(state_id, "state_id")
         folder = self._root / state_id
         with self._failures(state_id):
             with self._lock_for(state_id):
-                stored = self._read_info(folder, state_id)
+                try:
+                    stored = self._read_info(folder, state_id)
+                except LookupError:
+                    # A folder appears whole (renamed from a draft) and info.json is only ever
+                    # replaced: a log without it is damage, not an absent State.
+                    if not (folder / LOG).exists():
+                        raise
+                    problem = f"{LOG} exists but {INFO} is missing"
+                    raise damaged(self._where, state_id, problem) from None
                 try:
                     fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
                 except FileNotFoundError:
