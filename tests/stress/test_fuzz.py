@@ -159,8 +159,9 @@ FILE_KINDS = {
         "foreign-line",
         "forged-line",
         "truncate",
+        "delete",
     ),
-    "info": ("flip", "set-bytes", "number", "truncate"),
+    "info": ("flip", "set-bytes", "number", "truncate", "delete"),
 }
 LINE_KINDS = ("delete-line", "duplicate-line", "swap-lines", "foreign-line", "forged-line")
 SQLITE_KINDS = {
@@ -255,9 +256,8 @@ def change_number(data: bytes, pick: Picker) -> tuple[bytes, str]:
     return data[:start] + new + data[end:], f"number at {start}: {old!r} -> {new!r}"
 
 
-def truncate(data: bytes, pick: Picker, *, keep_one: bool = False) -> tuple[bytes, str]:
-    low = 1 if keep_one else 0
-    size = low + pick.below(len(data) - low)
+def truncate(data: bytes, pick: Picker, *, keep: int = 0) -> tuple[bytes, str]:
+    size = keep + pick.below(len(data) - keep)
     return data[:size], f"truncated from {len(data)} to {size} bytes"
 
 
@@ -281,6 +281,9 @@ def damage_file_store(folder: Path, saved: Saved, corruption: Corruption) -> str
     path = folder / target / ("log.jsonl" if corruption.part == "log" else "info.json")
     data = path.read_bytes()
     kind = corruption.kind
+    if kind == "delete":
+        path.unlink()
+        return f"{path.name} of {target} deleted"
     if kind not in LINE_KINDS:
         changed, what = damage_bytes(data, kind, pick)
     else:
@@ -327,11 +330,13 @@ def damage_sqlite(folder: Path, saved: Saved, corruption: Corruption) -> str:
     target = saved.ids[corruption.target % len(saved.ids)]
     path = folder / DB
     if corruption.part == "db":
-        changed, what = (
-            truncate(path.read_bytes(), pick, keep_one=True)  # an empty file is a new database
-            if corruption.kind == "truncate"
-            else damage_bytes(path.read_bytes(), corruption.kind, pick)
-        )
+        data = path.read_bytes()
+        if corruption.kind == "truncate":
+            # SQLite reads a file of 0 or 1 byte as an empty database (2 bytes or more are
+            # "not a database"), which a store takes for a new one: so 2 bytes stay.
+            changed, what = truncate(data, pick, keep=2)
+        else:
+            changed, what = damage_bytes(data, corruption.kind, pick)
         path.write_bytes(changed)
         return f"the SQLite file: {what}"
     connection = sqlite3.connect(path, isolation_level=None)
