@@ -425,13 +425,19 @@ class FileStore(ThreadedAsync):
         assert info.parent_id is not None
         record = {"id": info.id, "call": info.parent_call_id}
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
         try:
             fd = os.open(self._root / info.parent_id / CHILDREN, flags, _FILE_MODE)
         except (FileNotFoundError, NotADirectoryError):
             return
         try:
-            _write_all(fd, line)  # one short write: whole, among concurrent appends
+            _flock(fd, exclusive=True)
+            size = os.fstat(fd).st_size
+            if size and _read_at(fd, 1, size - 1) != b"\n":
+                # A torn line (a write cut off by a crash): cut it, or this line would be glued
+                # to it and the parent could not be recovered.
+                os.ftruncate(fd, _last_line(fd, size)[0])
+            _write_all(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
