@@ -235,6 +235,10 @@ def run_case(server: ForkServer, backend: str, seed: int, kills: int, tmp: Path)
         loop = "trio" if lives % 2 and backend != "aiosqlite" else "asyncio"
         try:
             anyio.run(check_store, backend, copy, records, where, backend=loop)
+        except AssertionError:
+            raise
+        except Exception as error:  # name the case, so that it can be run again
+            raise AssertionError(f"{where}: {error!r}") from error
         finally:
             shutil.rmtree(copy)
     return tally
