@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from orchestrator import Message, State, StateSnapshot, StoreDamagedError, ToolResultEntry
@@ -458,17 +458,21 @@ def check(backend: str, saved: Saved, corruption: Corruption) -> None:
         note(what)
         target = saved.ids[corruption.target % len(saved.ids)]
         store = open_store(backend, folder)
+        refused = 0
         try:
             for state_id in saved.ids:
                 original = saved.originals[state_id]
                 loaded = load_or_damaged(store, state_id)
                 if isinstance(loaded, StoreDamagedError):
+                    refused += 1
                     if corruption.confined:
                         assert state_id == target, f"{what}: loading {state_id} failed: {loaded}"
                         assert target in str(loaded), f"the error does not name {target}: {loaded}"
                     continue
                 assert encoded(loaded) == original.lines, f"{what}: {state_id} loads differently"
                 assert loaded.snapshot() == original.snapshot, f"{what}: {state_id} differs"
+            # What came of it, shown by ``pytest --hypothesis-show-statistics``.
+            event(f"{corruption.part} {corruption.kind}: {'refused' if refused else 'the same'}")
             try:
                 infos = store.list()
             except StoreDamagedError:
