@@ -36,8 +36,15 @@ import pytest
 from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
-from orchestrator import Message, State, StateSnapshot, StoreDamagedError, ToolResultEntry
-from stores import FileStore, SQLiteStore, StateInfo, encode_entry
+from orchestrator import (
+    Message,
+    State,
+    StateInfo,
+    StateSnapshot,
+    StoreDamagedError,
+    ToolResultEntry,
+)
+from stores import FileStore, SQLiteStore, encode_entry
 from tests.stress.chaos_worker import LEAD, build_agents
 
 DB = "runs.db"
