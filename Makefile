@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit bench clean
+.PHONY: demo test lint typecheck unit long bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ unit: $(VENV)/.dev
 	$(BIN)/python -m pytest
 
 test: lint typecheck unit
+
+# The long stress runs (1,000 kills per store backend), deselected from `unit`.
+long: $(VENV)/.dev
+	$(BIN)/python -m pytest -m long -s tests/stress
 
 bench: $(VENV)/.dev
 	$(BIN)/python -m benchmarks

@@ -233,7 +233,7 @@ class AioSQLiteStore:
                         if connection.in_transaction:
                             await connection.execute(ROLLBACK)
                         raise
-                except (sqlite3.Error, OSError) as error:
+                except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
                     raise backend_error(self._where, error, state_id) from error
                 finally:
                     plan.close()

@@ -172,6 +172,8 @@ def check_chain(
             )
     if count is None:
         return
+    if count < 0:
+        raise damaged(where, state_id, f"its info counts {count} history entries")
     if count > len(lines):
         raise damaged(
             where,

@@ -425,13 +425,19 @@ class FileStore(ThreadedAsync):
         assert info.parent_id is not None
         record = {"id": info.id, "call": info.parent_call_id}
         line = json.dumps(record, separators=(",", ":")).encode() + b"\n"
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
+        flags = os.O_RDWR | os.O_APPEND | os.O_CREAT | _OPEN_FLAGS
         try:
             fd = os.open(self._root / info.parent_id / CHILDREN, flags, _FILE_MODE)
         except (FileNotFoundError, NotADirectoryError):
             return
         try:
-            _write_all(fd, line)  # one short write: whole, among concurrent appends
+            _flock(fd, exclusive=True)
+            size = os.fstat(fd).st_size
+            if size and _read_at(fd, 1, size - 1) != b"\n":
+                # A torn line (a write cut off by a crash): cut it, or this line would be glued
+                # to it and the parent could not be recovered.
+                os.ftruncate(fd, _last_line(fd, size)[0])
+            _write_all(fd, line)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -478,14 +484,22 @@ class FileStore(ThreadedAsync):
             ValueError: `state_id` is not a valid id (nothing is touched), or the State was
                 stored in another format version (the message names both).
             StoreDamagedError: An entry is damaged, missing, repeated or moved, or info.json is
-                damaged (the message names the State and the entry's index).
+                damaged or missing (the message names the State and the entry's index).
             StoreError: The files cannot be read (the `OSError` is the cause).
         """
         validate_id(state_id, "state_id")
         folder = self._root / state_id
         with self._failures(state_id):
             with self._lock_for(state_id):
-                stored = self._read_info(folder, state_id)
+                try:
+                    stored = self._read_info(folder, state_id)
+                except LookupError:
+                    # A folder appears whole (renamed from a draft) and info.json is only ever
+                    # replaced: a log without it is damage, not an absent State.
+                    if not (folder / LOG).exists():
+                        raise
+                    problem = f"{LOG} exists but {INFO} is missing"
+                    raise damaged(self._where, state_id, problem) from None
                 try:
                     fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
                 except FileNotFoundError:

@@ -212,6 +212,7 @@ PUT_STATE = """
 """
 COUNT_ENTRIES = "SELECT entries, head FROM states WHERE id = ?"
 ENTRIES = "SELECT data, digest FROM entries WHERE state_id = ? ORDER BY seq"
+ANY_ENTRY = "SELECT 1 FROM entries WHERE state_id = ? LIMIT 1"
 _INFO_COLUMNS = (
     "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
     " usage, entries"
@@ -522,8 +523,8 @@ def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
     Raises:
         TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
         LookupError: No State has this id.
-        ValueError: A damaged entry (naming the State and the index), a missing entry, or
-            another format version.
+        ValueError: A damaged entry (naming the State and the index), a missing entry, entries
+            without their states row, or another format version.
     """
     validate_id(state_id, "state_id")
     return _load(state_id, store, where)
@@ -534,7 +535,12 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
     yield from _check_format(where)
     counted: list[Row] = yield Query(COUNT_ENTRIES, (state_id,))
     if not counted:
+        # Entries and their states row are written in one transaction: entries without a row
+        # are damage, not an absent State.
+        orphans: list[Row] = yield Query(ANY_ENTRY, (state_id,))
         yield Query(COMMIT)
+        if orphans:
+            raise damaged(where, state_id, "its history entries are stored, its states row is not")
         raise LookupError(
             f"No State {state_id!r} in {where}: check the id, or list the saved ones with"
             " store.list()."
@@ -784,18 +790,25 @@ def _json_of(adapter: pydantic.TypeAdapter[_T], value: object, column: str) -> _
 def backend_error(where: str, error: Exception, state_id: str | None = None) -> StoreError:
     """The library's error for an error of SQLite or of the file system, to raise ``from`` it.
 
-    Damage (a malformed file, a file that is not a database, text that is not UTF-8) is a
-    `StoreDamagedError`; anything else (a lock held too long, a full disk, a read-only file) a
-    `StoreError`. The message names the store and, when one is concerned, the State.
+    Damage (a malformed file, a file that is not a database, text that is not UTF-8, a table or
+    column of the schema missing) is a `StoreDamagedError`; anything else (a lock held too long,
+    a full disk, a read-only file) a `StoreError`. The message names the store and, when one is
+    concerned, the State. sqlite3 raises `UnicodeDecodeError` when SQLite's own message quotes
+    damaged schema text that is not UTF-8.
     """
     name = getattr(error, "sqlite_errorname", "")
     text = str(error)
     about = "" if state_id is None else f" while reading or writing State {state_id!r}"
-    if isinstance(error, sqlite3.Error) and (
-        name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
-        or type(error) is sqlite3.DatabaseError
-        or "malformed" in text
-        or "Could not decode" in text
+    if isinstance(error, UnicodeDecodeError) or (
+        isinstance(error, sqlite3.Error)
+        and (
+            name in ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+            or type(error) is sqlite3.DatabaseError
+            or "malformed" in text
+            or "Could not decode" in text
+            # The format check passed, so the tables were made whole: one changed since.
+            or text.startswith(("no such column", "no such table"))
+        )
     ):
         return StoreDamagedError(
             f"{where} is damaged{about} ({text}). If it is a store, restore it from a backup"

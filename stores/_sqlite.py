@@ -224,7 +224,7 @@ class SQLiteStore(ThreadedAsync):
                     if connection.in_transaction:
                         connection.execute(ROLLBACK)
                     raise
-            except (sqlite3.Error, OSError) as error:
+            except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
                 raise backend_error(self._where, error, state_id) from error
             finally:
                 plan.close()

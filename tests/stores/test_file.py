@@ -522,6 +522,22 @@ def test_a_damaged_list_of_children_names_the_parent(store: FileStore, root: Pat
         FileStore(root).load("lead")
 
 
+def test_a_torn_line_in_the_list_of_children_is_cut_before_the_next(
+    store: FileStore, root: Path
+) -> None:
+    # Found by tests/stress/test_chaos.py: a crash in the middle of noting a child left a torn
+    # line, the next child's line was appended to it, and the parent could not be recovered.
+    cut_off_lead_with_children(store)
+    with (root / "lead" / "children.jsonl").open("ab") as file:
+        file.write(b'{"id":"kid-')
+    child = State(id="kid-c", messages=[Message.user("sub task")])
+    child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+    FileStore(root).save(child)
+    lead = FileStore(root).load("lead")
+    assert results(lead)[-2].child_ids == ("kid-a", "kid-b", "kid-c")
+    assert (root / "lead" / "children.jsonl").read_bytes().count(b"kid-") == 3
+
+
 def test_a_folder_whose_info_names_another_state_is_damaged(store: FileStore, root: Path) -> None:
     store.save(State(id="original", messages=[Message.user("mine")]))
     shutil.copytree(root / "original", root / "copy")

@@ -16,7 +16,15 @@ from typing import Any
 import pytest
 
 from orchestrator import Message, State, Store, StoreDamagedError
-from stores import FORMAT_VERSION, FileStore, SQLiteStore, chain_digests, encode_entry, first_digest
+from stores import (
+    FORMAT_VERSION,
+    AioSQLiteStore,
+    FileStore,
+    SQLiteStore,
+    chain_digests,
+    encode_entry,
+    first_digest,
+)
 from stores.contract import rich_state
 
 Stored = list[tuple[bytes, bytes | None]]  # (encoded entry, digest) of each stored entry
@@ -295,3 +303,78 @@ def test_a_state_of_format_1_with_lines_missing_is_refused(disk: Disk) -> None:
         pattern = r"counts 4 history entries but 2 are stored: history entries 2 to 3 are missing"
     with pytest.raises(StoreDamagedError, match=pattern):
         disk.store().load("old")
+
+
+# Found by the fuzz (tests/stress/test_fuzz.py) ------------------------------------------------
+
+
+def test_a_negative_entry_count_is_damage(disk: Disk) -> None:
+    # It raised IndexError: the check looked up the digest of entry -4.
+    state, other = payment(), payment("other")
+    saved(disk, state, other)
+    disk.count("paid", -3)
+    assert_refused(disk, "paid", r"counts -3 history entries", others=(other,))
+
+
+def test_entries_without_their_info_are_damage_not_an_absent_state(disk: Disk) -> None:
+    # A State appears whole (its SQLite row in the transaction of its entries, its folder
+    # renamed from a draft) and its info is only ever replaced: so entries without an info
+    # were damaged, where the load said no State had the id (LookupError).
+    state, other = payment(), payment("other")
+    store = saved(disk, state, other)
+    if disk.kind == "file":
+        (disk.path / "paid" / "info.json").unlink()
+        pattern = "log.jsonl exists but info.json is missing"
+    else:
+        db = sqlite3.connect(disk.path)
+        with db:
+            db.execute("DELETE FROM states WHERE id = 'paid'")
+        db.close()
+        pattern = "its history entries are stored, its states row is not"
+    assert_refused(disk, "paid", pattern, others=(other,))
+    store.delete("other")
+    with pytest.raises(LookupError) as absent:
+        disk.store().load("other")  # a deleted State is absent, not damaged
+    assert not isinstance(absent.value, StoreDamagedError)
+
+
+def _edit_schema(path: Path, edit: Callable[[bytes], bytes]) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    db.execute("PRAGMA writable_schema = ON")
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'states'").fetchone()
+    changed = edit(sql.encode())
+    db.execute("UPDATE sqlite_master SET sql = CAST(? AS TEXT) WHERE name = 'states'", (changed,))
+    db.close()
+
+
+def not_utf8(sql: bytes) -> bytes:
+    # SQLite's error quotes this schema text, which is not UTF-8: sqlite3 raised
+    # UnicodeDecodeError while making the error.
+    return sql + b" \xe6\xe6"
+
+
+def column_renamed(sql: bytes) -> bytes:
+    # A valid schema with a column renamed: "no such column" was a plain StoreError.
+    return sql.replace(b"turn", b"tuZn")
+
+
+@pytest.mark.parametrize("edit", [not_utf8, column_renamed])
+def test_a_damaged_sqlite_schema_is_damage(tmp_path: Path, edit: Callable[[bytes], bytes]) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        store.save(payment())
+    _edit_schema(path, edit)
+    with SQLiteStore(path) as store, pytest.raises(StoreDamagedError, match="is damaged"):
+        store.list()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_schema_not_in_utf8_is_damage_to_aiosqlitestore(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        store.save(payment())
+    _edit_schema(path, not_utf8)
+    async with AioSQLiteStore(path) as store:
+        with pytest.raises(StoreDamagedError, match="is damaged"):
+            await store.aload("paid")
