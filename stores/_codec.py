@@ -204,18 +204,21 @@ def check_format(
     """The format version `found`, if this library reads it: `current`, or one of `readable`.
 
     Raises:
-        ValueError: Another version; the message names both, and whether to upgrade.
+        ValueError: A newer version; the message names both, and says to upgrade.
+        StoreDamagedError: A version no orchestrator wrote (or none): damage, naming both.
     """
-    newer = False
     if isinstance(found, int) and not isinstance(found, bool):
         if found == current or found in readable:
             return found
-        newer = found > current
-    if newer:
-        hint = "it was written by a newer orchestrator: upgrade orchestrator to read it"
-    else:
-        hint = "it was written by an older or unknown version: migrate it, or start a new store"
-    raise ValueError(
+        if found > current:
+            raise ValueError(
+                f"{where} has stored format version {found!r}, but this orchestrator reads"
+                f" version {current}; it was written by a newer orchestrator: upgrade"
+                " orchestrator to read it."
+            )
+    # No orchestrator wrote this version (or none at all): the version itself is damaged.
+    raise StoreDamagedError(
         f"{where} has stored format version {found!r}, but this orchestrator reads version"
-        f" {current}; {hint}."
+        f" {current}; it was written by an older or unknown version, or is damaged: restore it"
+        " from a backup, or start a new store."
     )

@@ -446,11 +446,19 @@ def damage_state_row(
 # -- the check ---------------------------------------------------------------------------------
 
 
-def load_or_damaged(store: Any, state_id: str) -> State | StoreDamagedError:
-    """The loaded State, or the `StoreDamagedError` loading it raised (others propagate)."""
+def load_or_damaged(store: Any, state_id: str) -> State | ValueError:
+    """The loaded State, or the clear error loading it raised (others propagate).
+
+    Clear: a `StoreDamagedError`, or the `ValueError` of a newer format version (a digit of the
+    stored version changed upward reads exactly as a file a newer orchestrator wrote).
+    """
     try:
         return store.load(state_id)
     except StoreDamagedError as error:
+        return error
+    except ValueError as error:
+        if "written by a newer orchestrator" not in str(error):
+            raise
         return error
 
 
@@ -470,7 +478,7 @@ def check(backend: str, saved: Saved, corruption: Corruption) -> None:
             for state_id in saved.ids:
                 original = saved.originals[state_id]
                 loaded = load_or_damaged(store, state_id)
-                if isinstance(loaded, StoreDamagedError):
+                if isinstance(loaded, ValueError):
                     refused += 1
                     if corruption.confined:
                         assert state_id == target, f"{what}: loading {state_id} failed: {loaded}"
