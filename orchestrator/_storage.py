@@ -24,7 +24,7 @@ from pydantic import Field
 
 from ._fold import Folded
 from ._history import HistoryEntry
-from ._messages import Message
+from ._messages import Message, TextBlock, ToolResultBlock
 from ._reply import Usage
 from ._stopped import Stopped
 
@@ -68,11 +68,22 @@ class StateInfo:
 
 
 def title_of(messages: Iterable[Message]) -> str:
-    """A State's title: its first user message's text (not a tool result), cut short."""
+    """A State's title: its first user message's text (not a tool result), cut short.
+
+    One pass over the blocks of each message (a store writes the title on every save).
+    """
     for message in messages:
-        if message.role == "user":
-            text = message.text
-            if text and not message.tool_results:
+        if message.role != "user":
+            continue
+        texts: list[str] = []
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                texts.append(block.text)
+            elif isinstance(block, ToolResultBlock):
+                break
+        else:
+            text = "".join(texts)
+            if text:
                 return text[:TITLE_LENGTH]
     return ""
 
