@@ -35,8 +35,10 @@ typecheck: $(VENV)/.dev
 		|| { PYTHONPATH=. ../bin/pyright --pythonpath ../bin/python --verifytypes $$package \
 		--ignoreexternal; exit 1; }; done
 
+# Under coverage with branches: the report fails below the floor in pyproject.toml.
 unit: $(VENV)/.dev
-	$(BIN)/python -m pytest
+	$(BIN)/python -m coverage run -m pytest
+	$(BIN)/python -m coverage report
 
 test: lint typecheck unit
 
