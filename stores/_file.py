@@ -404,14 +404,7 @@ class FileStore(ThreadedAsync):
         if stored.info.entries > len(entries):
             raise _missing(self._where, state_id, stored.info.entries, len(entries))
         digests = chain_digests(first_digest(state_id), entries)
-        sealed = _sealed(digests, entries)
-        draft = folder / f".log-{uuid.uuid4().hex}"
-        try:
-            _write_new_file(draft, sealed)
-            os.replace(draft, folder / LOG)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(draft)
+        _replace_file(folder, LOG, _sealed(digests, entries))
         _fsync_folder(folder)
         count = stored.info.entries
         _replace_info(folder, stored.info, digests[count - 1] if count else None)
@@ -739,13 +732,7 @@ class FileStore(ThreadedAsync):
     def _compact(self, agent: str, folder: Path, log: _MemoryLog) -> None:
         """Rewrite the agent's memory log without its overwritten lines (under the lock)."""
         data = log.compacted()
-        draft = folder / f".compact-{uuid.uuid4().hex}"
-        try:
-            _write_new_file(draft, data)
-            os.replace(draft, folder / LOG)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(draft)
+        _replace_file(folder, LOG, data)
         _fsync_folder(folder)
         fresh = _MemoryLog(data[: data.index(b"\n")])
         fresh.read(data, folder / LOG)
@@ -829,10 +816,15 @@ def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
 
 
 def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:
-    draft = folder / f".info-{uuid.uuid4().hex}"
+    _replace_file(folder, INFO, _encode_info(info, head))
+
+
+def _replace_file(folder: Path, name: str, data: bytes) -> None:
+    """Replace the file `name` in `folder` with `data` at once: written aside, then renamed."""
+    draft = folder / f".{name}-{uuid.uuid4().hex}"
     try:
-        _write_new_file(draft, _encode_info(info, head))
-        os.replace(draft, folder / INFO)
+        _write_new_file(draft, data)
+        os.replace(draft, folder / name)
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(draft)
