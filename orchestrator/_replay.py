@@ -28,6 +28,7 @@ import anyio.to_thread
 
 from orchestrator import (
     AuthError,
+    Block,
     ContextChangeEntry,
     ContextTooLongError,
     ErrorEntry,
@@ -38,7 +39,6 @@ from orchestrator import (
     OrchestratorError,
     ProviderError,
     RateLimitError,
-    RawBlock,
     ReasoningBlock,
     Reply,
     RunStartEntry,
@@ -58,6 +58,7 @@ __all__ = (
     "describe_block",
     "describe_message",
     "message_difference",
+    "messages_difference",
 )
 
 _SHOWN = 160  # characters of a text shown in a difference
@@ -357,24 +358,31 @@ class ReplayModel:
         )
         assert expected is not None
         head = f"The request differs from the recording at {script.where(expected)}"
-        same = _common(expected.messages, messages)
-        want, got = expected.messages, messages
-        if same < len(want) and same < len(got):
-            return f"{head}: message {same} differs. " + message_difference(want[same], got[same])
-        if same < len(want):
-            return (
-                f"{head}: it has {len(got)} messages, the recording {len(want)}; message {same}"
-                f" is missing. Expected: {describe_message(want[same])}"
-            )
-        if same < len(got):
-            return (
-                f"{head}: it has {len(got)} messages, the recording {len(want)}; message {same}"
-                f" is extra. Got: {describe_message(got[same])}"
-            )
+        difference = messages_difference(expected.messages, messages)
+        if difference is not None:
+            return f"{head}: {difference}"
         return (
             f"{head}: the tools differ. Expected: {', '.join(expected.tools) or '(none)'}."
             f" Got: {', '.join(tools) or '(none)'}."
         )
+
+
+def messages_difference(want: Sequence[Message], got: Sequence[Message]) -> str | None:
+    """Where the messages `got` first differ from the recorded `want`, or None if they do not."""
+    same = _common(want, got)
+    if same < len(want) and same < len(got):
+        return f"message {same} differs. " + message_difference(want[same], got[same])
+    if same < len(want):
+        return (
+            f"it has {len(got)} messages, the recording {len(want)}; message {same} is missing."
+            f" Expected: {describe_message(want[same])}"
+        )
+    if same < len(got):
+        return (
+            f"it has {len(got)} messages, the recording {len(want)}; message {same} is extra."
+            f" Got: {describe_message(got[same])}"
+        )
+    return None
 
 
 def _common(left: Sequence[Message], right: Sequence[Message]) -> int:
@@ -403,7 +411,7 @@ def message_difference(want: Message, got: Message) -> str:
             ):
                 left, right = _text_windows(a.text, b.text)
                 return (
-                    f"Its block {index}, the result of call {a.call_id}, differs."
+                    f"Its block {index}, the result of {a.call_id}, differs."
                     f" Expected: {left} Got: {right}"
                 )
             return (
@@ -438,7 +446,7 @@ def _short(text: str) -> str:
     return repr(text) if len(text) <= _SHOWN else repr(text[:_SHOWN]) + "..."
 
 
-def describe_block(block: Any) -> str:
+def describe_block(block: Block) -> str:
     """One content block in a line: text, a tool call, a result, an image."""
     if isinstance(block, TextBlock):
         return _short(block.text)
@@ -452,9 +460,7 @@ def describe_block(block: Any) -> str:
         return f"image ({block.media_type}, {len(block.data)} bytes)"
     if isinstance(block, ReasoningBlock):
         return f"reasoning {_short(block.text)}"
-    if isinstance(block, RawBlock):
-        return f"raw block of {block.provider}"
-    return repr(block)
+    return f"raw block of {block.provider}"
 
 
 def describe_message(message: Message) -> str:

@@ -27,9 +27,9 @@ from orchestrator.testing import ReplayModel
 from stores import encode_entry
 
 from .._replay import agent_name
-from ._open import StoreNotFound, StoreURLError, open_existing
+from ._open import open_existing
 from ._render import TreeNode, runs_table, show_view, tree_view
-from ._replaying import FactoryError, load_factory, pick_agent, replay
+from ._replaying import load_factory, pick_agent, replay
 from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
@@ -67,11 +67,7 @@ def _trouble() -> Generator[None]:
     """Turn the errors a store or a bad argument raises into one clear line, no traceback."""
     try:
         yield
-    except (StoreURLError, StoreNotFound, FactoryError) as error:
-        _fail(str(error))
-    except LookupError as error:
-        _fail(str(error.args[0]) if error.args else repr(error))
-    except (OrchestratorError, ValueError, OSError) as error:
+    except (LookupError, OrchestratorError, ValueError, OSError) as error:
         _fail(str(error) or type(error).__name__)
 
 

@@ -330,7 +330,7 @@ class TreeNode:
             f" · {cost(info.usage)}"
         )
         if self.call is not None:
-            text.append(f"  ← call {self.call.name} [{self.call.id}]", style="dim")
+            text.append(f"  ← {self.call.name} {self.call.id}", style="dim")
         if self.damage:
             text.append(f"\n{self.damage}", style="red")
         return text

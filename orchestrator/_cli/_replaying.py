@@ -23,7 +23,7 @@ from typing import Any, cast
 from orchestrator import Agent, ErrorEntry, RunStartEntry, State
 from orchestrator.testing import ReplayMismatch, ReplayModel
 
-from .._replay import agent_name, describe_message, message_difference
+from .._replay import agent_name, messages_difference
 
 __all__ = ("FactoryError", "Replayed", "load_factory", "pick_agent", "replay")
 
@@ -186,18 +186,7 @@ def replay(root: State, model: ReplayModel, agent: Agent, name: str) -> Replayed
 
 def _final_difference(root: State, live: State) -> str | None:
     """Where the root's messages after the replay differ from the recorded ones, if they do."""
-    want, got = root.messages, live.messages
-    for index, (a, b) in enumerate(zip(want, got, strict=False)):
-        if a != b:
-            return (
-                f"After the replay, message {index} of State {root.id} differs from the"
-                f" recording. {message_difference(a, b)}"
-            )
-    if len(want) != len(got):
-        index = min(len(want), len(got))
-        which, message = ("missing", want[index]) if len(want) > len(got) else ("extra", got[index])
-        return (
-            f"After the replay, State {root.id} has {len(got)} messages, the recording"
-            f" {len(want)}: message {index} is {which}: {describe_message(message)}"
-        )
-    return None
+    difference = messages_difference(root.messages, live.messages)
+    if difference is None:
+        return None
+    return f"After the replay, the messages of State {root.id} differ: {difference}"

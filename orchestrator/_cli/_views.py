@@ -73,11 +73,10 @@ def usage_data(usage: Usage) -> dict[str, Any]:
 
 
 def info_data(info: StateInfo, *, agent: str | None = None) -> dict[str, Any]:
-    """A `StateInfo` as JSON, with its status (and the agent's name when it was read)."""
+    """A `StateInfo` as JSON, with its status and its agent's name (None when unknown)."""
     data: dict[str, Any] = pydantic_core.to_jsonable_python(info)
     data["status"] = status(info.stopped, info.finished, info.damage)
-    if agent is not None:
-        data["agent"] = agent
+    data["agent"] = agent
     return data
 
 
@@ -123,13 +122,14 @@ class ModelCall:
 
 
 def model_calls(state: State) -> list[ModelCall]:
-    """Each request of `state` with the reply or error that answered it, in order."""
+    """Each request of `state` with the reply or error that answered it, in order.
+
+    A request still waiting (a live State; a loaded one has its wait closed) is left out.
+    """
     found: list[ModelCall] = []
     waiting: ModelRequestEntry | None = None
     for entry in state.history:
         if isinstance(entry, ModelRequestEntry):
-            if waiting is not None:
-                found.append(ModelCall(waiting))
             waiting = entry
         elif waiting is not None and isinstance(entry, ModelReplyEntry):
             found.append(ModelCall(waiting, reply=entry))
@@ -137,8 +137,6 @@ def model_calls(state: State) -> list[ModelCall]:
         elif waiting is not None and isinstance(entry, ErrorEntry):
             found.append(ModelCall(waiting, error=entry))
             waiting = None
-    if waiting is not None:
-        found.append(ModelCall(waiting))
     return found
 
 

@@ -113,3 +113,9 @@ def build_solo(model: Model, search_tool: Tool = search) -> dict[str, Agent]:
 def build_solo_changed(model: Model) -> dict[str, Agent]:
     """`build_solo` with the changed search tool."""
     return build_solo(model, search_changed)
+
+
+def build_short(model: Model) -> dict[str, Agent]:
+    """The team with a lead that stops after one turn: its replay asks fewer requests."""
+    team = build(model)
+    return {**team, "lead": team["lead"].copy(max_turns=1)}

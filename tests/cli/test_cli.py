@@ -215,6 +215,53 @@ def test_show_json_holds_the_facts_calls_timings_and_history(recorded: Recorded)
     assert shown["history"][0]["content"]["messages"][0]["content"][0]["text"] == QUESTION
 
 
+def test_show_a_subagent_names_its_parent_and_call(recorded: Recorded) -> None:
+    child = recorded.children[0]
+    call = next(
+        entry.call.id for entry in recorded.lead.history
+        if entry.kind == "tool_result" and child in entry.child_ids
+    )  # fmt: skip
+
+    lines = [
+        " ".join(line.split()) for line in run("show", recorded.target, child).stdout.splitlines()
+    ]
+
+    assert f"parent {recorded.lead.id} (call {call})" in lines
+    assert any(
+        line.endswith(f"run start agent researcher, model fake; tools: search; started by call"
+                      f" {call} of {recorded.lead.id}")
+        for line in lines
+    )  # fmt: skip
+
+
+def test_show_an_imported_conversation(tmp_path: Path) -> None:
+    from orchestrator import Image, TextBlock, ToolResultBlock
+
+    png = Image(b"\x89PNG....", "image/png")
+    messages = [
+        Message.user("Look at this", png),
+        Message.assistant("Reading it.", [tool_call("read", path="a.txt")]),
+        Message("user", (ToolResultBlock("call_1", (TextBlock("the file's text"),)),)),
+    ]
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        state = State(messages=messages)
+        store.save(state)
+
+    lines = [
+        " ".join(line.split())
+        for line in run("show", str(tmp_path / "runs.db"), state.id).stdout.splitlines()
+    ]
+
+    start = next(i for i, line in enumerate(lines) if line.split()[1:2] == ["messages"])
+    assert lines[start].endswith("messages user: Look at this")
+    assert lines[start + 1 : start + 5] == [
+        "(image block)",
+        "assistant: Reading it.",
+        'call read({"path": "a.txt"}) [call_' + lines[start + 3].split("[call_")[1],
+        "user: result of call_1: the file's text",
+    ]
+
+
 def test_show_cuts_long_texts_unless_full(tmp_path: Path) -> None:
     with SQLiteStore(tmp_path / "runs.db") as store:
         state = State(messages=[Message.user("y" * 400)])
@@ -288,11 +335,11 @@ def test_tree_draws_each_subagent_under_its_call(recorded: Recorded) -> None:
     assert branches[0].startswith("├── ")
     assert branches[1].startswith("└── ")
     for line in branches:
-        child = next(child for call, child in calls.items() if call in line)
-        assert line[4:].startswith(
+        call, child = next((call, child) for call, child in calls.items() if call in line)
+        assert line[4:] == (
             f"researcher {child[:12]} answered · turn 2 · 700→175 tok · 2 req · $0.0030"
+            f"  ← researcher {call}"
         )
-        assert "← call researcher [call_" in line
 
 
 def test_tree_json_nests_the_children_with_their_calls(recorded: Recorded) -> None:
@@ -433,6 +480,19 @@ def test_a_damaged_state_in_a_file_store(tmp_path: Path) -> None:
     assert "is damaged" in node["damage"]
 
 
+def test_runs_lists_a_state_whose_history_is_damaged_without_its_agent(tmp_path: Path) -> None:
+    store = FileStore(tmp_path / "runs")
+    lead = anyio.run(record, store)
+    log = tmp_path / "runs" / lead.id / "log.jsonl"
+    log.write_bytes(log.read_bytes().replace(QUESTION.encode(), b"Why are refunds paid thrice?"))
+
+    listed = as_json(run("runs", str(tmp_path / "runs"), "--json"))
+
+    (item,) = [item for item in listed if item["id"] == lead.id]
+    assert (item["status"], item["agent"]) == ("answered", None)  # its info is whole
+    assert {item["agent"] for item in listed if item["id"] != lead.id} == {"researcher"}
+
+
 def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
     store = FileStore(tmp_path / "runs")
     lead = anyio.run(record, store)
@@ -441,13 +501,28 @@ def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
     listed = as_json(run("runs", str(tmp_path / "runs"), "--json"))
     (item,) = [item for item in listed if item["id"] == lead.id]
     assert item["status"] == "damaged"
-    assert "agent" not in item
+    assert item["agent"] is None
     text = run("runs", str(tmp_path / "runs"))
     (line,) = [line for line in text.stdout.splitlines() if line.startswith(lead.id[:12])]
     assert line.split()[1:3] == ["-", "damaged"]
     assert "info.json cannot be read" in line
     tree = run("tree", str(tmp_path / "runs"), lead.id)
     assert "damaged" in tree.stdout.splitlines()[0]
+
+
+def test_status_words() -> None:
+    from orchestrator import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
+    from orchestrator._cli._views import status
+
+    call = tool_call("rm", path="/")
+    assert status(None, False) == "open"
+    assert status(None, True) == "finished"
+    assert status(StoppedByFinish(), False) == "finished"
+    assert status(StoppedByUntil("waiting_for_user"), False) == "answered"
+    assert status(StoppedByUntil("budget_spent"), False) == "stopped by budget_spent"
+    assert status(StoppedByLimit(50), False) == "turn limit (50)"
+    assert status(StoppedByPermission(call, "deny_rm"), False) == "denied by deny_rm"
+    assert status(StoppedByLimit(50), False, damage="bad") == "damaged"
 
 
 @pytest.mark.parametrize("command", [[], ["runs"], ["show"], ["tree"], ["export"], ["replay"]])
@@ -537,6 +612,10 @@ def test_replay_of_several_runs_and_a_failed_run(tmp_path: Path) -> None:
             failing.run(failed)
 
     target = str(tmp_path / "runs.db")
+    shown = run("show", target, failed.id).stdout.splitlines()
+    assert any(line.split()[1:] == ["error", "RateLimitError:", "slow", "down"] for line in shown)
+    request_row = next(line.split() for line in shown if line.split()[:2] == ["1", "fake"])
+    assert request_row[-3:] == ["-", "-", "error"]
     again = as_json(run("replay", target, state.id, "--agents", "tests.cli.team:build", "--json"))
     assert (again["matched"], again["runs"], again["requests"], again["states"]) == (
         True, 2, 12, 5
@@ -569,8 +648,18 @@ def test_replay_that_raises_or_ends_otherwise_does_not_match(recorded: Recorded)
         "replay", recorded.target, solo.id, "--agents", "tests.cli.team:build_solo_changed"
     )
     assert changed.exit_code == 1
-    assert f"After the replay, message 2 of State {solo.id} differs from the recording." in (
-        changed.stdout.replace("\n", " ")
+    assert (
+        f"After the replay, the messages of State {solo.id} differ: message 2 differs. Its"
+        " block 0, the result of call_" in changed.stdout
+    )
+
+    short = run(
+        "replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build_short"
+    )
+    assert short.exit_code == 1
+    assert (
+        f"The replay asked fewer requests than the recording: State {recorded.lead.id} asked 1"
+        " of its 2" in short.stdout
     )
 
 
@@ -590,6 +679,25 @@ def test_replay_with_a_bad_factory_is_one_line_and_exit_2(
     recorded: Recorded, agents: str, message: str
 ) -> None:
     assert_trouble(run("replay", recorded.target, recorded.lead.id, "--agents", agents), message)
+
+
+def test_replay_imports_the_factory_from_the_working_folder(
+    recorded: Recorded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "myteam.py").write_text("from tests.cli.team import build\n")
+    (folder / "brokenteam.py").write_text("import a_module_nobody_wrote\n")
+    monkeypatch.chdir(folder)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(folder))])
+
+    result = run("replay", recorded.target, recorded.lead.id, "--agents", "myteam:build")
+
+    assert result.exit_code == 0, result.output
+    assert str(folder) not in sys.path  # put back as it was
+    # A module that is there but fails to import shows its own error, with its traceback.
+    with pytest.raises(ModuleNotFoundError, match="a_module_nobody_wrote"):
+        run("replay", recorded.target, recorded.lead.id, "--agents", "brokenteam:build")
 
 
 @pytest.mark.usefixtures("in_root")
@@ -648,6 +756,14 @@ def test_the_console_script_reads_a_store_the_example_wrote(tmp_path: Path) -> N
     assert sorted(line.split()[1] for line in lines[1:]) == [
         "code_reader", "log_reader", "test_runner"
     ]  # fmt: skip
+
+    # Not on a terminal and no COLUMNS: 120 columns, so the table keeps each State on a line.
+    plain = command("runs", str(db), "--roots", env={
+        key: value for key, value in os.environ.items() if key != "COLUMNS"
+    })  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines()[1].split()[:3] == [lead["id"][:12], "lead", "answered"]
+    assert plain.stdout.splitlines()[1].rstrip().endswith("Why are refunds paid twice?")
 
     missing = command("show", str(db), "feedface")
     assert missing.returncode == 2

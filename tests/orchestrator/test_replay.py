@@ -299,3 +299,86 @@ def test_a_replay_needs_a_state_and_its_children() -> None:
     copy = State(history=recorded.history)  # the history alone: its children are elsewhere
     with pytest.raises(ValueError, match="not in memory and this State has no store"):
         ReplayModel(copy)
+
+
+async def test_aload_reads_a_sync_store_off_the_event_loop() -> None:
+    import threading
+
+    from tests.doubles import ThreadCheckedStore
+
+    store = ThreadCheckedStore()
+    recorded = await record(store)
+    store.loop_thread = threading.get_ident()
+
+    model = await ReplayModel.aload(store, recorded.id)
+
+    assert store.calls.count("load") == 3  # the lead and its two researchers
+    assert store.on_loop == []
+    assert await build(model)["lead"].arun(QUESTION) == recorded.answer
+
+
+async def test_a_difference_inside_a_message_names_the_block() -> None:
+    from orchestrator import Image
+
+    png = Image(b"\x89PNG....", "image/png")
+    cases = [
+        # (recorded messages, replayed messages, what the difference says)
+        (
+            [Message.user("hi"), Message.assistant("hello"), Message.user("go")],
+            [Message.user("hi"), Message.user("hello"), Message.user("go")],
+            "message 1 differs. Expected: assistant: 'hello' Got: user: 'hello'",
+        ),
+        (
+            [Message.user("look", png)],
+            [Message.user("look")],
+            "message 0 differs. It lacks block 1. Expected: image (image/png, 8 bytes)",
+        ),
+        (
+            [Message.user("look")],
+            [Message.user("look", png)],
+            "message 0 differs. It has an extra block 1. Got: image (image/png, 8 bytes)",
+        ),
+        (
+            [Message.user("look", png)],
+            [Message("user", (png, png))],
+            "message 0 differs. Its block 0 differs. Expected: 'look' Got: image (image/png,",
+        ),
+        (
+            [Message.user("abc")],
+            [Message.user("abcd")],
+            "message 0 differs. Its block 0 (text) differs. Expected: 'abc' Got: 'abcd'",
+        ),
+    ]
+    for want, got, difference in cases:
+        recorded = State(messages=want)
+        await Agent(FakeModel(["ok"])).arun(recorded)
+        model = ReplayModel(recorded)
+        with pytest.raises(ReplayMismatch) as raised:
+            await Agent(model).arun(State(messages=got))
+        assert difference in str(raised.value)
+
+
+def test_describe_message_shows_every_kind_of_block() -> None:
+    from orchestrator import Image, RawBlock, ReasoningBlock, TextBlock, ToolResultBlock
+    from orchestrator._replay import describe_message
+
+    message = Message(
+        "assistant",
+        (
+            ReasoningBlock("thinking"),
+            TextBlock("some text"),
+            tool_call("read", path="a.txt", n=2),
+            ToolResultBlock("call_9", (TextBlock("failed"),), is_error=True),
+            Image(b"12", "image/png"),
+            RawBlock("anthropic", {"x": 1}),
+        ),
+    )
+
+    text = describe_message(message)
+
+    assert text.startswith("assistant: reasoning 'thinking'; 'some text'; call read(")
+    assert '{"n": 2, "path": "a.txt"}) [call_' in text
+    assert text.endswith(
+        "; result of call_9 (error): 'failed'; image (image/png, 2 bytes); raw block of anthropic"
+    )
+    assert describe_message(Message("user", ())) == "user: (empty)"
