@@ -305,7 +305,10 @@ def tree(store: str, state_id: str, as_json: bool) -> None:
 @cli.command(epilog=_STORE_HELP)
 @click.argument("store")
 @click.argument("state_id", metavar="ID")
-def export(store: str, state_id: str) -> None:
+@click.option(
+    "--json", "as_json", is_flag=True, help="Accepted like on every read command: always JSON."
+)
+def export(store: str, state_id: str, as_json: bool) -> None:
     """Print the history of one State as JSON lines, one entry a line, in the stored format.
 
     `stores.decode_entry` reads each line back; `State(history=...)` rebuilds the State.
