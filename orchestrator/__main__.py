@@ -1,0 +1,5 @@
+"""``python -m orchestrator``: the `orchestrator` command line."""
+
+from orchestrator._cli import main
+
+main()

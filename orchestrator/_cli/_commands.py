@@ -1,0 +1,372 @@
+"""The `orchestrator` command: list, show, draw, export and replay saved runs.
+
+Click parses the command line (one small dependency-free package, the most used and best kept
+CLI library for Python); rich draws. This is the only module of the library that writes to the
+terminal: ``--json`` output and errors go through `click.echo`, the rest through a rich
+`Console`.
+
+Exit codes follow diff's: 0 when all went well (and a replay matched), 1 when a replay did
+not match, 2 on trouble (a bad store URL, a missing id, a damaged store, a wrong option).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+from collections.abc import Generator
+from datetime import UTC, datetime, timedelta
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from orchestrator import OrchestratorError, State, StateInfo, ToolCall, validate_id
+from orchestrator.testing import ReplayModel
+from stores import encode_entry
+
+from .._replay import agent_name
+from ._open import open_existing
+from ._render import TreeNode, runs_table, show_view, tree_view
+from ._replaying import load_factory, pick_agent, replay
+from ._views import info_data, state_data, status_kind
+
+__all__ = ("cli",)
+
+TROUBLE = 2
+MISMATCH = 1
+_STOPS = ("any", "none", "finish", "until", "limit", "permission")
+_AGO = re.compile(r"(\d+)\s*([smhdw])")
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_STORE_HELP = (
+    "STORE is a URL (sqlite:///runs.db, file:///var/runs, memory:) or a path: a .db file is an"
+    " SQLite store, a folder a FileStore."
+)
+
+
+class Trouble(click.ClickException):
+    """A one-line error on stderr, exit code 2: what went wrong and what to do."""
+
+    exit_code = TROUBLE
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+    def show(self, file: Any = None) -> None:
+        """Print ``orchestrator: error: <message>`` on stderr."""
+        click.echo(f"orchestrator: error: {self.format_message()}", err=True, file=file)
+
+
+def _fail(message: str) -> NoReturn:
+    raise Trouble(message)
+
+
+@contextlib.contextmanager
+def _trouble() -> Generator[None]:
+    """Turn the errors a store or a bad argument raises into one clear line, no traceback."""
+    try:
+        yield
+    except (LookupError, OrchestratorError, ValueError, OSError) as error:
+        _fail(str(error) or type(error).__name__)
+
+
+@contextlib.contextmanager
+def _store(target: str) -> Generator[Any]:
+    """The store `target` names, closed afterwards; its errors made one line."""
+    with _trouble():
+        store = open_existing(target)
+        try:
+            yield store
+        finally:
+            close = getattr(store, "close", None)
+            if callable(close):
+                close()
+
+
+def _resolve(store: Any, target: str, state_id: str) -> str:
+    """The full id of the State `state_id` names: itself, or the one id it starts."""
+    if not state_id:
+        _fail("The State id is empty: `orchestrator runs STORE` lists the ids.")
+    validate_id(state_id, "State id")
+    infos: list[StateInfo] = store.list()
+    ids = [info.id for info in infos]
+    if state_id in ids:
+        return state_id
+    starting = [known for known in ids if known.startswith(state_id)]
+    if len(starting) == 1:
+        return starting[0]
+    if starting:
+        shown = ", ".join(starting[:3]) + (", ..." if len(starting) > 3 else "")
+        _fail(f"{state_id!r} starts {len(starting)} State ids ({shown}): give more of it.")
+    _fail(f"No State {state_id!r} in {target}: `orchestrator runs {target}` lists the ids.")
+
+
+def _load(store: Any, target: str, state_id: str) -> State:
+    """The State `state_id` names: loaded by its id, else by the one id it starts."""
+    if state_id:
+        validate_id(state_id, "State id")
+        with contextlib.suppress(LookupError):
+            return store.load(state_id)
+    return store.load(_resolve(store, target, state_id))
+
+
+def _console() -> Console:
+    """A console for stdout: 120 columns when it is not a terminal and COLUMNS is not set.
+
+    Rich would take 80, which squeezes the tables of a log file or a pipe.
+    """
+    console = Console(highlight=False)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(highlight=False, width=120)
+    return console
+
+
+def _echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+
+
+def _since(text: str) -> datetime:
+    """A moment from ``2026-12-01``, ``2026-12-01T09:30`` (local time unless it says) or ``2h``."""
+    ago = _AGO.fullmatch(text.strip())
+    if ago is not None:
+        amount, unit = ago.groups()
+        return datetime.now(UTC) - timedelta(**{_UNITS[unit]: int(amount)})
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is not a time: give a date (2026-12-01), a date and time"
+            " (2026-12-01T09:30, local unless it has an offset) or an age (30m, 2h, 7d, 1w)."
+        ) from None
+    return moment.astimezone() if moment.tzinfo is None else moment
+
+
+def _agent_of(store: Any, info: StateInfo) -> str | None:
+    """The agent that ran a listed State, read from its history (None if it cannot be read)."""
+    if info.damage is not None:
+        return None
+    try:
+        return agent_name(store.load(info.id))
+    except (LookupError, OrchestratorError, ValueError):
+        return None
+
+
+@click.group(
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+    epilog=_STORE_HELP,
+)
+@click.version_option(package_name="orchestrator", prog_name="orchestrator")
+def cli() -> None:
+    """See and replay the runs saved in an orchestrator store."""
+
+
+_json_option = click.option(
+    "--json", "as_json", is_flag=True, help="Print JSON instead of text, for programs."
+)
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.option("--parent", metavar="ID", help="Only the subagent States that State ID started.")
+@click.option("--roots", is_flag=True, help="Only the States no tool call started.")
+@click.option("--agent", metavar="NAME", help="Only the States the agent NAME ran.")
+@click.option(
+    "--stopped",
+    type=click.Choice(_STOPS),
+    help="Only the States with this stop (any: stopped at all; none: no stop recorded).",
+)
+@click.option(
+    "--since",
+    metavar="WHEN",
+    help="Only the States updated since WHEN: 2026-12-01, 2026-12-01T09:30, or an age: 2h, 7d.",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=50,
+    show_default=True,
+    help="Show at most this many, the most recently updated first (0: all).",
+)
+@_json_option
+def runs(
+    store: str,
+    parent: str | None,
+    roots: bool,
+    agent: str | None,
+    stopped: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """List the States saved in STORE, the most recently updated first."""
+    moment = None if since is None else _since(since)
+    with _store(store) as opened:
+        parent_id = None if parent is None else _resolve(opened, store, parent)
+        infos: list[StateInfo] = opened.list(parent_id=parent_id)
+        if roots:
+            infos = [info for info in infos if info.parent_id is None]
+        if moment is not None:
+            infos = [info for info in infos if info.updated_at and info.updated_at >= moment]
+        if stopped == "any":
+            infos = [info for info in infos if info.stopped is not None]
+        elif stopped is not None:
+            infos = [info for info in infos if status_kind(info.stopped) == stopped]
+        # The agent's name is in the history, not in a State's info: each State shown is read.
+        names: dict[str, str | None] = {}
+        if agent is not None:
+            names = {info.id: _agent_of(opened, info) for info in infos}
+            infos = [info for info in infos if names[info.id] == agent]
+        total = len(infos)
+        shown = infos[:limit] if limit else infos
+        rows = [
+            (info, names[info.id] if info.id in names else _agent_of(opened, info))
+            for info in shown
+        ]
+    if as_json:
+        _echo_json([info_data(info, agent=name) for info, name in rows])
+        return
+    console = _console()
+    if not rows:
+        console.print("No States match.", style="dim")
+        return
+    console.print(runs_table(rows))
+    if total > len(rows):
+        console.print(
+            f"{len(rows)} of {total} States shown: --limit {total} shows all.", style="dim"
+        )
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.argument("state_id", metavar="ID")
+@click.option(
+    "--full", is_flag=True, help="Show long texts whole (they are cut at 300 characters)."
+)
+@_json_option
+def show(store: str, state_id: str, full: bool, as_json: bool) -> None:
+    """Show one State: its conversation, tool calls and results, usage, cost, timings, stop.
+
+    ID is a State's id, or the start of one that no other id starts with.
+    """
+    with _store(store) as opened:
+        state = _load(opened, store, state_id)
+    if as_json:
+        _echo_json(state_data(state))
+        return
+    _console().print(show_view(state, None if full else 300))
+
+
+def _node(store: Any, info: StateInfo, call: ToolCall | None, seen: set[str]) -> TreeNode:
+    """The tree of States under `info`, read from `store` (a damaged one is shown as such)."""
+    seen.add(info.id)
+    if info.damage is not None:
+        return TreeNode(info, call=call)
+    try:
+        state: State = store.load(info.id)
+    except (LookupError, OrchestratorError, ValueError) as error:
+        return TreeNode(info, call=call, damage=str(error))
+    node = TreeNode(info, agent_name(state), call)
+    calls = {
+        tool_call.id: tool_call
+        for entry in state.history
+        if entry.kind == "model_reply"
+        for tool_call in entry.tool_calls
+    }
+    children: list[StateInfo] = store.list(parent_id=info.id)
+    children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
+    for child in children:
+        if child.id not in seen:
+            call_of = calls.get(child.parent_call_id or "")
+            node.children.append(_node(store, child, call_of, seen))
+    return node
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.argument("state_id", metavar="ID")
+@_json_option
+def tree(store: str, state_id: str, as_json: bool) -> None:
+    """Draw the tree of subagents under one State, with status, turns, tokens and cost.
+
+    Each subagent is shown under the tool call that started it; usage and cost include the
+    subagents below.
+    """
+    with _store(store) as opened:
+        full_id = _resolve(opened, store, state_id)
+        root = next(info for info in opened.list() if info.id == full_id)
+        node = _node(opened, root, None, set())
+    if as_json:
+        _echo_json(node.data())
+        return
+    _console().print(tree_view(node))
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.argument("state_id", metavar="ID")
+@click.option(
+    "--json", "as_json", is_flag=True, help="Accepted like on every read command: always JSON."
+)
+def export(store: str, state_id: str, as_json: bool) -> None:
+    """Print the history of one State as JSON lines, one entry a line, in the stored format.
+
+    `stores.decode_entry` reads each line back; `State(history=...)` rebuilds the State.
+    """
+    with _store(store) as opened:
+        state = _load(opened, store, state_id)
+    for entry in state.history:
+        click.echo(encode_entry(entry))
+
+
+@cli.command("replay", epilog=_STORE_HELP)
+@click.argument("store")
+@click.argument("state_id", metavar="ID")
+@click.option(
+    "--agents",
+    "factory",
+    metavar="MODULE:FUNCTION",
+    required=True,
+    help="A function that takes the model and returns the agents by name, e.g."
+    " myapp.agents:build (imported from the working folder too).",
+)
+@click.option(
+    "--agent",
+    metavar="NAME",
+    help="The agent to run the State with (default: the one its first run recorded).",
+)
+@_json_option
+def replay_command(
+    store: str, state_id: str, factory: str, agent: str | None, as_json: bool
+) -> None:
+    """Run a saved State and its subagents again, offline, and say whether it matched.
+
+    The model is a ReplayModel: each request gets the reply recorded for it, and the first
+    request that differs is reported. The tools run for real. FUNCTION(model) must return a
+    dict of agent name -> Agent, every agent (subagents too) built with that model.
+
+    Exit code 0 when the replay matched, 1 when it did not (the first difference is shown).
+    """
+    with _store(store) as opened:
+        root = _load(opened, store, state_id)
+        with _trouble():
+            model = ReplayModel(root)
+    with _trouble():
+        build = load_factory(factory)
+        name, chosen = pick_agent(build(model), root, agent, factory)
+        outcome = replay(root, model, chosen, name)
+    if as_json:
+        _echo_json(outcome.data())
+    elif outcome.matched:
+        _console().print(
+            f"matched: {outcome.requests} requests of {outcome.states} States answered from"
+            f" the recording ({outcome.runs} run{'s' if outcome.runs != 1 else ''} of agent"
+            f" {name!r})",
+            style="green",
+        )
+    else:
+        console = _console()
+        console.print("did not match", style="bold red")
+        click.echo(outcome.difference)
+    if not outcome.matched:
+        raise SystemExit(MISMATCH)

@@ -1,0 +1,233 @@
+"""What the commands show of a State, as plain data: one source for the text and the JSON.
+
+Everything here reads public names only: `StateInfo`, `State` and its history entries.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pydantic_core
+
+from orchestrator import (
+    ErrorEntry,
+    ModelReplyEntry,
+    ModelRequestEntry,
+    RunStartEntry,
+    State,
+    StateInfo,
+    Stopped,
+    StoppedByFinish,
+    StoppedByLimit,
+    StoppedByPermission,
+    StoppedByUntil,
+    ToolCall,
+    ToolResultEntry,
+    Usage,
+)
+from stores import encode_entry
+
+__all__ = (
+    "ModelCall",
+    "RunOf",
+    "ToolRun",
+    "info_data",
+    "model_calls",
+    "run_of",
+    "seconds",
+    "state_data",
+    "status",
+    "tool_runs",
+    "usage_data",
+)
+
+ANSWERED = "waiting_for_user"  # the default loop's `until`: the model answered
+
+
+def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -> str:
+    """A State's status in a word or three: why it stopped, or that it did not."""
+    if damage is not None:
+        return "damaged"
+    if finished or isinstance(stopped, StoppedByFinish):
+        return "finished"
+    if isinstance(stopped, StoppedByUntil):
+        return "answered" if stopped.name == ANSWERED else f"stopped by {stopped.name}"
+    if isinstance(stopped, StoppedByLimit):
+        return f"turn limit ({stopped.turns})"
+    if isinstance(stopped, StoppedByPermission):
+        return f"denied by {stopped.permission}"
+    return "open"  # no stop recorded: running, failed, or cut off
+
+
+def status_kind(stopped: Stopped | None) -> str:
+    """The `kind` of a stop, or ``"none"``: what ``runs --stopped`` filters on."""
+    return "none" if stopped is None else stopped.kind
+
+
+def usage_data(usage: Usage) -> dict[str, Any]:
+    """A `Usage` as JSON."""
+    return pydantic_core.to_jsonable_python(usage)
+
+
+def info_data(info: StateInfo, *, agent: str | None = None) -> dict[str, Any]:
+    """A `StateInfo` as JSON, with its status and its agent's name (None when unknown)."""
+    data: dict[str, Any] = pydantic_core.to_jsonable_python(info)
+    data["status"] = status(info.stopped, info.finished, info.damage)
+    data["agent"] = agent
+    return data
+
+
+def seconds(start: datetime | None, end: datetime | None) -> float | None:
+    """The seconds from `start` to `end`, to the millisecond, or None if one is missing."""
+    if start is None or end is None:
+        return None
+    return round((end - start).total_seconds(), 3)
+
+
+@dataclass(frozen=True, slots=True)
+class RunOf:
+    """Who ran a State: its first run's agent and model, and how many runs it had."""
+
+    agent: str | None = None
+    model: str | None = None
+    tools: tuple[str, ...] = ()
+    runs: int = 0
+
+
+def run_of(state: State) -> RunOf:
+    """The agent, model and tools of `state`'s first run, and its number of runs."""
+    starts = [entry for entry in state.history if isinstance(entry, RunStartEntry)]
+    if not starts:
+        return RunOf()
+    first = starts[0].content
+    return RunOf(agent=first.agent, model=first.model, tools=first.tools, runs=len(starts))
+
+
+@dataclass(frozen=True, slots=True)
+class ModelCall:
+    """One model request and what answered it: the reply, or an error."""
+
+    request: ModelRequestEntry
+    reply: ModelReplyEntry | None = None
+    error: ErrorEntry | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """How long the model took."""
+        end = self.reply or self.error
+        return seconds(self.request.at, None if end is None else end.at)
+
+
+def model_calls(state: State) -> list[ModelCall]:
+    """Each request of `state` with the reply or error that answered it, in order.
+
+    A request still waiting (a live State; a loaded one has its wait closed) is left out.
+    """
+    found: list[ModelCall] = []
+    waiting: ModelRequestEntry | None = None
+    for entry in state.history:
+        if isinstance(entry, ModelRequestEntry):
+            waiting = entry
+        elif waiting is not None and isinstance(entry, ModelReplyEntry):
+            found.append(ModelCall(waiting, reply=entry))
+            waiting = None
+        elif waiting is not None and isinstance(entry, ErrorEntry):
+            found.append(ModelCall(waiting, error=entry))
+            waiting = None
+    return found
+
+
+@dataclass(frozen=True, slots=True)
+class ToolRun:
+    """One tool call: the reply that asked for it and the result it got (None while open)."""
+
+    call: ToolCall
+    asked: ModelReplyEntry
+    result: ToolResultEntry | None = None
+    children: tuple[str, ...] = field(default=())
+
+    @property
+    def seconds(self) -> float | None:
+        """From the reply that asked for the call to its result: the call's time, at most."""
+        return seconds(self.asked.at, None if self.result is None else self.result.at)
+
+
+def tool_runs(state: State) -> list[ToolRun]:
+    """Each tool call of `state`, in the order the model asked for them, with its result."""
+    runs: dict[str, ToolRun] = {}
+    for entry in state.history:
+        if isinstance(entry, ModelReplyEntry):
+            for call in entry.tool_calls:
+                runs[call.id] = ToolRun(call, entry)
+        elif isinstance(entry, ToolResultEntry) and not entry.late:
+            asked = runs.get(entry.call.id)
+            if asked is not None:
+                runs[entry.call.id] = ToolRun(asked.call, asked.asked, entry, entry.child_ids)
+    return list(runs.values())
+
+
+def _entry_data(entry: Any) -> Any:
+    return json.loads(encode_entry(entry))
+
+
+def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
+    """What ``show --json`` prints: the State's facts, its calls with timings, its history."""
+    run = run_of(state)
+    stopped = state.stopped
+    data: dict[str, Any] = {
+        "id": state.id,
+        "parent_id": state.parent_id,
+        "parent_call_id": state.parent_call_id,
+        "agent": run.agent,
+        "model": run.model,
+        "tools": list(run.tools),
+        "runs": run.runs,
+        "status": status(stopped, state.finished),
+        "stopped": None if stopped is None else pydantic_core.to_jsonable_python(stopped),
+        "finished": state.finished,
+        "answer": pydantic_core.to_jsonable_python(state.answer),
+        "turn": state.turn,
+        "created_at": _iso(state.created_at),
+        "updated_at": _iso(state.updated_at),
+        "seconds": seconds(state.created_at, state.updated_at),
+        "usage": usage_data(state.usage),
+        "children": [child for tool in tool_runs(state) for child in tool.children],
+        "model_calls": [
+            {
+                "request_seq": call.request.seq,
+                "turn": call.request.turn,
+                "at": _iso(call.request.at),
+                "seconds": call.seconds,
+                "messages": call.request.content.message_count,
+                "model": call.request.content.model,
+                "stop_reason": None if call.reply is None else call.reply.content.stop_reason,
+                "usage": None if call.reply is None else usage_data(call.reply.content.usage),
+                "tool_calls": [] if call.reply is None else [c.id for c in call.reply.tool_calls],
+                "error": None if call.error is None else call.error.content,
+            }
+            for call in model_calls(state)
+        ],
+        "tool_calls": [
+            {
+                "id": tool.call.id,
+                "name": tool.call.name,
+                "args": pydantic_core.to_jsonable_python(tool.call.args),
+                "outcome": None if tool.result is None else tool.result.outcome,
+                "seconds": tool.seconds,
+                "result": None if tool.result is None else tool.result.content.text,
+                "children": list(tool.children),
+                "usage": None if tool.result is None else usage_data(tool.result.usage),
+            }
+            for tool in tool_runs(state)
+        ],
+    }
+    if full_history:
+        data["history"] = [_entry_data(entry) for entry in state.history]
+    return data
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
