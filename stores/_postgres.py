@@ -319,7 +319,7 @@ class PostgresStore(ThreadedAsync):
         """The library's error for an error of psycopg, its text free of the password."""
         import psycopg.errors
 
-        text = _scrub(str(error).strip(), self._secrets) or type(error).__name__
+        text = " ".join(_scrub(str(error), self._secrets).split()) or type(error).__name__
         about = "" if state_id is None else f" while reading or writing State {state_id!r}"
         if isinstance(
             error,
@@ -335,7 +335,7 @@ class PostgresStore(ThreadedAsync):
             )
         if isinstance(error, psycopg.OperationalError):
             return StoreError(
-                f"{self._where} could not reach the database{about}: {text}. Check that the"
+                f"{self._where} could not reach the database{about} ({text}). Check that the"
                 " server runs and that the DSN (host, port, user, password) is right."
             )
         return StoreError(f"{self._where} failed{about}: {text} ({type(error).__name__}).")
