@@ -205,7 +205,7 @@ class PostgresStore(ThreadedAsync):
 
     def delete(self, state_id: str) -> None:
         """Forget the State `state_id` and its entries (nothing happens if it is absent)."""
-        self._run(delete_plan(self._sql, state_id, self._known), state_id)
+        self._run(delete_plan(self._sql, state_id, self._known), state_id, transaction=True)
 
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 
@@ -261,8 +261,10 @@ class PostgresStore(ThreadedAsync):
 
     # -- running plans ------------------------------------------------------------------------
 
-    def _run(self, plan: Plan[Any], state_id: str | None = None) -> Any:
-        """Carry out `plan` on a connection of the pool.
+    def _run(
+        self, plan: Plan[Any], state_id: str | None = None, *, transaction: bool = False
+    ) -> Any:
+        """Carry out `plan` on a connection of the pool (in one transaction if `transaction`).
 
         An error of psycopg is raised as the library's (`StoreError`, or `StoreDamagedError`
         when the tables were changed), naming `state_id` if the call is about one State.
@@ -272,7 +274,10 @@ class PostgresStore(ThreadedAsync):
         try:
             pool = self._open()
             with pool.connection(timeout=self._timeout) as connection:
-                return run_plan(plan, lambda query: _execute(connection, query))
+                if not transaction:
+                    return run_plan(plan, lambda query: _execute(connection, query))
+                with connection.transaction():
+                    return run_plan(plan, lambda query: _execute(connection, query))
         except psycopg.Error as error:
             raise self._error(error, state_id) from _cause(error, self._secrets)
         finally:

@@ -13,7 +13,7 @@ The tables, in one PostgreSQL schema (``orchestrator`` unless the store is given
     states   (id, parent_id, ..., entries, head)   one row per State: what `list` returns, its
                                    entry count and the digest of its last entry
     entries  (state_id, seq, data, digest)   one row per history entry, keyed by
-                                   (state_id, seq); deleted with its states row (cascade)
+                                   (state_id, seq); written and deleted with its states row
     memory   (agent, space, key, value)   agent memory: JSON text per key
     memory_effects (agent, effect, at)    the effect keys of the memory writes applied
 
@@ -118,9 +118,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         # The order of `list` (ties by id; a State without entries has no time: last).
         "CREATE INDEX states_by_update ON {s}.states (updated_at DESC NULLS LAST, id)",
         "CREATE INDEX states_by_parent ON {s}.states (parent_id, updated_at DESC NULLS LAST, id)",
+        # No foreign key to states: its checks made a save of 100 States take 17-25 ms
+        # against 10-11 ms without (measured); a save and a delete write both tables in one
+        # statement instead.
         """
         CREATE TABLE {s}.entries (
-            state_id text NOT NULL REFERENCES {s}.states (id) ON DELETE CASCADE,
+            state_id text NOT NULL,
             seq integer NOT NULL,
             data bytea NOT NULL,
             digest bytea NOT NULL,
@@ -176,15 +179,17 @@ _INFO_COLUMNS = (
 
 # One statement for a whole group commit. `incoming` has a row per State: `prev` is the
 # count the writer continued (-1: it believes the State new) and `prev_head` that end's digest.
+# The parameters go in binary (%b): psycopg sends a list of bytes as text with every byte
+# escaped, about 15 us an entry line, against 0.5 us in binary (measured, psycopg 3.3).
 _SAVE = (
     """
 WITH incoming AS (
     SELECT * FROM unnest(
-        %(ids)s::text[], %(prevs)s::integer[], %(prev_heads)s::bytea[],
-        %(parent_ids)s::text[], %(parent_call_ids)s::text[], %(titles)s::text[],
-        %(created)s::timestamptz[], %(updated)s::timestamptz[], %(turns)s::integer[],
-        %(finished)s::boolean[], %(stopped)s::text[], %(usages)s::text[],
-        %(counts)s::integer[], %(heads)s::bytea[]
+        %(ids)b::text[], %(prevs)b::integer[], %(prev_heads)b::bytea[],
+        %(parent_ids)b::text[], %(parent_call_ids)b::text[], %(titles)b::text[],
+        %(created)b::timestamptz[], %(updated)b::timestamptz[], %(turns)b::integer[],
+        %(finished)b::boolean[], %(stopped)b::text[], %(usages)b::text[],
+        %(counts)b::integer[], %(heads)b::bytea[]
     ) AS i (
         id, prev, prev_head, parent_id, parent_call_id, title, created_at, updated_at, turn,
         finished, stopped, usage, entries, head
@@ -216,7 +221,7 @@ appended AS (
     INSERT INTO {s}.entries (state_id, seq, data, digest)
     SELECT e.state_id, e.seq, e.data, e.digest
     FROM unnest(
-        %(entry_ids)s::text[], %(seqs)s::integer[], %(lines)s::bytea[], %(digests)s::bytea[]
+        %(entry_ids)b::text[], %(seqs)b::integer[], %(lines)b::bytea[], %(digests)b::bytea[]
     ) AS e (state_id, seq, data, digest)
     WHERE e.state_id IN (SELECT id FROM written)
 )
@@ -245,7 +250,14 @@ _LIST_CHILDREN = (
     f"SELECT {_INFO_COLUMNS} FROM {{s}}.states WHERE parent_id = %s"
     " ORDER BY updated_at DESC NULLS LAST, id LIMIT %s"
 )
-_DELETE = "DELETE FROM {s}.states WHERE id = %s"  # its entries go with it (ON DELETE CASCADE)
+# A delete locks the row first, in its transaction: a save of the State that committed
+# meanwhile is then seen by the delete (its statement starts after the lock), so none of its
+# entries is left behind without a row.
+_LOCK_STATE = "SELECT 1 FROM {s}.states WHERE id = %s FOR UPDATE"
+_DELETE = (
+    "WITH gone AS (DELETE FROM {s}.states WHERE id = %s)"
+    " DELETE FROM {s}.entries WHERE state_id = %s"
+)
 
 _MEMORY_GET = "SELECT value FROM {s}.memory WHERE agent = %s AND space = %s AND key = %s"
 _MEMORY_SCAN = "SELECT key, value FROM {s}.memory WHERE agent = %s AND space = %s ORDER BY key"
@@ -307,6 +319,7 @@ class Sql:
     load: str = field(init=False)
     list_all: str = field(init=False)
     list_children: str = field(init=False)
+    lock_state: str = field(init=False)
     delete: str = field(init=False)
     memory_get: str = field(init=False)
     memory_scan: str = field(init=False)
@@ -334,6 +347,7 @@ class Sql:
         put("load", _LOAD)
         put("list_all", _LIST_ALL)
         put("list_children", _LIST_CHILDREN)
+        put("lock_state", _LOCK_STATE)
         put("delete", _DELETE)
         put("memory_get", _MEMORY_GET)
         put("memory_scan", _MEMORY_SCAN)
@@ -778,7 +792,9 @@ def _list(sql: Sql, parent_id: str | None, limit: int | None, where: str) -> Pla
 
 
 def delete_plan(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
-    """Forget the State `state_id`, its entries with it; nothing happens if it is absent.
+    """Forget the State `state_id` and its entries; nothing happens if it is absent.
+
+    Run it in a transaction: it locks the row, then deletes the row and the entries.
 
     Raises:
         TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
@@ -789,7 +805,8 @@ def delete_plan(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
 
 def _delete(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
     known.forget(state_id)
-    yield Query(sql.delete, (state_id,))
+    yield Query(sql.lock_state, (state_id,))
+    yield Query(sql.delete, (state_id, state_id))
 
 
 # -- agent memory --------------------------------------------------------------------------
