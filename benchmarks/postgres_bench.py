@@ -12,6 +12,11 @@ with a line saying so.
 - load: one State of about 100,000 entries, loaded (best of 3).
 - fan-out: a lead whose 1,000 children run 3 tool turns each, with no store, `SQLiteStore` and
   `PostgresStore`, taken in turn (median of each; the ratios are medians of each round's).
+
+Each has its floor beside it, measured in the same run (the machine's speed and its disk's
+fsync move a lot): one bare commit of a one-row UPDATE; 100 saves' rows (3 entries of 400
+bytes each and a row update) written by one bare statement; the same State loaded from a
+`MemoryStore` (decoding and replaying, no I/O).
 """
 
 from __future__ import annotations
@@ -23,14 +28,15 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import LiteralString, cast
 
 import anyio
 
 from orchestrator import Message, State
-from stores import PostgresStore, SQLiteStore
+from stores import MemoryStore, PostgresStore, SQLiteStore
 
 from .agent_bench import fanout_seconds
 from .report import Metric
@@ -42,7 +48,7 @@ DSN_VARIABLE = "ORCHESTRATOR_TEST_POSTGRES_DSN"
 
 
 @contextmanager
-def _store(dsn: str) -> Iterator[PostgresStore]:
+def _store(dsn: str) -> Generator[PostgresStore]:
     """A store in a new schema, dropped afterwards."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     store = PostgresStore(dsn, schema=schema)
@@ -63,27 +69,86 @@ def _state(state_id: str) -> State:
     return State(id=state_id, messages=[Message.user("Find where the config is parsed.")])
 
 
-def save_alone_us(dsn: str, saves: int) -> float:
-    """Median µs of one save of a turn (3 entries and the states row), one at a time."""
+class _Floor:
+    """The floors, on a connection of their own, in scratch tables of the store's schema."""
+
+    def __init__(self, store: PostgresStore, dsn: str, crowd: int) -> None:
+        import psycopg
+
+        store.list()  # makes the schema
+        self._schema = store.schema
+        self._connection = psycopg.connect(dsn, autocommit=True)
+        self._run(f"CREATE TABLE {self._schema}.floor_rows (id text PRIMARY KEY, n int)")
+        self._run(
+            f"CREATE TABLE {self._schema}.floor_entries (id text, seq int, data bytea,"
+            " PRIMARY KEY (id, seq))"
+        )
+        self._ids = [f"s{i}" for i in range(crowd)]
+        self._entry_ids = [state_id for state_id in self._ids for _ in range(3)]
+        self._run(f"INSERT INTO {self._schema}.floor_rows SELECT unnest(%b::text[]), 0", self._ids)
+        self._round = 0
+
+    def _run(self, statement: str, *params: object) -> float:
+        start = time.perf_counter()
+        self._connection.execute(cast("LiteralString", statement), params)
+        return time.perf_counter() - start
+
+    def commit(self) -> float:
+        """Seconds of one bare commit: a one-row UPDATE."""
+        return self._run(f"UPDATE {self._schema}.floor_rows SET n = n + 1 WHERE id = 's0'")
+
+    def batch(self) -> float:
+        """Seconds of one statement writing the rows of `crowd` saves of a turn each."""
+        first = self._round * 3
+        self._round += 1
+        seqs = [first + k for _ in self._ids for k in range(3)]
+        return self._run(
+            f"WITH e AS (INSERT INTO {self._schema}.floor_entries SELECT * FROM unnest("
+            " %b::text[], %b::int[], %b::bytea[]))"
+            f" UPDATE {self._schema}.floor_rows AS r SET n = n + 3"
+            " FROM unnest(%b::text[]) AS u (id) WHERE r.id = u.id",
+            self._entry_ids,
+            seqs,
+            [_LINE] * len(self._entry_ids),
+            self._ids,
+        )
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+_LINE = b"x" * 400  # about an entry line of `record_turn`
+
+
+def save_alone_us(dsn: str, saves: int) -> tuple[float, float]:
+    """Median µs of one save of a turn (3 entries and the states row), one at a time; and of
+    one bare commit, taken in turn with them."""
     with _store(dsn) as store:
+        floor = _Floor(store, dsn, 1)
         state = _state("alone")
         store.save(state)
         times: list[float] = []
+        commits: list[float] = []
         for i in range(saves):
             record_turn(state, i)
             start = time.perf_counter()
             store.save(state)
             times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e6
+            commits.append(floor.commit())
+        floor.close()
+    return statistics.median(times) * 1e6, statistics.median(commits) * 1e6
 
 
-def save_concurrent_us(dsn: str, states: int, rounds: int) -> float:
-    """Median µs per save when `states` tasks save a turn each at once (wall time / states)."""
+def save_concurrent_us(dsn: str, states: int, rounds: int) -> tuple[float, float]:
+    """Median µs per save when `states` tasks save a turn each at once (wall time / states);
+    and per save of one bare statement writing the same rows, taken in turn with them."""
     with _store(dsn) as store:
+        floor = _Floor(store, dsn, states)
         crowd = [_state(f"crowd-{i}") for i in range(states)]
 
-        async def main() -> list[float]:
+        async def main() -> tuple[list[float], list[float]]:
             per_save: list[float] = []
+            bare: list[float] = []
             for round_ in range(rounds + 1):
                 for state in crowd:
                     record_turn(state, round_)
@@ -93,27 +158,34 @@ def save_concurrent_us(dsn: str, states: int, rounds: int) -> float:
                         group.start_soon(store.asave, state)
                 if round_:  # the first round makes the rows and warms the pool up
                     per_save.append((time.perf_counter() - start) / states)
-            return per_save
+                    bare.append(floor.batch() / states)  # nothing else runs meanwhile
+            return per_save, bare
 
-        return statistics.median(anyio.run(main)) * 1e6
+        measured, bare = anyio.run(main)
+        floor.close()
+        return statistics.median(measured) * 1e6, statistics.median(bare) * 1e6
 
 
-def load_seconds(dsn: str, entries: int, repeats: int = 3) -> tuple[int, float]:
-    """Entries of the State, and the best seconds to load it."""
+def load_seconds(dsn: str, entries: int, repeats: int = 3) -> tuple[int, float, float]:
+    """Entries of the State, the best seconds to load it, and to load it from a MemoryStore."""
+    state = _state("long")
+    for i in range(max(1, (entries - 1) // 3)):
+        record_turn(state, i)
+    memory = MemoryStore()
+    memory.save(state)
     with _store(dsn) as store:
-        state = _state("long")
-        for i in range(max(1, (entries - 1) // 3)):
-            record_turn(state, i)
         store.save(state)
-        best = float("inf")
+        best = {"postgres": float("inf"), "memory": float("inf")}
         for _ in range(repeats):
-            gc.collect()
-            start = time.perf_counter()
-            loaded = store.load("long")
-            best = min(best, time.perf_counter() - start)
-            if len(loaded.history) != len(state.history):
-                raise AssertionError(f"loaded {len(loaded.history)} of {len(state.history)}")
-    return len(state.history), best
+            for name, load in (("postgres", store.load), ("memory", memory.load)):
+                gc.collect()
+                start = time.perf_counter()
+                loaded = load("long")
+                best[name] = min(best[name], time.perf_counter() - start)
+                if len(loaded.history) != len(state.history):
+                    raise AssertionError(f"loaded {len(loaded.history)} of {len(state.history)}")
+                del loaded
+    return len(state.history), best["postgres"], best["memory"]
 
 
 def fanout(dsn: str, children: int, repeats: int) -> dict[str, list[float]]:
@@ -148,11 +220,11 @@ def bench_postgres(
         )
         return []
     progress("postgres: one save alone ...")
-    alone = save_alone_us(dsn, saves)
+    alone, commit = save_alone_us(dsn, saves)
     progress(f"postgres: {crowd} concurrent saves ...")
-    together = save_concurrent_us(dsn, crowd, rounds)
+    together, batched = save_concurrent_us(dsn, crowd, rounds)
     progress(f"postgres: load of {load_entries:,} entries ...")
-    size, loaded = load_seconds(dsn, load_entries)
+    size, loaded, replayed = load_seconds(dsn, load_entries)
     progress(f"postgres: {children:,} children x 3 turns, beside sqlite and no store ...")
     runs = fanout(dsn, children, repeats)
     none, lite, pg = (statistics.median(runs[name]) for name in ("none", "sqlite", "postgres"))
@@ -175,6 +247,13 @@ def bench_postgres(
             "≤ 150 µs",
             together <= 150,
         ),
+        Metric("store.postgres.commit.us", "postgres floor: one bare commit", commit, "µs"),
+        Metric(
+            f"store.postgres.batch_{crowd}.us",
+            f"postgres floor: per save, {crowd} saves' rows in one bare statement",
+            batched,
+            "µs",
+        ),
         Metric(
             "store.postgres.load.s",
             f"postgres: load {size:,} entries",
@@ -182,6 +261,12 @@ def bench_postgres(
             "s",
             "< 2 s",
             loaded < 2,
+        ),
+        Metric(
+            "store.postgres.load.floor.s",
+            f"postgres floor: load {size:,} entries from a MemoryStore",
+            replayed,
+            "s",
         ),
         Metric(
             f"postgres.fanout.{children}.none.s",
