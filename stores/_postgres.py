@@ -1,11 +1,11 @@
 """`PostgresStore`: States kept in PostgreSQL, shared by many processes on many machines.
 
-The SQL and the steps of each call are the plans of `stores._postgres_sql`; this module drives
-them on psycopg 3 connections from a `psycopg_pool.ConnectionPool`. The sync methods do the
-work; the async twins run them in a worker thread (`ThreadedAsync`), so they work on asyncio
-and on trio alike. psycopg's own async API runs on asyncio only, and its async pool keeps tasks
-of its own running in the background; a worker thread per call (or per group commit) costs
-tens of microseconds against a save's round trip to the server (see the benchmarks).
+The SQL is in `stores._postgres_sql`, the steps of each call in `stores._postgres_plans`; this
+module drives them on psycopg 3 connections from a `psycopg_pool.ConnectionPool`. The sync
+methods do the work; the async twins run them in a worker thread (`ThreadedAsync`), so they
+work on asyncio and on trio alike. psycopg's own async API runs on asyncio only, and its async
+pool keeps tasks of its own running in the background; the thread hop costs one per call, or
+one per group commit of many saves, against a round trip to the server (see the benchmarks).
 
 psycopg is an optional dependency (``pip install 'orchestrator[postgres]'``): it is imported
 when a store is made, so ``import stores`` works without it.
@@ -24,22 +24,16 @@ import anyio.to_thread
 from orchestrator import State, StateInfo, StoreDamagedError, StoreError
 
 from ._offload import ThreadedAsync
-from ._postgres_sql import (
-    DEFAULT_SCHEMA,
-    Plan,
-    Query,
-    Row,
+from ._postgres_plans import (
     delete_plan,
     list_plan,
     load_plan,
     memory_get_plan,
     memory_put_plan,
     memory_scan_plan,
-    open_plan,
-    run_plan,
     save_plan,
-    sql_for,
 )
+from ._postgres_sql import DEFAULT_SCHEMA, Plan, Query, Row, open_plan, run_plan, sql_for
 from .backend import LoopGroupCommits, Tail, TailCache, check_state
 
 if TYPE_CHECKING:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, LiteralString, cast
@@ -19,9 +20,11 @@ import psycopg.errors
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from orchestrator import Message, State, StoreDamagedError, StoreError
+from orchestrator import Message, State, StoreDamagedError, StoreError, storage_view
 from stores import FORMAT_VERSION, PostgresStore
+from stores._postgres_plans import save_plan
 from stores._postgres_sql import SCHEMA_VERSION, sql_for
+from stores.backend import Tail, TailCache, continuation
 from stores.contract import StoreContract
 from tests.postgres import fresh_schema
 
@@ -403,3 +406,33 @@ def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "psycopg_pool", None)
     with pytest.raises(ImportError, match=r"orchestrator\[postgres\]"):
         PostgresStore("postgresql://localhost/db")
+
+
+def test_a_delete_during_a_save_leaves_no_entry_behind(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    """A delete that waits for a save's commit deletes the entries that save wrote too."""
+    dsn, schema = where
+    state = grown(State(id="both"), "one")
+    end = continuation(storage_view(state), Tail()).tail
+    store.save(state)
+    grown(state, "two", "three")
+    known = TailCache()
+    known.put("both", end)
+    query = next(save_plan(sql_for(schema), [state], store, "test", known))
+    with psycopg.connect(dsn, autocommit=True) as saver:
+        deleter = threading.Thread(target=store.delete, args=("both",))
+        with saver.transaction():
+            written = saver.execute(cast("LiteralString", query.sql), query.params).fetchall()
+            assert written == [("both",)]
+            deleter.start()
+            for _ in range(500):  # until the delete waits for this transaction's row lock
+                waiting = sql(
+                    dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                )
+                if waiting[0][0]:
+                    break
+                time.sleep(0.01)
+        deleter.join()
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(0,)]
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".entries') == [(0,)]
