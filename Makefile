@@ -35,19 +35,25 @@ typecheck: $(VENV)/.dev
 		|| { PYTHONPATH=. ../bin/pyright --pythonpath ../bin/python --verifytypes $$package \
 		--ignoreexternal; exit 1; }; done
 
-# Under coverage with branches: the report fails below the floor in pyproject.toml.
+# Under coverage with branches: the report fails below the floor in pyproject.toml. The
+# PostgreSQL tests run against a throwaway server the script starts (installing Debian's
+# postgresql package if it is missing) and stops; they are required, never skipped.
 unit: $(VENV)/.dev
-	$(BIN)/python -m coverage run -m pytest
+	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
+		$(BIN)/python -m coverage run -m pytest
 	$(BIN)/python -m coverage report
 
 test: lint typecheck unit
 
 # The long stress runs (1,000 kills per store backend), deselected from `unit`.
 long: $(VENV)/.dev
-	$(BIN)/python -m pytest -m long -s tests/stress
+	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
+		$(BIN)/python -m pytest -m long -s tests/stress
 
+# PostgreSQL with its durable defaults (fsync on); where it cannot be started, the benchmarks
+# run without it and its rows say so.
 bench: $(VENV)/.dev
-	$(BIN)/python -m benchmarks
+	scripts/with_postgres.sh --durable --optional $(BIN)/python -m benchmarks
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

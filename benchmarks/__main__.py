@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
 from .inside_bench import bench_inside
+from .postgres_bench import bench_postgres
 from .report import Metric, load_previous, render, save
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
@@ -119,6 +120,16 @@ def run(config: Config) -> list[Metric]:
     _progress("stores ...")
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd
+    )
+    quick = config.store_load < 100_000
+    metrics += bench_postgres(
+        saves=30 if quick else 300,
+        crowd=config.store_crowd if quick else 100,
+        rounds=3 if quick else 20,
+        load_entries=config.store_load,
+        children=config.fanout,
+        repeats=1 if quick else config.repeats,
+        progress=_progress,
     )
     return metrics
 

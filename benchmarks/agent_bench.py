@@ -28,6 +28,7 @@ __all__ = (
     "bench_parallel_tools",
     "bench_subagents",
     "bench_turns",
+    "fanout_seconds",
     "nap",
     "sync_nap",
     "use_tools_seconds",
@@ -249,6 +250,11 @@ def _fanout_peak_mb(children: int) -> float:
     finally:
         tracemalloc.stop()
     return peak / 1e6
+
+
+def fanout_seconds(children: int, store: Any) -> float:
+    """Wall seconds of one fan-out run of `children` children x 3 turns, saved in `store`."""
+    return _fanout(children, store)
 
 
 def _fanout(children: int, store: Any) -> float:

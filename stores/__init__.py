@@ -1,11 +1,12 @@
 """stores: where orchestrator States are kept.
 
-The backends are `MemoryStore`, `FileStore` (JSONL files), `SQLiteStore` (sqlite3) and
-`AioSQLiteStore` (aiosqlite, async only). They implement the protocols of `orchestrator`
-(`orchestrator.Store`, `orchestrator.AsyncStore`) and keep agent memory beside the States
-(`orchestrator.MemoryBackend`, the primitive under `orchestrator.Memory`), reading States only
-through `orchestrator.storage_view`. `stores.contract` is the test suite every backend passes,
-for third-party ones too.
+The backends are `MemoryStore`, `FileStore` (JSONL files), `SQLiteStore` (sqlite3),
+`AioSQLiteStore` (aiosqlite, async only) and `PostgresStore` (psycopg 3, the
+``orchestrator[postgres]`` extra); `open_store(url)` opens any of them from a URL. They
+implement the protocols of `orchestrator` (`orchestrator.Store`, `orchestrator.AsyncStore`)
+and keep agent memory beside the States (`orchestrator.MemoryBackend`, the primitive under
+`orchestrator.Memory`), reading States only through `orchestrator.storage_view`.
+`stores.contract` is the test suite every backend passes, for third-party ones too.
 """
 
 from ._aiosqlite import AioSQLiteStore as AioSQLiteStore
@@ -19,6 +20,8 @@ from ._codec import first_digest as first_digest
 from ._file import FileStore as FileStore
 from ._memory import MemoryStore as MemoryStore
 from ._offload import ThreadedAsync as ThreadedAsync
+from ._open import open_store as open_store
+from ._postgres import PostgresStore as PostgresStore
 from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = (
@@ -26,6 +29,7 @@ __all__ = (
     "AioSQLiteStore",
     "FileStore",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "ThreadedAsync",
     "chain_digests",
@@ -34,4 +38,5 @@ __all__ = (
     "decode_entry",
     "encode_entry",
     "first_digest",
+    "open_store",
 )

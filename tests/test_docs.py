@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.postgres import drop_schema, postgres_dsn
+
 ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 PAGES = [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
@@ -70,6 +72,20 @@ def test_the_docs_have_code() -> None:
 def test_page_blocks_run(page: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.chdir(tmp_path)  # a block that writes a file (runs.db) writes it here
     where = page.relative_to(ROOT).as_posix()
+    if 'os.environ["DATABASE_URL"]' in page.read_text(encoding="utf-8"):
+        # Its PostgreSQL blocks run against the test server, in the default schema, emptied.
+        dsn = postgres_dsn()
+        monkeypatch.setenv("DATABASE_URL", dsn)
+        drop_schema(dsn, "orchestrator")
+        try:
+            _run_blocks(page, where, monkeypatch)
+        finally:
+            drop_schema(dsn, "orchestrator")
+        return
+    _run_blocks(page, where, monkeypatch)
+
+
+def _run_blocks(page: Path, where: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # A real module, so dataclasses and pydantic models defined in a block resolve their module.
     name = "docs_" + re.sub(r"\W", "_", page.relative_to(ROOT).with_suffix("").as_posix())
     module = types.ModuleType(name)

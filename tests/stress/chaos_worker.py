@@ -5,6 +5,7 @@ then reads one JSON command per line on stdin. For each command it forks a child
 *life* (runs the lead of the store on by a few rounds), and kills that child with SIGKILL after
 ``kill_after`` seconds unless it ended first; or the child kills itself at save step
 ``kill_step``. Then it writes one JSON line on stdout: how the child ended. It ends at EOF.
+The PostgreSQL backend uses the test server (`tests.postgres`), one schema per store folder.
 
 Forking from one warmed-up process costs a few milliseconds a life where a new interpreter
 costs about 0.5 s of imports (measured on the 2-core test machine), so a test can afford
@@ -15,7 +16,9 @@ A *save step* is one call, before or after, of what a store does to its files: f
 `os.write`, `os.fsync`, `os.replace`, `os.rename`, `os.ftruncate` and `os.mkdir` on paths under
 the store (a kill before a write first writes a random part of it: a torn write, as a power cut
 leaves); for the SQLite stores, each statement their sqlite3 connection runs (so between the
-inserts and ``COMMIT``, or right after ``COMMIT``). The hooks are installed in the child only.
+inserts and ``COMMIT``, or right after ``COMMIT``); for `PostgresStore`, each statement a psycopg
+connection runs (a save is one statement: before it is sent, or after it committed and before
+the store knows). The hooks are installed in the child only.
 
 After each save returns, the child appends ``<state id> <entry count> <sha256 of the last
 entry's encoding>`` to the record file: the test checks that every such entry is still there.
@@ -31,6 +34,7 @@ import json
 import os
 import random
 import select
+import shutil
 import signal
 import sqlite3
 import sys
@@ -47,9 +51,10 @@ import anyio
 from orchestrator import Agent, Message, Reply, State, Usage, tool, waiting_for_user
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from stores import AioSQLiteStore, FileStore, SQLiteStore, encode_entry
+from stores import AioSQLiteStore, FileStore, PostgresStore, SQLiteStore, encode_entry
+from tests.postgres import DSN_VARIABLE
 
-BACKENDS = ("file", "sqlite", "aiosqlite")
+BACKENDS = ("file", "sqlite", "aiosqlite", "postgres")
 LEAD = "lead"
 ROUNDS = 2  # fan-out turns the lead takes for each user message
 REPLIES = 100_000  # a FakeModel's script: the same function again and again
@@ -196,6 +201,8 @@ class _Recorder:
 def open_store(backend: str, path: str, record: str | None = None) -> Any:
     """The store of `backend` at `path`; with `record`, each returned save is appended there."""
     if record is None:
+        if backend == "postgres":
+            return PostgresStore(os.environ[DSN_VARIABLE], schema=path, pool_size=4)
         return {"file": FileStore, "sqlite": SQLiteStore, "aiosqlite": AioSQLiteStore}[backend](
             path
         )
@@ -224,6 +231,19 @@ def open_store(backend: str, path: str, record: str | None = None) -> Any:
             await super().asave(state)
             recorder.saved(what)
 
+    class RecordingPostgresStore(PostgresStore):
+        def save(self, state: State) -> None:
+            what = recorder.before(state)
+            super().save(state)
+            recorder.saved(what)
+
+        async def asave(self, state: State) -> None:
+            what = recorder.before(state)
+            await super().asave(state)
+            recorder.saved(what)
+
+    if backend == "postgres":
+        return RecordingPostgresStore(os.environ[DSN_VARIABLE], schema=path, pool_size=4)
     kinds = {
         "file": RecordingFileStore,
         "sqlite": RecordingSQLiteStore,
@@ -233,8 +253,55 @@ def open_store(backend: str, path: str, record: str | None = None) -> Any:
 
 
 def store_path(backend: str, folder: Path) -> str:
-    """Where a store of `backend` lives in `folder` (a folder of its own, so it copies whole)."""
+    """Where a store of `backend` lives in `folder` (a folder of its own, so it copies whole).
+
+    A PostgreSQL store's is the name of its schema, made from the folder's path.
+    """
+    if backend == "postgres":
+        return "chaos_" + hashlib.blake2b(str(folder).encode(), digest_size=8).hexdigest()
     return str(folder if backend == "file" else folder / "runs.db")
+
+
+_TABLES = ("meta", "states", "entries", "memory", "memory_effects")
+
+
+def copy_store(backend: str, folder: Path, copy: Path) -> None:
+    """Copy the store in `folder` to `copy` as it is now (the check changes the copy)."""
+    shutil.copytree(folder, copy)
+    if backend != "postgres":
+        return
+    import psycopg
+    from psycopg import sql
+
+    source, target = store_path(backend, folder), store_path(backend, copy)
+    with psycopg.connect(os.environ[DSN_VARIABLE], autocommit=True) as connection:
+        exists = connection.execute("SELECT to_regnamespace(%s) IS NOT NULL", (source,))
+        row = exists.fetchone()
+        if row is None or not row[0]:  # killed before it made its schema
+            return
+        with connection.transaction():
+            connection.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(target)))
+            tables = connection.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = %s", (source,)
+            ).fetchall()
+            for (table,) in tables:
+                old, new = sql.Identifier(source, table), sql.Identifier(target, table)
+                connection.execute(
+                    sql.SQL("CREATE TABLE {} (LIKE {} INCLUDING ALL)").format(new, old)
+                )
+                connection.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(new, old))
+
+
+def remove_store(backend: str, folder: Path) -> None:
+    """Remove the store in `folder` (a copy made by `copy_store`)."""
+    shutil.rmtree(folder)
+    if backend == "postgres":
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(os.environ[DSN_VARIABLE], autocommit=True) as connection:
+            schema = sql.Identifier(store_path(backend, folder))
+            connection.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(schema))
 
 
 # -- killing the child inside a save ----------------------------------------------------------
@@ -317,6 +384,23 @@ class _KillingConnection(sqlite3.Connection):
         return cursor
 
 
+def _hook_postgres(steps: _Steps) -> None:
+    """Count each statement a psycopg connection of this process runs, before and after."""
+    import psycopg
+
+    real = psycopg.Connection.execute
+
+    def execute(self: psycopg.Connection[Any], *args: Any, **kwargs: Any) -> Any:
+        if steps.step():
+            steps.die()
+        cursor = real(self, *args, **kwargs)
+        if steps.step():
+            steps.die()
+        return cursor
+
+    psycopg.Connection.execute = execute  # type: ignore[method-assign]
+
+
 def _hook_sqlite(steps: _Steps) -> None:
     """Make every sqlite3 connection of this process a `_KillingConnection`."""
     real = sqlite3.connect
@@ -373,6 +457,8 @@ def _live_and_exit(life: Life) -> None:
         steps = _Steps(life.kill_step, rng)
         if life.backend == "file":
             _hook_file_store(life.folder, steps)
+        elif life.backend == "postgres":
+            _hook_postgres(steps)
         else:
             _hook_sqlite(steps)
         backend = "asyncio" if life.backend == "aiosqlite" or rng.random() < 0.5 else "trio"

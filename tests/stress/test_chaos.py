@@ -23,7 +23,6 @@ import json
 import os
 import random
 import select
-import shutil
 import signal
 import subprocess
 import sys
@@ -39,15 +38,26 @@ import pytest
 
 from orchestrator import Message, RunStartEntry, State, ToolResultEntry, waiting_for_user
 from stores import encode_entry
-from tests.stress.chaos_worker import BACKENDS, LEAD, Life, build_agents, open_store, store_path
+from tests.postgres import postgres_dsn
+from tests.stress.chaos_worker import (
+    BACKENDS,
+    LEAD,
+    Life,
+    build_agents,
+    copy_store,
+    open_store,
+    remove_store,
+    store_path,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CI_KILLS = 30  # per backend, in the default run
 LONG_KILLS = 1000  # per backend, behind the `long` marker
 KILLS_PER_CASE = 10  # then a new store: the histories stay short, so checks stay cheap
-# About how many save steps one life takes (measured: FileStore ~1,160, SQLite ~680).
-STEPS = {"file": 1200, "sqlite": 700, "aiosqlite": 650}
+# About how many save steps one life takes (measured: FileStore ~1,160, SQLite ~680,
+# PostgreSQL 134: a save is one statement).
+STEPS = {"file": 1200, "sqlite": 700, "aiosqlite": 650, "postgres": 140}
 MODES = ("startup", "mid-run", "in-save")
 MODE_WEIGHTS = (1, 2, 2)
 
@@ -216,6 +226,21 @@ def run_case(server: ForkServer, backend: str, seed: int, kills: int, tmp: Path)
     rng = random.Random(seed)
     folder, records, copy = tmp / f"{backend}-{seed}", tmp / f"{backend}-{seed}.saved", tmp / "copy"
     folder.mkdir()
+    try:
+        return _kill_lives(server, backend, seed, kills, (folder, records, copy), rng)
+    finally:
+        remove_store(backend, folder)  # a PostgreSQL store's schema too
+
+
+def _kill_lives(
+    server: ForkServer,
+    backend: str,
+    seed: int,
+    kills: int,
+    paths: tuple[Path, Path, Path],
+    rng: random.Random,
+) -> Counter[str]:
+    folder, records, copy = paths
     tally: Counter[str] = Counter()
     lives = 0
     while tally.total() - tally["ended"] < kills:
@@ -230,7 +255,7 @@ def run_case(server: ForkServer, backend: str, seed: int, kills: int, tmp: Path)
         else:
             assert ended["code"] == 0, f"{where}: the life failed: {ended}\n{server.errors()}"
             tally["ended"] += 1
-        shutil.copytree(folder, copy)
+        copy_store(backend, folder, copy)
         # The checks run on trio every other life (aiosqlite runs on asyncio only).
         loop = "trio" if lives % 2 and backend != "aiosqlite" else "asyncio"
         try:
@@ -240,7 +265,7 @@ def run_case(server: ForkServer, backend: str, seed: int, kills: int, tmp: Path)
         except Exception as error:  # name the case, so that it can be run again
             raise AssertionError(f"{where}: {error!r}") from error
         finally:
-            shutil.rmtree(copy)
+            remove_store(backend, copy)
     return tally
 
 
@@ -260,6 +285,8 @@ def kill_backend(server: ForkServer, backend: str, kills: int, first_seed: int, 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_every_state_survives_kills(server: ForkServer, backend: str, tmp_path: Path) -> None:
+    if backend == "postgres":
+        postgres_dsn()  # skipped without a server, unless required (CI): then it fails
     if "CHAOS_SEED" in os.environ:  # rerun the case a failure named
         seed = int(os.environ["CHAOS_SEED"])
         print(run_case(server, backend, seed, KILLS_PER_CASE, tmp_path))
@@ -273,5 +300,7 @@ def test_every_state_survives_kills(server: ForkServer, backend: str, tmp_path: 
 def test_every_state_survives_a_thousand_kills(
     server: ForkServer, backend: str, tmp_path: Path
 ) -> None:
+    if backend == "postgres":
+        postgres_dsn()
     first = 100_000 * (1 + BACKENDS.index(backend))
     print(kill_backend(server, backend, LONG_KILLS, first, tmp_path))

@@ -1,0 +1,424 @@
+"""`PostgresStore`: States kept in PostgreSQL, shared by many processes on many machines.
+
+The SQL is in `stores._postgres_sql`, the steps of each call in `stores._postgres_plans`; this
+module drives them on psycopg 3 connections from a `psycopg_pool.ConnectionPool`. The sync
+methods do the work; the async twins run them in a worker thread (`ThreadedAsync`), so they
+work on asyncio and on trio alike. psycopg's own async API runs on asyncio only, and its async
+pool keeps tasks of its own running in the background; the thread hop costs one per call, or
+one per group commit of many saves, against a round trip to the server (see the benchmarks).
+
+psycopg is an optional dependency (``pip install 'orchestrator[postgres]'``): it is imported
+when a store is made, so ``import stores`` works without it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import threading
+import urllib.parse
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, LiteralString, Self, cast
+
+import anyio.to_thread
+
+from orchestrator import State, StateInfo, StoreDamagedError, StoreError
+
+from ._offload import ThreadedAsync
+from ._postgres_plans import (
+    delete_plan,
+    list_plan,
+    load_plan,
+    memory_get_plan,
+    memory_put_plan,
+    memory_scan_plan,
+    save_plan,
+)
+from ._postgres_sql import DEFAULT_SCHEMA, Plan, Query, Row, open_plan, run_plan, sql_for
+from .backend import LoopGroupCommits, Tail, TailCache, check_state
+
+if TYPE_CHECKING:
+    import psycopg
+    from psycopg_pool import ConnectionPool
+
+__all__ = ("PostgresStore", "redact_dsn")
+
+_INSTALL = "pip install 'orchestrator[postgres]'"
+
+
+class PostgresStore(ThreadedAsync):
+    """States kept in a PostgreSQL database: safe for many processes on many machines.
+
+    Give it a DSN (``postgresql://user@host/db``, or libpq's ``key=value`` form) and it opens
+    a `psycopg_pool.ConnectionPool` of at most `pool_size` connections on first use, closed by
+    `close()`; or give it your own open `ConnectionPool`, which it uses and never closes. The
+    tables go in the PostgreSQL schema `schema` (made on first use, with the tables, and
+    migrated when a newer orchestrator needs it).
+
+    A save appends the new entries of each State and its `states` row in one statement. Saves
+    that arrive while one is written (`asave` from many tasks) go out together in the next
+    statement: one commit for the batch. Many processes may save different States at once; if
+    two writers append to the same State, the second gets a `ValueError` naming the State
+    (load it again and continue that one) and nothing is interleaved.
+
+    The sync methods block; the async twins run them in a worker thread, on asyncio and trio.
+
+    Example:
+        ```python
+        with PostgresStore("postgresql://app@db.internal/runs") as store:
+            agent = Agent(model=model, store=store)
+            agent.run(state)
+            again = store.load(state.id)
+        ```
+    """
+
+    def __init__(
+        self,
+        dsn_or_pool: str | ConnectionPool[Any],
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        pool_size: int = 10,
+        timeout: float = 30.0,
+    ) -> None:
+        """Use the database of `dsn_or_pool`; the schema is made on first use if it is missing.
+
+        Args:
+            dsn_or_pool: A libpq connection string or URL, or an open
+                `psycopg_pool.ConnectionPool` (not an async one: see the class docstring).
+            schema: The PostgreSQL schema of the tables (lowercase letters, digits, ``_``).
+            pool_size: The most connections the store's own pool opens (with a DSN).
+            timeout: Seconds to wait for a connection before failing with `StoreError`.
+
+        Raises:
+            ImportError: psycopg is not installed (``pip install 'orchestrator[postgres]'``).
+            TypeError, ValueError: A bad argument; the DSN is never shown with its password.
+        """
+        try:
+            import psycopg_pool
+        except ImportError as error:
+            raise ImportError(
+                f"PostgresStore needs psycopg 3 and psycopg_pool: {_INSTALL}"
+            ) from error
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be an int >= 1, got {pool_size!r}.")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}.")
+        self._sql = sql_for(schema)
+        self._timeout = float(timeout)
+        self._secrets: tuple[str, ...] = ()
+        self._dsn: str | None = None
+        if isinstance(dsn_or_pool, str):
+            shown, self._secrets = redact_dsn(dsn_or_pool)
+            self._dsn = dsn_or_pool
+            self._pool: ConnectionPool[Any] | None = None
+            self._pool_size = pool_size
+            self._shown = shown
+        elif isinstance(dsn_or_pool, psycopg_pool.ConnectionPool):
+            self._pool = dsn_or_pool
+            self._pool_size = dsn_or_pool.max_size
+            self._shown = f"<pool {dsn_or_pool.name!r}>"
+        elif isinstance(dsn_or_pool, psycopg_pool.AsyncConnectionPool):
+            raise TypeError(
+                "PostgresStore takes a psycopg_pool.ConnectionPool, not an AsyncConnectionPool:"
+                " its async methods run the sync driver in worker threads (so they work on"
+                " asyncio and trio). Give it the DSN, or a ConnectionPool."
+            )
+        else:
+            raise TypeError(
+                "PostgresStore takes a DSN (a str such as 'postgresql://user@host/db') or a"
+                f" psycopg_pool.ConnectionPool, got {type(dsn_or_pool).__name__}."
+            )
+        suffix = "" if schema == DEFAULT_SCHEMA else f", schema {schema!r}"
+        self._where = f"PostgreSQL store {self._shown}{suffix}"
+        self._lock = threading.Lock()
+        self._ready = False
+        self._closed = False
+        self._known = _LockedTails()  # the stored ends of the States this store wrote or read
+        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
+
+    def __repr__(self) -> str:
+        schema = self._sql.schema
+        suffix = "" if schema == DEFAULT_SCHEMA else f", schema={schema!r}"
+        shown = self._shown if self._dsn is None else repr(self._shown)
+        return f"PostgresStore({shown}{suffix})"
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema that holds the store's tables."""
+        return self._sql.schema
+
+    # -- the Store methods --------------------------------------------------------------------
+
+    def save(self, state: State) -> None:
+        """Write the entries of `state` not stored yet and its info; bind it to this store.
+
+        Raises:
+            TypeError: `state` is not a State.
+            ValueError: The store holds a different history under this id (load it instead),
+                or another writer appended to it meanwhile (load it again).
+            StoreError: The database failed (its error is the cause).
+        """
+        refused = self._save_states([check_state(state)], state.id)
+        if refused:
+            raise refused[id(state)]
+
+    async def asave(self, state: State) -> None:
+        """`save` in a worker thread; saves that arrive meanwhile share one statement.
+
+        Raises what `save` raises, for this State only: a refused State does not fail the
+        others of its batch.
+        """
+        await self._batches.current().save(check_state(state))
+
+    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
+        # Not abandoned on cancel: what it wrote is always reported to the waiting saves.
+        return await anyio.to_thread.run_sync(self._save_states, states)
+
+    def _save_states(
+        self, states: builtins.list[State], state_id: str | None = None
+    ) -> dict[int, ValueError]:
+        return self._run(save_plan(self._sql, states, self, self._where, self._known), state_id)
+
+    def load(self, state_id: str) -> State:
+        """The State saved under `state_id`, bound to this store.
+
+        A turn a crash cut off is closed (see `orchestrator.Store.load`); the entries that adds
+        are written by the next save.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` is not a valid id.
+            StoreDamagedError: An entry is damaged (the message names the State and the index).
+        """
+        return self._run(load_plan(self._sql, state_id, self, self._where, self._known), state_id)
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first; only children of `parent_id` if set."""
+        return self._run(list_plan(self._sql, parent_id, limit, self._where))
+
+    def delete(self, state_id: str) -> None:
+        """Forget the State `state_id` and its entries (nothing happens if it is absent)."""
+        self._run(delete_plan(self._sql, state_id, self._known), state_id, transaction=True)
+
+    # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
+
+    def memory_get(self, agent: str, space: str, key: str) -> str | None:
+        """The text stored under `key` in the agent's space, or None."""
+        return self._run(memory_get_plan(self._sql, agent, space, key))
+
+    def memory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
+        """Every ``(key, text)`` of the agent's space, in key order."""
+        return self._run(memory_scan_plan(self._sql, agent, space))
+
+    def memory_put(
+        self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
+    ) -> bool:
+        """Write `data` under `key` (None deletes it), once per `effect` key; whether it applied."""
+        return self._run(memory_put_plan(self._sql, agent, space, key, data, effect))
+
+    # -- closing ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close the store's own pool (a pool you gave it stays open). Closing twice is fine."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = (self._pool, None) if self._dsn is not None else (None, self._pool)
+        if pool is not None:
+            pool.close()
+
+    async def aclose(self) -> None:
+        """`close` in a worker thread (closing waits for the pool's connections)."""
+        await self._offload(self.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- running plans ------------------------------------------------------------------------
+
+    def _run(
+        self, plan: Plan[Any], state_id: str | None = None, *, transaction: bool = False
+    ) -> Any:
+        """Carry out `plan` on a connection of the pool (in one transaction if `transaction`).
+
+        An error of psycopg is raised as the library's (`StoreError`, or `StoreDamagedError`
+        when the tables were changed), naming `state_id` if the call is about one State.
+        """
+        import psycopg
+
+        try:
+            pool = self._open()
+            with pool.connection(timeout=self._timeout) as connection:
+                if not transaction:
+                    return run_plan(plan, lambda query: _execute(connection, query))
+                with connection.transaction():
+                    return run_plan(plan, lambda query: _execute(connection, query))
+        except psycopg.Error as error:
+            raise self._error(error, state_id) from _cause(error, self._secrets)
+        finally:
+            plan.close()
+
+    def _open(self) -> ConnectionPool[Any]:
+        """The pool, once the schema is made or checked (the first call does it)."""
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"{self!r} is closed: make a new PostgresStore to use it again.")
+            if self._ready:
+                assert self._pool is not None
+                return self._pool
+            import psycopg
+            from psycopg_pool import ConnectionPool
+
+            if self._dsn is not None:
+                # A direct connection first: its error says why (the pool would only time out).
+                with psycopg.connect(
+                    self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
+                ) as connection:
+                    self._migrate(connection)
+                self._pool = ConnectionPool(
+                    self._dsn,
+                    min_size=1,
+                    max_size=self._pool_size,
+                    kwargs={"autocommit": True},
+                    open=True,
+                    name="orchestrator",
+                    timeout=self._timeout,
+                )
+            else:
+                assert self._pool is not None
+                with self._pool.connection(timeout=self._timeout) as connection:
+                    self._migrate(connection)
+            self._ready = True
+            return self._pool
+
+    def _migrate(self, connection: psycopg.Connection[Any]) -> None:
+        with connection.transaction():
+            run_plan(open_plan(self._sql, self._where), lambda query: _execute(connection, query))
+
+    def _error(self, error: Exception, state_id: str | None) -> StoreError:
+        """The library's error for an error of psycopg, its text free of the password."""
+        import psycopg.errors
+
+        text = " ".join(_scrub(str(error), self._secrets).split()) or type(error).__name__
+        about = "" if state_id is None else f" while reading or writing State {state_id!r}"
+        if isinstance(
+            error,
+            psycopg.errors.UndefinedTable
+            | psycopg.errors.UndefinedColumn
+            | psycopg.errors.DataCorrupted
+            | psycopg.errors.IndexCorrupted,
+        ):
+            return StoreDamagedError(
+                f"{self._where} is damaged{about}: its tables were changed since it was made"
+                f" ({text}). Restore the database from a backup, or give the store a new schema"
+                " (schema=...)."
+            )
+        if isinstance(error, psycopg.OperationalError):
+            return StoreError(
+                f"{self._where} could not reach the database{about} ({text}). Check that the"
+                " server runs and that the DSN (host, port, user, password) is right."
+            )
+        return StoreError(f"{self._where} failed{about}: {text} ({type(error).__name__}).")
+
+
+class _LockedTails(TailCache):
+    """A `TailCache` for many threads: the pool's connections save at once."""
+
+    __slots__ = ("_mutex",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._mutex = threading.Lock()
+
+    def get(self, state_id: str) -> Tail | None:
+        with self._mutex:
+            return super().get(state_id)
+
+    def put(self, state_id: str, tail: Tail) -> None:
+        with self._mutex:
+            super().put(state_id, tail)
+
+    def forget(self, state_id: str) -> None:
+        with self._mutex:
+            super().forget(state_id)
+
+
+def _execute(connection: psycopg.Connection[Any], query: Query) -> builtins.list[Row]:
+    # The statements are the literals of `stores._postgres_sql`, with a checked schema name.
+    sql = cast("LiteralString", query.sql)
+    cursor = connection.execute(sql, query.params, binary=True)
+    return cursor.fetchall() if cursor.description is not None else []
+
+
+# -- the DSN, shown without its password ------------------------------------------------------
+
+
+def redact_dsn(dsn: str) -> tuple[str, tuple[str, ...]]:
+    """`dsn` as it may be shown (no password), and the secrets to keep out of any message.
+
+    Raises:
+        ValueError: The DSN does not parse (the message does not quote it).
+    """
+    from psycopg.conninfo import conninfo_to_dict
+
+    secrets = _url_password(dsn)
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception as error:  # psycopg.ProgrammingError; its text may quote the DSN
+        text = _scrub(str(error), (*secrets, dsn))
+        raise ValueError(
+            f"The PostgreSQL DSN does not parse ({text}): give a URL such as"
+            " 'postgresql://user@host:5432/db' or libpq's 'host=... dbname=...' form."
+        ) from None
+    password = params.get("password")
+    if password:
+        secrets = (*secrets, str(password), urllib.parse.quote(str(password), safe=""))
+    user = params.get("user")
+    host = params.get("host") or params.get("hostaddr") or ""
+    port = params.get("port")
+    dbname = params.get("dbname") or ""
+    netloc = (f"{user}@" if user else "") + str(host) + (f":{port}" if port else "")
+    return f"postgresql://{netloc}/{dbname}", tuple(sorted(set(secrets), key=len, reverse=True))
+
+
+def _url_password(dsn: str) -> tuple[str, ...]:
+    try:
+        parts = urllib.parse.urlsplit(dsn)
+        password = parts.password
+    except ValueError:
+        return ()
+    if not parts.scheme.startswith("postgres") or not password:
+        return ()
+    return (password, urllib.parse.unquote(password))
+
+
+def _scrub(text: str, secrets: tuple[str, ...]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
+
+
+def _cause(error: Exception, secrets: tuple[str, ...]) -> Exception | None:
+    """`error`, unless its text holds a secret: then no cause is chained at all."""
+    text = str(error)
+    return None if any(secret and secret in text for secret in secrets) else error

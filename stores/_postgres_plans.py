@@ -1,0 +1,330 @@
+"""The plans of `PostgresStore`'s calls: the steps of each, on the statements of `_postgres_sql`.
+
+A plan yields `Query` objects and receives their rows (see `stores._postgres_sql`); it does no
+I/O and holds no SQL text. `stores._postgres` drives them.
+
+A save (`save_plan`) is one statement for a whole group commit. A State whose stored end moved
+since this store knew it (another writer saved it, or a State it took for new is not) is read
+back and tried again with the State as it is then; one that does not continue what is stored
+is refused with a `ValueError` saying to load it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from orchestrator import (
+    State,
+    StateInfo,
+    StorageView,
+    bind_state,
+    recover_state,
+    storage_view,
+    validate_id,
+)
+
+from ._codec import damaged
+from ._postgres_sql import Plan, Query, Row, Sql, StateRows, info_of_row, state_row
+from .backend import Tail, TailCache, check_list_args, check_memory, continuation, rebuild
+
+__all__ = (
+    "delete_plan",
+    "list_plan",
+    "load_plan",
+    "memory_get_plan",
+    "memory_put_plan",
+    "memory_scan_plan",
+    "save_plan",
+)
+
+_SAVE_TRIES = 32  # a State that other writers keep moving on is refused after this many tries
+
+
+@dataclass(slots=True)
+class _Write:
+    """What one save statement writes for one State id (several States of a batch may share it)."""
+
+    stored: Tail | None  # the end the gate checks (None: believed new)
+    end: Tail
+    view: StorageView
+    lines: list[bytes] = field(default_factory=list[bytes])
+    digests: list[bytes] = field(default_factory=list[bytes])
+    states: list[State] = field(default_factory=list["State"])
+
+
+def save_plan(
+    sql: Sql, states: Sequence[State], store: object, where: str, known: TailCache
+) -> Plan[dict[int, ValueError]]:
+    """Save `states` (a group commit) in one statement; bind each one saved; the refused.
+
+    Each State's stored end is taken from `known` (what this store wrote or read); one it does
+    not know is taken to be new. A State whose end changed meanwhile (another writer, or a
+    wrong guess) is read back and tried again, up to three times. A refused State (it does not
+    continue the stored history) is left out and its `ValueError` returned, keyed by
+    ``id(state)``; the others are written. A failure of the database fails them all.
+    """
+    pending = [(state, storage_view(state)) for state in states]
+    ends: dict[str, Tail | None] = {state.id: known.get(state.id) for state in states}
+    moved: set[str] = set()  # known ends another writer moved on: a refusal is a conflict
+    refused: dict[int, ValueError] = {}
+    for _ in range(_SAVE_TRIES):
+        for state, _view in pending:
+            refused.pop(id(state), None)
+        writes = _writes(pending, ends, moved, refused)
+        rows = StateRows()
+        for write in writes.values():
+            if write.stored is None or write.lines:
+                state_row(rows, write.view, write.stored, write.end, write.lines, write.digests)
+        written: set[str] = set()
+        if len(rows):
+            for state_id in rows.ids:
+                known.forget(state_id)  # until the commit is known to have happened
+            result: list[Row] = yield Query(sql.save, rows.params())
+            written = {str(row[0]) for row in result}
+        lost = [state_id for state_id in rows.ids if state_id not in written]
+        for state_id, write in writes.items():
+            if state_id in lost:
+                continue
+            known.put(state_id, write.end)
+            for state in write.states:
+                bind_state(state, store)
+        if not lost:
+            return refused
+        # Another writer changed these States since their end was known (or one was guessed
+        # new and is not): read where they end now, and try them again.
+        moved |= {state_id for state_id in lost if ends[state_id] is not None}
+        found: list[Row] = yield Query(sql.ends, (lost,))
+        ends = dict.fromkeys(lost)
+        for state_id, count, head, line in found:
+            ends[str(state_id)] = _stored_end(str(state_id), count, head, line, where)
+        # The States as they are now: one saved from several threads may have grown since.
+        pending = [(state, storage_view(state)) for state, _ in pending if state.id in ends]
+    for state, _ in pending:
+        refused.setdefault(
+            id(state),
+            ValueError(
+                f"State {state.id!r} was saved by another writer again and again while this save"
+                f" ran ({_SAVE_TRIES} tries), so it is not saved. Load it again with"
+                f" store.load({state.id!r}) and continue that one, and let one writer at a time"
+                " save a State."
+            ),
+        )
+    return refused
+
+
+def _stored_end(state_id: str, count: object, head: object, line: object, where: str) -> Tail:
+    if not isinstance(count, int) or count < 0:
+        raise damaged(where, state_id, f"its states row is damaged (entries = {count!r})")
+    if count == 0:
+        return Tail()
+    if not isinstance(line, bytes) or not isinstance(head, bytes):
+        raise damaged(where, state_id, f"history entry {count - 1} or its digest is missing")
+    return Tail(count, line, None, head)
+
+
+def _writes(
+    pending: Sequence[tuple[State, StorageView]],
+    ends: Mapping[str, Tail | None],
+    moved: set[str],
+    refused: dict[int, ValueError],
+) -> dict[str, _Write]:
+    """What to write for each State id of `pending`, after its stored end in `ends` (no I/O).
+
+    A State that does not continue it goes to `refused` (as a conflict if its end is in `moved`:
+    another writer saved it after this store knew its end). Two States under one id are taken in
+    turn, the second after what the first writes.
+    """
+    writes: dict[str, _Write] = {}
+    for state, view in pending:
+        state_id = state.id
+        write = writes.get(state_id)
+        stored = ends.get(state_id)
+        tail = write.end if write is not None else (stored or Tail())
+        try:
+            new = continuation(view, tail)
+        except ValueError as error:
+            refused[id(state)] = (
+                _conflict(view, stored) if stored is not None and state_id in moved else error
+            )
+            continue
+        if write is None:
+            write = writes[state_id] = _Write(stored, new.tail, view)
+        write.end, write.view = new.tail, view
+        write.lines += new.lines
+        write.digests += new.digests
+        write.states.append(state)
+    return writes
+
+
+def _conflict(view: StorageView, stored: Tail) -> ValueError:
+    state_id = view.id
+    return ValueError(
+        f"State {state_id!r} cannot be saved: another writer saved it meanwhile (the store now"
+        f" holds {stored.count} entries, and this State does not continue them), so saving it"
+        " would interleave two histories. Load it again with"
+        f" store.load({state_id!r}) and continue that one, or save this one under a new id"
+        " (state.fork())."
+    )
+
+
+def load_plan(sql: Sql, state_id: str, store: object, where: str, known: TailCache) -> Plan[State]:
+    """Read the State `state_id` in one statement, rebuild it, close a cut-off turn.
+
+    The entries that closing the turn adds are not written here: the next save writes them.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+        LookupError: No State has this id.
+        StoreDamagedError: A damaged entry (naming the State and the index), or a missing one.
+    """
+    validate_id(state_id, "state_id")
+    return _load(sql, state_id, store, where, known)
+
+
+def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) -> Plan[State]:
+    rows: list[Row] = yield Query(sql.load, (state_id,))
+    if not rows:
+        raise LookupError(
+            f"No State {state_id!r} in {where}: check the id, or list the saved ones with"
+            " store.list()."
+        )
+    expected, head = rows[0][0], rows[0][1]
+    stored = rows if rows[0][2] is not None else []
+    lines = [row[2] for row in stored]
+    digests = [row[3] for row in stored]
+    if not isinstance(expected, int):
+        raise damaged(where, state_id, f"its states row is damaged (entries = {expected!r})")
+    if len(lines) > expected:  # written with its row, in one statement: never legitimately
+        raise damaged(
+            where,
+            state_id,
+            f"its states row counts {expected} history entries but {len(lines)} are stored:"
+            f" history entry {expected} is extra",
+        )
+    state = rebuild(state_id, lines, digests, where=where, count=expected, head=head)
+    if lines:
+        last = storage_view(state).entry(len(lines) - 1)
+        known.put(state_id, Tail(len(lines), lines[-1], last, digests[-1]))
+    else:
+        known.put(state_id, Tail())
+    children: list[StateInfo] = []
+    if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
+        children = yield from _list(sql, state_id, None, where)
+    recover_state(state, children)
+    bind_state(state, store)
+    return state
+
+
+def list_plan(
+    sql: Sql, parent_id: str | None, limit: int | None, where: str
+) -> Plan[list[StateInfo]]:
+    """The `StateInfo` of the saved States, most recently updated first.
+
+    Raises:
+        TypeError, ValueError: `parent_id` is not a valid id, or `limit` is not None or an
+            int >= 0 (at once, before any I/O).
+    """
+    check_list_args(parent_id, limit)
+    return _list(sql, parent_id, limit, where)
+
+
+def _list(sql: Sql, parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:
+    if parent_id is None:
+        rows: list[Row] = yield Query(sql.list_all, (limit,))
+    else:
+        rows = yield Query(sql.list_children, (parent_id, limit))
+    return [info_of_row(row, where) for row in rows]
+
+
+def delete_plan(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
+    """Forget the State `state_id` and its entries; nothing happens if it is absent.
+
+    Run it in a transaction: it locks the row, then deletes the row and the entries.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+    """
+    validate_id(state_id, "state_id")
+    return _delete(sql, state_id, known)
+
+
+def _delete(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
+    known.forget(state_id)
+    yield Query(sql.lock_state, (state_id,))
+    yield Query(sql.delete, (state_id, state_id))
+
+
+# -- agent memory --------------------------------------------------------------------------
+
+
+def _check_nul(*texts: str | None) -> None:
+    for text in texts:
+        if text is not None and "\x00" in text:
+            raise ValueError(
+                f"{text[:40]!r} holds the NUL character (U+0000), which PostgreSQL text cannot"
+                " hold: remove it from the memory key or space."
+            )
+
+
+def memory_get_plan(sql: Sql, agent: str, space: str, key: str) -> Plan[str | None]:
+    """The text stored under `key` in the agent's space, or None.
+
+    Raises:
+        TypeError, ValueError: A bad agent name, space or key (at once, before any I/O).
+    """
+    check_memory(agent, space, key)
+    _check_nul(space, key)
+    return _memory_get(sql, agent, space, key)
+
+
+def _memory_get(sql: Sql, agent: str, space: str, key: str) -> Plan[str | None]:
+    rows: list[Row] = yield Query(sql.memory_get, (agent, space, key))
+    return str(rows[0][0]) if rows else None
+
+
+def memory_scan_plan(sql: Sql, agent: str, space: str) -> Plan[list[tuple[str, str]]]:
+    """Every ``(key, text)`` of the agent's space, in key order (code points).
+
+    Raises:
+        TypeError, ValueError: A bad agent name or space (at once, before any I/O).
+    """
+    check_memory(agent, space)
+    _check_nul(space)
+    return _memory_scan(sql, agent, space)
+
+
+def _memory_scan(sql: Sql, agent: str, space: str) -> Plan[list[tuple[str, str]]]:
+    rows: list[Row] = yield Query(sql.memory_scan, (agent, space))
+    return [(str(row[0]), str(row[1])) for row in rows]
+
+
+def memory_put_plan(
+    sql: Sql, agent: str, space: str, key: str, data: str | None, effect: str | None
+) -> Plan[bool]:
+    """Write `data` under `key` (None deletes it), once per `effect` key; whether it applied.
+
+    One statement: with an effect key, the key is inserted with the write, so both happen or
+    neither, and a write whose key is stored already writes nothing.
+
+    Raises:
+        TypeError, ValueError: A bad argument (at once, before any I/O).
+    """
+    check_memory(agent, space, key, data=data, effect=effect)
+    _check_nul(space, key, effect)
+    return _memory_put(sql, agent, space, key, data, effect)
+
+
+def _memory_put(
+    sql: Sql, agent: str, space: str, key: str, data: str | None, effect: str | None
+) -> Plan[bool]:
+    if effect is None:
+        if data is None:
+            yield Query(sql.memory_delete, (agent, space, key))
+        else:
+            yield Query(sql.memory_set, (agent, space, key, data))
+        return True
+    params = {"agent": agent, "space": space, "key": key, "value": data, "effect": effect}
+    statement = sql.memory_delete_once if data is None else sql.memory_set_once
+    rows: list[Row] = yield Query(statement, params)
+    return bool(rows[0][0])

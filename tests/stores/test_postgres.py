@@ -1,0 +1,438 @@
+"""`PostgresStore` against a real server: the contract suite in every mode, and what is its own.
+
+The server is the one `make test` starts (see `tests.postgres`); each test gets a schema of its
+own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, LiteralString, cast
+
+import anyio
+import psycopg
+import psycopg.errors
+import pytest
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from orchestrator import Message, State, StoreDamagedError, StoreError, storage_view
+from stores import FORMAT_VERSION, PostgresStore
+from stores._postgres_plans import save_plan
+from stores._postgres_sql import SCHEMA_VERSION, sql_for
+from stores.backend import Tail, TailCache, continuation
+from stores.contract import StoreContract
+from tests.postgres import fresh_schema
+
+_TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
+
+
+class TestPostgresStore(StoreContract):
+    colours = ("sync", "async")
+    asyncio_only = False  # the async twins run the sync driver in a worker thread
+
+    @pytest.fixture
+    def store(self) -> Iterator[PostgresStore]:
+        with fresh_schema() as (dsn, schema):
+            store = PostgresStore(dsn, schema=schema, pool_size=4)
+            try:
+                yield store
+            finally:
+                store.close()
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def where() -> Iterator[tuple[str, str]]:
+    """A DSN and a fresh schema (dropped at the end)."""
+    with fresh_schema() as found:
+        yield found
+
+
+@pytest.fixture
+def store(where: tuple[str, str]) -> Iterator[PostgresStore]:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema, pool_size=4) as opened:
+        yield opened
+
+
+def sql(dsn: str, statement: str, *params: object) -> list[tuple[Any, ...]]:
+    """Run one statement on its own connection; its rows (none for a command)."""
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        cursor = connection.execute(cast("LiteralString", statement), params)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def grown(state: State, *texts: str) -> State:
+    for text in texts:
+        state.add_message(Message.user(text))
+    return state
+
+
+# -- the schema: made once, versioned, migrated -----------------------------------------------
+
+
+def test_the_schema_is_made_on_first_use_with_its_versions(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    assert sql(dsn, "SELECT to_regnamespace(%s) IS NOT NULL", schema) == [(False,)]
+    store.save(State(id="one", messages=[Message.user("hi")]))
+    meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
+    assert meta == {"schema_version": SCHEMA_VERSION, "format_version": FORMAT_VERSION}
+    tables = {row[0] for row in sql(dsn, _TABLES, schema)}
+    assert tables == {"meta", "states", "entries", "memory", "memory_effects"}
+
+
+def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    stores = [PostgresStore(dsn, schema=schema, pool_size=1) for _ in range(6)]
+    barrier = threading.Barrier(len(stores))
+    errors: list[BaseException] = []
+
+    def first_save(index: int) -> None:
+        barrier.wait()
+        try:
+            stores[index].save(State(id=f"s{index}", messages=[Message.user("go")]))
+        except BaseException as error:  # pragma: no cover - the failure the test looks for
+            errors.append(error)
+
+    threads = [threading.Thread(target=first_save, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for opened in stores:
+        opened.close()
+    assert errors == []
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(6,)]
+
+
+def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
+    """Schema version 1 had no memory tables: a store opening it adds them, keeping the States."""
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        state = grown(State(id="kept"), "one", "two")
+        first.save(state)
+    sql(dsn, f'DROP TABLE "{schema}".memory, "{schema}".memory_effects')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second:
+        assert second.load("kept").history == state.history
+        assert second.memory_put("agent", "kv", "k", '"v"')
+        assert second.memory_get("agent", "kv", "k") == '"v"'
+    meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
+    assert meta["schema_version"] == SCHEMA_VERSION
+
+
+def test_a_newer_schema_is_refused_naming_both_versions(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        first.save(State(id="x"))
+    newer = SCHEMA_VERSION + 1
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = %s WHERE key = 'schema_version'", newer)
+    with (
+        PostgresStore(dsn, schema=schema) as second,
+        pytest.raises(
+            ValueError, match=rf"schema version {newer}.*schema version {SCHEMA_VERSION}"
+        ),
+    ):
+        second.list()
+
+
+def test_a_version_no_orchestrator_wrote_is_damage(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        first.save(State(id="x"))
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 0 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second, pytest.raises(StoreDamagedError):
+        second.list()
+
+
+def test_a_schema_holding_other_tables_is_refused(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    sql(dsn, f'CREATE SCHEMA "{schema}"')
+    sql(dsn, f'CREATE TABLE "{schema}".states (name text)')
+    with (
+        PostgresStore(dsn, schema=schema) as opened,
+        pytest.raises(ValueError, match="holds tables of something else"),
+    ):
+        opened.list()
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(0,)]
+
+
+def test_bad_arguments_are_refused_at_once(where: tuple[str, str]) -> None:
+    dsn, _ = where
+    with pytest.raises(ValueError, match="schema 'Bad-Name'"):
+        PostgresStore(dsn, schema="Bad-Name")
+    with pytest.raises(TypeError, match="schema must be a str"):
+        PostgresStore(dsn, schema=cast("Any", 3))
+    with pytest.raises(ValueError, match="pool_size"):
+        PostgresStore(dsn, pool_size=0)
+    with pytest.raises(ValueError, match="timeout"):
+        PostgresStore(dsn, timeout=0)
+    with pytest.raises(TypeError, match="a DSN"):
+        PostgresStore(cast("Any", 5432))
+
+
+# -- writers: several stores and processes at once --------------------------------------------
+
+
+def test_two_writers_of_one_state_the_second_is_refused(where: tuple[str, str]) -> None:
+    """Two stores (as two processes) append to one State: the second gets a conflict."""
+    dsn, schema = where
+    with (
+        PostgresStore(dsn, schema=schema) as first,
+        PostgresStore(dsn, schema=schema) as second,
+    ):
+        first.save(State(id="shared", messages=[Message.user("start")]))
+        mine, theirs = first.load("shared"), second.load("shared")
+        first.save(grown(mine, "mine 1", "mine 2"))
+        with pytest.raises(ValueError, match=r"another writer saved it.*store\.load\('shared'\)"):
+            second.save(grown(theirs, "theirs"))
+        stored = second.load("shared")
+        assert [m.text for m in stored.messages] == ["start", "mine 1", "mine 2"]
+        second.save(grown(stored, "theirs, after loading again"))
+        assert first.load("shared").messages[-1].text == "theirs, after loading again"
+
+
+def test_writers_racing_on_one_state_never_interleave(where: tuple[str, str]) -> None:
+    """Four stores append to one State at once, each reloading when refused: no entry is lost
+    or mixed, and every save that returned is in the stored history."""
+    dsn, schema = where
+    stores = [PostgresStore(dsn, schema=schema, pool_size=1) for _ in range(4)]
+    stores[0].save(State(id="raced", messages=[Message.user("start")]))
+    barrier = threading.Barrier(len(stores))
+    saved: list[str] = []
+    refusals: list[int] = []
+    lock = threading.Lock()
+
+    def race(index: int) -> None:
+        store = stores[index]
+        state = store.load("raced")
+        barrier.wait()
+        for round_ in range(15):
+            text = f"writer {index} round {round_}"
+            while True:
+                state.add_message(Message.user(text))
+                try:
+                    store.save(state)
+                except ValueError:
+                    with lock:
+                        refusals.append(index)
+                    state = store.load("raced")
+                    continue
+                with lock:
+                    saved.append(text)
+                break
+
+    threads = [threading.Thread(target=race, args=(i,)) for i in range(len(stores))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    final = stores[0].load("raced")
+    for opened in stores:
+        opened.close()
+    texts = [m.text for m in final.messages]
+    assert sorted(texts[1:]) == sorted(saved)  # each returned save once, nothing else
+    assert len(texts) == 1 + 4 * 15
+    for index in range(4):  # each writer's own messages in its order
+        own = [t for t in texts if t.startswith(f"writer {index} ")]
+        assert own == [f"writer {index} round {r}" for r in range(15)]
+    assert refusals  # the race did happen
+
+
+def test_processes_saving_different_states_at_once_lose_nothing(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as opened:
+        opened.list()  # the schema exists before the processes start (they may also make it)
+    root = Path(__file__).resolve().parents[2]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.stores.postgres_worker", dsn, schema, f"p{i}", "40", "5"],
+            cwd=root,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    outputs = [worker.communicate(timeout=100)[0] for worker in workers]
+    assert [worker.returncode for worker in workers] == [0, 0, 0, 0]
+    assert outputs == ["done\n"] * 4
+    with PostgresStore(dsn, schema=schema) as opened:
+        infos = opened.list()
+        assert len(infos) == 4 * 40
+        assert {info.entries for info in infos} == {6}
+        state = opened.load("p3-39")
+        assert [m.text for m in state.messages][-1] == "p3 round 4"
+
+
+def test_concurrent_asaves_share_statements(store: PostgresStore) -> None:
+    batches: list[int] = []
+    write = store._save_states  # pyright: ignore[reportPrivateUsage]
+
+    def counted(states: list[State], state_id: str | None = None) -> dict[int, ValueError]:
+        batches.append(len(states))
+        return write(states, state_id)
+
+    store._save_states = counted  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
+    states = [State(id=f"c{i}", messages=[Message.user(str(i))]) for i in range(100)]
+
+    async def save_all() -> None:
+        async with anyio.create_task_group() as group:
+            for state in states:
+                group.start_soon(store.asave, state)
+
+    anyio.run(save_all)
+    assert sum(batches) == 100
+    assert len(batches) < 10  # one statement for the first, one for all that came meanwhile
+    assert len(store.list()) == 100
+
+
+# -- listing uses its index ---------------------------------------------------------------------
+
+
+def test_listing_children_uses_the_parent_index(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    store.list()  # makes the schema
+    sql(
+        dsn,
+        f"""INSERT INTO "{schema}".states (id, parent_id, title, created_at, updated_at, turn,
+        finished, usage, entries) SELECT 's' || n, 'p' || mod(n, 200), '', now(), now(), 0,
+        false, '{{}}', 0 FROM generate_series(1, 20000) AS n""",
+    )
+    sql(dsn, f'ANALYZE "{schema}".states')
+    query = sql_for(schema).list_children
+    plan = "\n".join(row[0] for row in sql(dsn, "EXPLAIN " + query, "p7", 10))
+    assert "states_by_parent" in plan, plan
+    assert len(store.list(parent_id="p7")) == 100
+
+
+# -- what a PostgreSQL store keeps ------------------------------------------------------------
+
+
+def test_delete_takes_the_entries_with_the_state(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    store.save(grown(State(id="gone"), "a", "b"))
+    store.save(grown(State(id="kept"), "c"))
+    store.delete("gone")
+    rows = sql(dsn, f'SELECT state_id, count(*) FROM "{schema}".entries GROUP BY state_id')
+    assert rows == [("kept", 1)]
+
+
+def test_a_nul_in_a_title_is_stored_as_a_replacement_character(store: PostgresStore) -> None:
+    state = State(id="nul", messages=[Message.user("a\x00b")])
+    store.save(state)
+    assert store.list()[0].title == "a\ufffdb"
+    assert store.load("nul").messages[0].text == "a\x00b"  # the entry itself is exact
+    with pytest.raises(ValueError, match="NUL"):
+        store.memory_put("agent", "kv", "a\x00b", '"v"')
+
+
+def test_a_changed_entry_is_damage_naming_the_state_and_index(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    store.save(grown(State(id="paid"), "Pay 100 EUR", "thanks"))
+    sql(
+        dsn,
+        f"""UPDATE "{schema}".entries
+        SET data = convert_to(replace(convert_from(data, 'UTF8'), '100', '900'), 'UTF8')
+        WHERE state_id = 'paid' AND seq = 0""",
+    )
+    with (
+        PostgresStore(dsn, schema=schema) as fresh,
+        pytest.raises(StoreDamagedError, match=r"State 'paid' is damaged: history entry 0"),
+    ):
+        fresh.load("paid")
+
+
+def test_a_dropped_table_is_damage(where: tuple[str, str], store: PostgresStore) -> None:
+    dsn, schema = where
+    store.save(State(id="x", messages=[Message.user("hi")]))
+    sql(dsn, f'DROP TABLE "{schema}".entries')
+    with pytest.raises(StoreDamagedError, match="tables were changed") as raised:
+        store.load("x")
+    assert isinstance(raised.value.__cause__, psycopg.errors.UndefinedTable)
+
+
+def test_a_server_that_is_not_there_is_a_store_error() -> None:
+    with PostgresStore("postgresql://nobody@127.0.0.1:1/none", timeout=2) as nowhere:
+        with pytest.raises(StoreError, match="could not reach the database") as raised:
+            nowhere.list()
+        assert isinstance(raised.value.__cause__, psycopg.OperationalError)
+        with pytest.raises(StoreError, match="State 'x'"):
+            nowhere.load("x")
+
+
+def test_a_pool_of_your_own_is_used_and_left_open(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with ConnectionPool(dsn, min_size=1, max_size=2, open=True) as pool:
+        store = PostgresStore(pool, schema=schema)
+        assert repr(store).startswith("PostgresStore(<pool ")
+        store.save(grown(State(id="pooled"), "hi"))  # the pool's connections are not autocommit
+        store.close()
+        assert not pool.closed
+        with PostgresStore(pool, schema=schema) as again:
+            assert again.load("pooled").messages[0].text == "hi"
+
+
+def test_an_async_pool_is_refused_naming_what_to_give(where: tuple[str, str]) -> None:
+    dsn, _ = where
+    pool = AsyncConnectionPool(dsn, open=False)
+    with pytest.raises(TypeError, match="ConnectionPool, not an AsyncConnectionPool"):
+        PostgresStore(cast("Any", pool))
+
+
+def test_a_closed_store_says_so(store: PostgresStore) -> None:
+    store.save(State(id="x"))
+    store.close()
+    store.close()
+    with pytest.raises(ValueError, match="is closed"):
+        store.load("x")
+
+
+def test_without_psycopg_the_error_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg_pool", None)
+    with pytest.raises(ImportError, match=r"orchestrator\[postgres\]"):
+        PostgresStore("postgresql://localhost/db")
+
+
+def test_a_delete_during_a_save_leaves_no_entry_behind(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    """A delete that waits for a save's commit deletes the entries that save wrote too."""
+    dsn, schema = where
+    state = grown(State(id="both"), "one")
+    end = continuation(storage_view(state), Tail()).tail
+    store.save(state)
+    grown(state, "two", "three")
+    known = TailCache()
+    known.put("both", end)
+    query = next(save_plan(sql_for(schema), [state], store, "test", known))
+    with psycopg.connect(dsn, autocommit=True) as saver:
+        deleter = threading.Thread(target=store.delete, args=("both",))
+        with saver.transaction():
+            written = saver.execute(cast("LiteralString", query.sql), query.params).fetchall()
+            assert written == [("both",)]
+            deleter.start()
+            for _ in range(500):  # until the delete waits for this transaction's row lock
+                waiting = sql(
+                    dsn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                )
+                if waiting[0][0]:
+                    break
+                time.sleep(0.01)
+        deleter.join()
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(0,)]
+    assert sql(dsn, f'SELECT count(*) FROM "{schema}".entries') == [(0,)]
