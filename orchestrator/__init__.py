@@ -13,6 +13,7 @@ from ._errors import OrchestratorError as OrchestratorError
 from ._errors import OutputError as OutputError
 from ._errors import ProviderError as ProviderError
 from ._errors import RateLimitError as RateLimitError
+from ._errors import StoreConflictError as StoreConflictError
 from ._errors import StoreDamagedError as StoreDamagedError
 from ._errors import StoreError as StoreError
 from ._errors import ToolError as ToolError
@@ -145,6 +146,7 @@ __all__ = (
     "StoppedByUntil",
     "StorageView",
     "Store",
+    "StoreConflictError",
     "StoreDamagedError",
     "StoreError",
     "TextBlock",

@@ -11,7 +11,9 @@ The tree::
     │   ├── AuthError            the key is missing or refused
     │   └── ContextTooLongError  the request does not fit the model's window
     └── StoreError               a store's backend failed (its own error is the cause)
-        └── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
+        ├── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
+        └── StoreConflictError   a save does not continue the stored history (also a
+                                 `ValueError`): another writer, an older copy, another State
     ToolError                    raised by tools: the model sees the message as an error result
 
 Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
@@ -30,6 +32,7 @@ __all__ = (
     "OutputError",
     "ProviderError",
     "RateLimitError",
+    "StoreConflictError",
     "StoreDamagedError",
     "StoreError",
     "ToolError",
@@ -95,6 +98,15 @@ class StoreDamagedError(StoreError, ValueError):
     A damaged file, an entry whose integrity check fails, a missing or extra entry, a row that
     cannot be read: the message names the store, the State and where the damage is, and says
     what to do (restore from a backup, or delete the State). It is a `ValueError` too.
+    """
+
+
+class StoreConflictError(StoreError, ValueError):
+    """A save was refused: the State does not continue the history stored under its id.
+
+    Another writer saved it meanwhile, it is an older copy, or it is another State under a
+    taken id. Nothing was written; the message names the State and says how to go on: load the
+    stored one and continue it, or save this one under a new id (`state.fork()`).
     """
 
 

@@ -18,6 +18,7 @@ from orchestrator import (
     State,
     StateInfo,
     StorageView,
+    StoreConflictError,
     bind_state,
     recover_state,
     storage_view,
@@ -103,7 +104,7 @@ def save_plan(
     for state, _ in pending:
         refused.setdefault(
             id(state),
-            ValueError(
+            StoreConflictError(
                 f"State {state.id!r} was saved by another writer again and again while this save"
                 f" ran ({_SAVE_TRIES} tries), so it is not saved. Load it again with"
                 f" store.load({state.id!r}) and continue that one, and let one writer at a time"
@@ -157,9 +158,9 @@ def _writes(
     return writes
 
 
-def _conflict(view: StorageView, stored: Tail) -> ValueError:
+def _conflict(view: StorageView, stored: Tail) -> StoreConflictError:
     state_id = view.id
-    return ValueError(
+    return StoreConflictError(
         f"State {state_id!r} cannot be saved: another writer saved it meanwhile (the store now"
         f" holds {stored.count} entries, and this State does not continue them), so saving it"
         " would interleave two histories. Load it again with"

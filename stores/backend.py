@@ -33,7 +33,15 @@ from weakref import WeakKeyDictionary
 import anyio
 import anyio.lowlevel
 
-from orchestrator import HistoryEntry, State, StateInfo, StorageView, storage_view, validate_id
+from orchestrator import (
+    HistoryEntry,
+    State,
+    StateInfo,
+    StorageView,
+    StoreConflictError,
+    storage_view,
+    validate_id,
+)
 from orchestrator._memory import validate_key, validate_space
 
 from ._codec import (
@@ -120,7 +128,8 @@ def continuation(view: StorageView, tail: Tail) -> Continuation:
     Only the new entries are encoded (plus, at most, the stored last one to compare it).
 
     Raises:
-        ValueError: The State does not continue the stored history (see the module docstring).
+        StoreConflictError: The State does not continue the stored history (see the module
+            docstring); a `ValueError`.
     """
     state = view  # the messages below name the State by its id
     count = tail.count
@@ -132,7 +141,7 @@ def continuation(view: StorageView, tail: Tail) -> Continuation:
         digests = tuple(chain_digests(first_digest(view.id), lines))
         return Continuation(lines, digests, Tail(len(entries), lines[-1], entries[-1], digests[-1]))
     if view.count < count:
-        raise ValueError(
+        raise StoreConflictError(
             f"State {state.id!r} cannot be saved: the store holds {count} entries under this"
             " id and this State has fewer, so it is an older copy or another State. Load the"
             f" stored one with store.load({state.id!r}) and continue that one, or save this one"
@@ -140,7 +149,7 @@ def continuation(view: StorageView, tail: Tail) -> Continuation:
         )
     boundary = view.entry(count - 1)
     if not tail.continued_by(state.id, boundary):
-        raise ValueError(
+        raise StoreConflictError(
             f"State {state.id!r} cannot be saved: the store already holds a State with this id"
             f" whose history is different (entry {count - 1} differs), and a save only adds"
             " entries to the history it continues. Load the stored one with"

@@ -53,6 +53,7 @@ from orchestrator import (
     Reply,
     State,
     Store,
+    StoreConflictError,
     TextBlock,
     ToolResultEntry,
     Usage,
@@ -383,27 +384,27 @@ class StoreContract:
     # -- the save rule ---------------------------------------------------------------------------
 
     def test_another_history_under_a_taken_id_is_refused(self, client: StoreClient) -> None:
-        """Saving a different State under a stored id raises `ValueError` pointing at `load`."""
+        """Saving a different State under a stored id raises `StoreConflictError` (`load` it)."""
         first = State(id="taken", messages=[Message.user("first")])
         client.save(first)
         other = State(id="taken", messages=[Message.user("second")])
         other.add_message(Message.user("more"))
-        with pytest.raises(ValueError, match=r"taken.*load"):
+        with pytest.raises(StoreConflictError, match=r"taken.*load"):
             client.save(other)
         assert_same(client.load("taken"), first)
         assert client.list()[0].entries == 1
 
     def test_an_older_copy_is_refused(self, client: StoreClient) -> None:
-        """Saving a copy that is behind the stored history, or diverged, raises `ValueError`."""
+        """Saving a copy that is behind the stored history, or diverged, is a conflict."""
         client.save(State(id="copied", messages=[Message.user("start")]))
         ahead, behind = client.load("copied"), client.load("copied")
         ahead.add_message(Message.user("ahead"))
         client.save(ahead)
-        with pytest.raises(ValueError, match=r"copied.*load"):
+        with pytest.raises(StoreConflictError, match=r"copied.*load"):
             client.save(behind)
         behind.add_message(Message.user("diverged"))
         behind.add_message(Message.user("further"))
-        with pytest.raises(ValueError, match=r"copied.*load"):
+        with pytest.raises(StoreConflictError, match=r"copied.*load"):
             client.save(behind)
         assert_same(client.load("copied"), ahead)
 

@@ -20,7 +20,14 @@ import psycopg.errors
 import pytest
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from orchestrator import Message, State, StoreDamagedError, StoreError, storage_view
+from orchestrator import (
+    Message,
+    State,
+    StoreConflictError,
+    StoreDamagedError,
+    StoreError,
+    storage_view,
+)
 from stores import FORMAT_VERSION, PostgresStore
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SCHEMA_VERSION, sql_for
@@ -193,7 +200,9 @@ def test_two_writers_of_one_state_the_second_is_refused(where: tuple[str, str]) 
         first.save(State(id="shared", messages=[Message.user("start")]))
         mine, theirs = first.load("shared"), second.load("shared")
         first.save(grown(mine, "mine 1", "mine 2"))
-        with pytest.raises(ValueError, match=r"another writer saved it.*store\.load\('shared'\)"):
+        with pytest.raises(
+            StoreConflictError, match=r"another writer saved it.*store\.load\('shared'\)"
+        ):
             second.save(grown(theirs, "theirs"))
         stored = second.load("shared")
         assert [m.text for m in stored.messages] == ["start", "mine 1", "mine 2"]
