@@ -17,6 +17,7 @@ import anyio
 
 from ._ask import ask as _ask
 from ._ask import compact as _compact
+from ._errors import is_interruption
 from ._execute import CallContext, current_call, merge_due, run_tools, stragglers, wait_for
 from ._history import RunStart
 from ._logs import get_log
@@ -25,9 +26,23 @@ from ._memory import Memory
 from ._memory_tools import agent_memory, collection_tools, memory_required
 from ._messages import Message, ToolCall
 from ._permissions import Permission, check_permissions
+from ._recording import (
+    add_child,
+    begin_run,
+    begin_think,
+    bind_schema,
+    bind_state,
+    close_pending,
+    end_run,
+    record_error,
+    record_reply,
+    record_run_start,
+    store_of,
+    value_of,
+)
 from ._reply import Reply
 from ._reporting import Reporter, thinking
-from ._state import RESERVED, State, is_interruption
+from ._state import RESERVED, State
 from ._subagents import AgentTool
 from ._sync import call_twin, run_sync
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
@@ -342,7 +357,7 @@ class Agent:
         """
         state = self._as_state(state)
         self._require_unfinished(state, "run")
-        state._begin_run()
+        begin_run(state)
         error: BaseException | None = None
         reporter_token = _run_reporters.set(self._reporters())
         threads: list[threading.Event] = []
@@ -350,7 +365,7 @@ class Agent:
         link: CallContext | None = None
         try:
             if self._schema is not None:
-                state._bind_schema(self._schema)
+                bind_schema(state, self._schema)
             link = self._start(state)
             merge_due(state, self._tools_by_name)  # of a turn a crash or a fork cut off
             if not is_default_loop(self._loop):  # which saves it with its first request
@@ -372,7 +387,7 @@ class Agent:
         finally:
             await wait_for(threads)  # nothing runs on after the run (waited for above already)
             stragglers.reset(threads_token)
-            state._end_run()
+            end_run(state)
             _run_reporters.reset(reporter_token)
             _log.info(
                 "state.run.finished",
@@ -389,7 +404,7 @@ class Agent:
         Returns the call's context when `state` became its child.
         """
         parent = current_call.get()
-        link = parent is not None and parent.state is not state and not state._folded.linked
+        link = parent is not None and parent.state is not state and not value_of(state).linked
         start = RunStart(
             parent_id=parent.state.id if parent is not None and link else None,
             parent_call_id=parent.call.id if parent is not None and link else None,
@@ -397,18 +412,18 @@ class Agent:
             model=self._model.name,
             tools=tuple(self._tools_by_name),
         )
-        state._record_run_start(start)
+        record_run_start(state, start)
         if parent is not None and link:
             scope = parent.state._effect_scope or parent.state.id
             place = f"{parent.state.turn}:{parent.call.id}/{len(parent.child_ids)}"
             state._effect_scope = f"{scope}:{place}"
             parent.child_ids.append(state.id)
             parent.children.append(state)
-            parent.state._add_child(state)
-            if self._store is None and state._store is None:
+            add_child(parent.state, state)
+            if self._store is None and store_of(state) is None:
                 inherited = parent.agent._store_for(parent.state)
                 if inherited is not None:
-                    state._bind_store(inherited)
+                    bind_state(state, inherited)
             self._report("on_child_start", parent.state, parent.call, state)
             return parent
         return None
@@ -427,10 +442,10 @@ class Agent:
     def _close_after(self, state: State, error: BaseException) -> None:
         if state.pending_calls:
             if is_interruption(error):
-                state._close_pending("interrupted", "(interrupted by user)")
+                close_pending(state, "interrupted", "(interrupted by user)")
             else:
-                state._close_pending("aborted", f"(aborted: {type(error).__name__})")
-        state._record_error(error)
+                close_pending(state, "aborted", f"(aborted: {type(error).__name__})")
+        record_error(state, error)
 
     def run(self, state: State | str) -> Any:
         """The sync twin of `arun`."""
@@ -450,7 +465,7 @@ class Agent:
         """`athink`; with `saved_next`, a reply without calls is saved by the caller's next save."""
         self._require_unfinished(state, "think")
         merge_due(state, self._tools_by_name)
-        messages = state._begin_think(model=self._model.name)
+        messages = begin_think(state, model=self._model.name)
         self._report("on_think_start", state)
         request = Request(system=self._instructions, messages=messages, tools=self._specs)
         # Saved before the wait, so a crash during it is recovered: the request is taken back.
@@ -466,12 +481,12 @@ class Agent:
             reply = self._check_reply(await self._model.respond(request, on_text=on_text))
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                state._record_error(exc, again=True)
+                record_error(state, exc, again=True)
                 await self._save_after(state, exc)
             raise
         finally:
             thinking.reset(token)
-        state._record_reply(reply)
+        record_reply(state, reply)
         if _log.debugging:  # the fields cost time on every think: only when they are logged
             _log.debug(
                 "state.think.finished",
@@ -515,7 +530,7 @@ class Agent:
     async def _use_tools(self, state: State, *, saved_next: bool = False) -> None:
         """`ause_tools`; with `saved_next`, the last result is saved by the caller's next save."""
         self._require_unfinished(state, "use_tools")
-        if state._folded.waiting:
+        if value_of(state).waiting:
             raise ValueError("use_tools while the model is being waited on: think first.")
         await run_tools(self, state, saved_next=saved_next)
 
@@ -597,7 +612,7 @@ class Agent:
 
     def _store_for(self, state: State) -> Any:
         """Where `state` is saved: this agent's store, else the store it was loaded from."""
-        return self._store if self._store is not None else state._store
+        return self._store if self._store is not None else store_of(state)
 
     async def _save(self, state: State) -> None:
         """Save `state` at a save point; a sync store runs in a worker thread."""
@@ -628,7 +643,7 @@ class Agent:
             await self._save(state)
         except BaseException as error:
             with anyio.CancelScope(shield=True):
-                state._record_error(error, again=True)
+                record_error(state, error, again=True)
                 await self._save_after(state, error)
             raise
 

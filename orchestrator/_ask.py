@@ -10,6 +10,7 @@ import pydantic
 
 from ._errors import OutputError
 from ._messages import Message
+from ._recording import compaction, record_ask, record_compact, require_closed_turn
 from ._reply import Usage
 from .models import Request
 
@@ -71,7 +72,7 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
         raise ValueError("ask needs a question: pass a non-empty prompt str.")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}.")
-    state._require_closed_turn("ask")
+    require_closed_turn(state, "ask")
     try:
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(returns)
     except pydantic.PydanticSchemaGenerationError as error:
@@ -85,7 +86,7 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
             reply = await agent.model.respond(request)
         except BaseException as error:
             if not usage.is_empty():  # earlier replies were paid for: keep their usage
-                state._record_ask(prompt, None, usage, error=f"{type(error).__name__}: {error}")
+                record_ask(state, prompt, None, usage, error=f"{type(error).__name__}: {error}")
             raise
         usage = usage + reply.usage
         try:
@@ -99,9 +100,9 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
                 ),
             ]
             continue
-        state._record_ask(prompt, adapter.dump_python(value, mode="json"), usage)
+        record_ask(state, prompt, adapter.dump_python(value, mode="json"), usage)
         return value
-    state._record_ask(prompt, None, usage, error=problem)
+    record_ask(state, prompt, None, usage, error=problem)
     raise OutputError(
         f"The model gave no valid answer to ask(..., returns={_name(returns)})"
         f" after {retries + 1} tries; the last problem: {problem}. Make the prompt clearer or"
@@ -115,8 +116,8 @@ def _name(tp: Any) -> str:
 
 async def compact(agent: Agent, state: State) -> None:
     """The core of `Agent.acompact`: the model writes a summary, then `state._compact`."""
-    with state._compaction():
-        state._require_closed_turn("compact")
+    with compaction(state):
+        require_closed_turn(state, "compact")
         messages = state.messages
         request = Request(
             system=agent.instructions, messages=(*messages, Message.user(COMPACT_PROMPT))
@@ -125,6 +126,6 @@ async def compact(agent: Agent, state: State) -> None:
         summary = reply.message.text.strip()
         if not summary:
             # Nothing to compact with, but the request was paid for: record what it spent.
-            state._record_ask(COMPACT_PROMPT, None, reply.usage, error="empty summary")
+            record_ask(state, COMPACT_PROMPT, None, reply.usage, error="empty summary")
             raise OutputError("The model returned an empty summary, so nothing was compacted.")
-        state._compact(summary, reply.usage, covered=len(messages))
+        record_compact(state, summary, reply.usage, covered=len(messages))

@@ -26,13 +26,20 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._errors import ToolError
+from ._errors import ToolError, error_text, is_interruption
 from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
 from ._permissions import Allowed, Denied, decide
+from ._recording import (
+    check_update,
+    close_pending,
+    merge_turn,
+    record_stop,
+    record_tool_result,
+    value_of,
+)
 from ._reply import NO_USAGE, Usage
-from ._state import error_text, is_interruption
 from ._stopped import StoppedByPermission
 from ._tools import Tool, ToolInputError
 
@@ -99,17 +106,13 @@ def merge_due(state: State, tools: Mapping[str, Tool]) -> None:
     Raises:
         ValueError: A tool whose update is due is not among `tools`.
     """
-    due = state._folded.due
+    due = value_of(state).due
     if not due:
         return
     missing = sorted({entry.call.name for entry in due if entry.call.name not in tools})
     if missing:
-        raise ValueError(
-            f"State {state.id} has state updates from {', '.join(missing)} waiting to be merged"
-            " with those tools' handlers, and this agent has no such tool: run the State with"
-            " the agent whose tools made them."
-        )
-    state._merge_due({entry.call.id: tools[entry.call.name].output_handlers for entry in due})
+        merge_turn(state, {})  # raises, naming the missing tools
+    merge_turn(state, {name: tools[name].output_handlers for name in {e.call.name for e in due}})
 
 
 def _text(text: str) -> tuple[TextBlock | Image, ...]:
@@ -158,7 +161,7 @@ class _Turn:
             raise
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
-            self._report_closed(self.state._close_pending("cancelled", text, self._links()))
+            self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
             merge_due(self.state, self.tools)
             # The stop cancelled the turn's scope, and with it a save of the denied call.
             await self.agent._save(self.state)
@@ -171,10 +174,10 @@ class _Turn:
     def _close(self, error: BaseException) -> None:
         """Close the calls still pending after `error`: interrupted, or aborted."""
         if is_interruption(error):
-            closed = self.state._close_pending("interrupted", INTERRUPTED, self._links())
+            closed = close_pending(self.state, "interrupted", INTERRUPTED, self._links())
         else:
             text = f"(aborted: {type(error).__name__})"
-            closed = self.state._close_pending("aborted", text, self._links())
+            closed = close_pending(self.state, "aborted", text, self._links())
         self._report_closed(closed)
         merge_due(self.state, self.tools)
 
@@ -237,7 +240,7 @@ class _Turn:
             content, is_error = converted.content, converted.is_error
             if converted.state_update:
                 try:
-                    update = state._check_update(converted.state_update, tool.output_handlers)
+                    update = check_update(state, converted.state_update, tool.output_handlers)
                 except (ValueError, KeyError, TypeError) as error:
                     raise _Result(
                         "error", f"The tool's state update was refused: {error}"
@@ -287,7 +290,7 @@ class _Turn:
 
     def _result_saved_now(self) -> bool:
         """Whether to save a result just recorded now: not the turn's last with `saved_next`."""
-        return not self.saved_next or bool(self.state._folded.pending)
+        return not self.saved_next or bool(value_of(self.state).pending)
 
     async def _invoke(self, tool: Tool, kwargs: dict[str, Any], context: CallContext) -> Any:
         timeout = tool.timeout if tool.timeout is not None else self.agent.tool_timeout
@@ -347,7 +350,8 @@ class _Turn:
         update: dict[str, Any] | None,
     ) -> ToolResultEntry:
         usage = _children_usage(context)
-        entry = self.state._record_tool_result(
+        entry = record_tool_result(
+            self.state,
             call,
             ToolResultBlock(call.id, content, is_error),
             outcome=outcome,
@@ -362,7 +366,7 @@ class _Turn:
         if self.stopped:
             return
         self.stopped = True
-        self.state._record_stop(StoppedByPermission(call, permission or "permissions"))
+        record_stop(self.state, StoppedByPermission(call, permission or "permissions"))
         if self.scope is not None:
             self.scope.cancel()
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast, overload
 import anyio.to_thread
 
 from ._logs import get_log
+from ._recording import record_stop, value_of
 from ._stopped import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
 from ._sync import is_async_callable
 
@@ -49,7 +50,7 @@ def waiting_for_user(state: State) -> bool:
     True when no call is pending and the last message is the model's reply without tool calls,
     or there are no messages at all.
     """
-    value = state._folded
+    value = value_of(state)
     if value.pending or value.held:
         return False
     if not value.messages:
@@ -118,10 +119,10 @@ class Loop:
             return False
         for fn in self.until:
             if fn(state):
-                state._record_stop(StoppedByUntil(getattr(fn, "__name__", repr(fn))))
+                record_stop(state, StoppedByUntil(getattr(fn, "__name__", repr(fn))))
                 return False
         if turns >= self.limit:
-            state._record_stop(StoppedByLimit(self.limit))
+            record_stop(state, StoppedByLimit(self.limit))
             self._tell_limit(state)
             return False
         return True

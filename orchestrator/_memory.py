@@ -32,7 +32,7 @@ import pydantic
 
 from ._errors import Issue, ValidationError
 from ._json import freeze
-from ._state import validate_id
+from ._recording import validate_id
 from ._sync import call_twin
 
 __all__ = (

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ToolError
+from ._errors import ToolError, error_text, is_interruption
 from ._messages import Message
-from ._state import State, error_text, is_interruption
+from ._state import State
 from ._tools import Tool
 
 if TYPE_CHECKING:
