@@ -181,12 +181,10 @@ def loop(
 
 
 async def _default_body(agent: Agent, state: State) -> None:
-    # `athink` and `ause_tools`, but a reply without calls and a turn's last result are saved
-    # with the next save (the next request's, or the run's end), as nothing runs in between:
-    # a save point less per turn, and the same entries saved before the model or a tool runs.
-    await agent._think(state, saved_next=True)
+    # Exactly what a user's loop body does: the run's saver makes the saves of both the same.
+    await agent.athink(state)
     if state.pending_calls:
-        await agent._use_tools(state, saved_next=True)
+        await agent.ause_tools(state)
 
 
 default_loop = Loop(_default_body, until=(waiting_for_user,))
@@ -199,8 +197,5 @@ def default_loop_with(max_turns: int) -> Loop:
 
 
 def is_default_loop(body: object) -> TypeGuard[Loop]:
-    """Whether `body` is the default loop, with any limit.
-
-    Its first save is the one before its first model request, so `arun` need not save earlier.
-    """
+    """Whether `body` is the default loop, with any limit (`Agent(max_turns=...)` sets it)."""
     return isinstance(body, Loop) and body.body is _default_body

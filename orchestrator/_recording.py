@@ -116,7 +116,6 @@ class StateParts:
         "_children",
         "_children_store",
         "_compacting",
-        "_effect_scope",
         "_folded",
         "_id",
         "_lock",
@@ -135,7 +134,6 @@ class StateParts:
     _children_store: Any
     _children: dict[str, State]
     _compacting: bool
-    _effect_scope: str | None
     _running: bool
     _recorded: BaseException | None
     _snapshot: tuple[Folded, StateSnapshot] | None
@@ -163,7 +161,6 @@ def init_state(
     state._children_store = children_store
     state._children = dict(children) if children else {}
     state._compacting = False
-    state._effect_scope = None
     state._running = False
     state._recorded = None
     state._snapshot = None
