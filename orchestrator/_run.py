@@ -98,14 +98,17 @@ class CallContext:
 class Run:
     """One run of an Agent's settings on a State: what its loop, tools and ask work with.
 
-    `parent` is the tool call the run's State hangs under (a subagent), `effect_scope` what
-    its memory writes are keyed under (its place in that call; None: the State's id).
-    `stragglers` are the timed-out sync tools' threads the run waits for before it returns.
+    `link` is the tool call the run's State is to hang under (a subagent), `parent` the same
+    once the run start recorded it; `effect_scope` is what its memory writes are keyed under
+    (its place in that call; None: the State's id). `writer` writes the marked save points of
+    this run and of the runs started in it. `stragglers` are the timed-out sync tools' threads
+    the run waits for before it returns.
     """
 
     __slots__ = (
         "agent",
         "effect_scope",
+        "link",
         "parent",
         "reporters",
         "saver",
@@ -134,7 +137,8 @@ class Run:
         self.saver = Saver(store, state)
         self.writer: Writer | None = None  # writes marked save points: this run's, its children's
         self.reporters = reporters
-        self.parent: CallContext | None = None
+        self.link: CallContext | None = None  # the call to link the State to, when it starts
+        self.parent: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
         self.stragglers: list[threading.Event] = []
         limit = settings.max_concurrency
@@ -180,14 +184,37 @@ async def wait_for(threads: list[threading.Event]) -> None:
                 await anyio.to_thread.run_sync(done.wait)
 
 
-async def _saved(
-    run: Run, body: Callable[[Run], Awaitable[_T]], fail: Callable[[BaseException], None] | None
-) -> _T:
-    """`body(run)`, then its State saved; on a failure too (shielded), and re-raised.
+Failed = Callable[["Run", BaseException], None]
+"""Records that an error ends a run (`arun`'s: pending calls closed, the error recorded)."""
 
-    `fail(error)` records a failure first, whether the body or the last save failed.
+
+def within(
+    run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None = None
+) -> Awaitable[_T]:
+    """`body(run)` in `run`'s frame, with a writer; saved when it returns or fails. Await it.
+
+    A run started inside another shares its writer; else the run's task group holds one.
+    Nothing of the run keeps going after it returns: its writer ends (or writes nothing of it
+    any more) once the end is written, and timed-out sync tools are waited for. `fail` records
+    a failure first. A plain function: a run inside another (a subagent) awaits `_saved`
+    directly, one coroutine less per child.
     """
+    frame = current_frame()
+    shared = frame.run.writer if frame is not None else None
+    if shared is not None and shared.here():
+        run.writer = shared
+        if run.saver.store is not None:
+            run.saver.writer = shared
+        return _saved(run, body, fail)
+    if run.saver.store is not None:
+        return _with_writer(run, body, fail)
+    return _saved(run, body, fail)
+
+
+async def _saved(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None) -> _T:
+    """`body(run)` in `run`'s frame, then its State saved; on a failure too (shielded)."""
     saver = run.saver
+    token = enter(Frame(run))
     try:
         result = await body(run)
         await saver.flush()
@@ -198,49 +225,19 @@ async def _saved(
     except BaseException as error:
         with anyio.CancelScope(shield=True):
             if fail is not None:
-                fail(error)
+                fail(run, error)
             await saver.flush_after(error)
             if run.stragglers:
                 await wait_for(run.stragglers)
                 await saver.flush_after(error)
         raise
+    finally:
+        saver.close()
+        leave(token)
     return result
 
 
-async def within(
-    run: Run,
-    body: Callable[[Run], Awaitable[_T]],
-    fail: Callable[[BaseException], None] | None = None,
-) -> _T:
-    """Run `body(run)` in `run`'s frame, with a writer; saved when it returns or fails.
-
-    A run started inside another shares its writer; else the run's task group holds one.
-    Nothing of the run keeps going after it returns: its writer ends (or writes nothing of it
-    any more) once the end is written, and timed-out sync tools are waited for. `fail(error)`
-    records a failure.
-    """
-    frame = current_frame()
-    shared = frame.run.writer if frame is not None else None
-    token = enter(Frame(run))
-    try:
-        saver = run.saver
-        if shared is not None and shared.here():
-            run.writer = shared
-        elif saver.store is not None:
-            return await _with_writer(run, body, fail)
-        if saver.store is not None:
-            saver.writer = run.writer
-        try:
-            return await _saved(run, body, fail)
-        finally:
-            saver.close()
-    finally:
-        leave(token)
-
-
-async def _with_writer(
-    run: Run, body: Callable[[Run], Awaitable[_T]], fail: Callable[[BaseException], None] | None
-) -> _T:
+async def _with_writer(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None) -> _T:
     """`_saved(run, body, fail)` with a writer of its own, in a task group."""
     writer = run.writer = run.saver.writer = Writer()
     error: BaseException | None = None
@@ -255,21 +252,21 @@ async def _with_writer(
                 # Ending the task group must not raise a new cancellation in its place.
                 ending.shield = True
             finally:
-                run.saver.close()
                 writer.close()
     if error is not None:
         raise error
     return results[0]
 
 
-async def step(
+def step(
     agent: Agent, settings: Settings, state: State, action: Callable[[Run], Awaitable[_T]]
-) -> _T:
+) -> Awaitable[_T]:
     """`action` on `state`: in the run in progress, or in a run of its own for this call.
 
     A loop body's ``agent.athink(state)`` is a step of the run that called the body (found
     through the frame). Anywhere else (a script, a tool using another agent) the step is a run
-    of its own: saved when it returns, its timed-out threads waited for.
+    of its own: saved when it returns, its timed-out threads waited for. Await the result (a
+    plain function: a step of a run adds no coroutine of its own).
     """
     frame = current_frame()
     if (
@@ -278,10 +275,10 @@ async def step(
         and frame.run.state is state
         and frame.run.settings is settings
     ):
-        return await action(frame.run)
+        return action(frame.run)
     store = settings.store if settings.store is not None else store_of(state)
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
-    return await within(run, action)
+    return within(run, action)
 
 
 def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
@@ -299,10 +296,11 @@ async def run_agent(agent: Agent, settings: Settings, state: State) -> None:
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    run.link = parent
     begin_run(state)
     error: BaseException | None = None
     try:
-        await within(run, lambda run: _run_loop(run, parent), lambda error: _failed(run, error))
+        await within(run, _run_loop, _failed)
     except BaseException as exc:
         error = exc
         raise
@@ -317,11 +315,11 @@ async def run_agent(agent: Agent, settings: Settings, state: State) -> None:
         run.report("on_run_end", state, error)
 
 
-async def _run_loop(run: Run, parent: CallContext | None) -> None:
+async def _run_loop(run: Run) -> None:
     state, settings = run.state, run.settings
     if settings.schema is not None:
         bind_schema(state, settings.schema)
-    _start(run, parent)
+    _start(run, run.link)
     merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
     run.saver.mark()  # written with the first request, or the run's end
     run.report("on_run_start", state)
