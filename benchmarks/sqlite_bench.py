@@ -20,6 +20,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator import Message, Reply, State, TextBlock, ToolCall, ToolResultBlock
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 from stores._aiosqlite import AioSQLiteStore
 from stores._sqlite import SQLiteStore
 
@@ -41,11 +42,11 @@ SIZE_LIMIT_BYTES = 1_000_000
 
 def record_three(state: State, i: int) -> None:
     """Record one turn of 3 entries: a model request, a reply with one call, its result."""
-    state._begin_think(model="fake")
+    begin_think(state, model="fake")
     call = ToolCall(f"call_{i}", "read_file", {"path": f"src/module_{i % 17}.py"})
-    state._record_reply(Reply(Message.assistant("Reading it.", (call,)), USAGE))
+    record_reply(state, Reply(Message.assistant("Reading it.", (call,)), USAGE))
     result = ToolResultBlock(call.id, (TextBlock(f"def f{i}(): return {i}"),))
-    state._record_tool_result(call, result, outcome="done")
+    record_tool_result(state, call, result, outcome="done")
 
 
 def _new_state() -> State:

@@ -12,6 +12,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 
 from orchestrator import HistoryEntry, Message, Reply, State, TextBlock, ToolCall, ToolResultBlock
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 
 from .report import Metric
 from .workload import USAGE, Recorded, record_until
@@ -187,12 +188,12 @@ def bench_memory(count: int) -> list[Metric]:
         nonlocal results_bytes
         for i in range(turns):
             calls = (ToolCall(f"c{i}_0", "tool", {"x": i}), ToolCall(f"c{i}_1", "tool", {"x": i}))
-            results._begin_think(model="fake")
-            results._record_reply(Reply(Message.assistant("..", calls), USAGE))
+            begin_think(results, model="fake")
+            record_reply(results, Reply(Message.assistant("..", calls), USAGE))
             before = tracemalloc.get_traced_memory()[0]
             for call in calls:
                 block = ToolResultBlock(call.id, (TextBlock("result text"),))
-                results._record_tool_result(call, block, outcome="done")
+                record_tool_result(results, call, block, outcome="done")
             results_bytes += tracemalloc.get_traced_memory()[0] - before
 
     _traced(add_results)

@@ -35,6 +35,7 @@ from orchestrator import (
     ToolResultBlock,
     Usage,
 )
+from orchestrator._recording import begin_think, record_reply, record_run_start, record_tool_result
 from stores._file import FileStore
 from stores._memory import MemoryStore
 from stores.contract import crashed_pending
@@ -89,12 +90,12 @@ def backends() -> list[Backend]:
 
 def record_turn(state: State, i: int) -> None:
     """Record one turn of 3 entries: a request, a reply calling a tool, the tool's result."""
-    state._begin_think(model="fake")
+    begin_think(state, model="fake")
     call = ToolCall(f"call_{i}", "read_file", {"path": f"src/module_{i % 50}.py"})
     text = f"Reading module {i % 50} to find where the config is parsed."
-    state._record_reply(Reply(Message.assistant(text, (call,)), _USAGE, "tool_use", "fake"))
+    record_reply(state, Reply(Message.assistant(text, (call,)), _USAGE, "tool_use", "fake"))
     result = f"def parse_{i}(text):\n    return json.loads(text)  # line {i}\n"
-    state._record_tool_result(call, ToolResultBlock(call.id, (TextBlock(result),)), outcome="done")
+    record_tool_result(state, call, ToolResultBlock(call.id, (TextBlock(result),)), outcome="done")
 
 
 def _new_state(state_id: str) -> State:
@@ -218,7 +219,7 @@ def bench_recovering_load(others: int, repeats: int = 5) -> dict[str, float]:
             store.save(crashed_pending("lead"))
             for kid in ("kid-a", "kid-b"):
                 child = State(id=kid, messages=[Message.user("sub task")])
-                child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+                record_run_start(child, RunStart(parent_id="lead", parent_call_id="c2"))
                 store.save(child)
             for i in range(others):
                 store.save(State(id=f"other-{i}", messages=[Message.user(f"task {i}")]))

@@ -19,6 +19,7 @@ from orchestrator import (
     ToolResultBlock,
     Usage,
 )
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 
 __all__ = ("USAGE", "Recorded", "build_history", "record_turn", "record_until")
 
@@ -31,21 +32,21 @@ def record_turn(state: State, i: int) -> int:
     if i % 3 == 0:
         state.add_message(Message.user(f"Step {i}: read module {i % 17} and say what it does."))
         added += 1
-    state._begin_think(model="fake")
+    begin_think(state, model="fake")
     added += 1
     if i % 5 == 4:
-        state._record_reply(Reply(Message.assistant(f"Step {i} is done."), USAGE))
+        record_reply(state, Reply(Message.assistant(f"Step {i} is done."), USAGE))
         added += 1
     else:
         calls = (
             ToolCall(f"call_{i}_0", "tool", {"x": i}),
             ToolCall(f"call_{i}_1", "tool", {"x": i + 1}),
         )
-        state._record_reply(Reply(Message.assistant("..", calls), USAGE))
+        record_reply(state, Reply(Message.assistant("..", calls), USAGE))
         added += 1
         for call in reversed(calls):  # the second call finishes first
-            state._record_tool_result(
-                call, ToolResultBlock(call.id, (TextBlock("result text"),)), outcome="done"
+            record_tool_result(
+                state, call, ToolResultBlock(call.id, (TextBlock("result text"),)), outcome="done"
             )
             added += 1
     if i % 4 == 0:

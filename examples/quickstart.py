@@ -1,8 +1,9 @@
 """Quick start: a State, its typed data, one turn, snapshots, fork, restore, finish and replay.
 
 An Agent drives a State for you (see examples/parallel_agents.py). Here one turn is played by
-hand through the hooks its loop uses (`_begin_think`, `_record_reply`, `_record_tool_result`), to
-show what the State does on its own. Run it with ``python examples/quickstart.py``.
+hand through the recording functions its loop uses (`begin_think`, `record_reply`,
+`record_tool_result` in `orchestrator._recording`, not a public API), to show what the State does
+on its own. Run it with ``python examples/quickstart.py``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orchestrator import (
     Usage,
     merge_lists,
 )
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 
 
 def describe(message: Message) -> str:
@@ -64,16 +66,16 @@ def main() -> None:
         print(f"   refused: 'owner' is not declared; has('owner') is {state.has('owner')}")
 
     print("3. One turn: the model asks for two tools; their results come back out of order")
-    state._begin_think(model="fake")
+    begin_think(state, model="fake")
     read = ToolCall("call_1", "read_file", {"path": "refunds.py"})
     test = ToolCall("call_2", "run_tests", {"suite": "refunds"})
     usage = Usage(input_tokens=120, output_tokens=30, requests=1)
-    state._record_reply(Reply(Message.assistant("Let me look.", [read, test]), usage))
+    record_reply(state, Reply(Message.assistant("Let me look.", [read, test]), usage))
     print(f"   pending: {[call.name for call in state.pending_calls]}")
-    state._record_tool_result(test, result(test, "2 failed"), outcome="done")
+    record_tool_result(state, test, result(test, "2 failed"), outcome="done")
     state.add_message(Message.user("Also check the retry loop"))  # arrives mid-turn: held
     print(f"   after the first result: pending {[c.name for c in state.pending_calls]}")
-    state._record_tool_result(read, result(read, "def refund(): ..."), outcome="done")
+    record_tool_result(state, read, result(read, "def refund(): ..."), outcome="done")
     results = state.messages[-2].tool_results
     print(f"   results in request order: {', '.join(r.call_id for r in results)}")
     show(state)
@@ -92,8 +94,8 @@ def main() -> None:
     print(f"   the history keeps all {len(state.history)} entries, the restore included")
 
     print("5. The model answers in text, and the run finishes with a JSON answer")
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant("refunds.py retries twice."), usage))
+    begin_think(state, model="fake")
+    record_reply(state, Reply(Message.assistant("refunds.py retries twice."), usage))
     state.finish({"file": "refunds.py", "line": 42})
     print(f"   answer: {dict(state.answer)}  finished: {state.finished}  turn: {state.turn}")
     print(f"   stopped: {state.stopped}")

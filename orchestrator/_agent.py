@@ -7,40 +7,30 @@ variant.
 
 from __future__ import annotations
 
-import contextvars
 import re
-import threading
 from collections.abc import Iterable
 from typing import Any, TypeVar, cast, overload
 
-import anyio
-
-from ._ask import ask as _ask
-from ._ask import compact as _compact
-from ._execute import CallContext, current_call, merge_due, run_tools, stragglers, wait_for
-from ._history import RunStart
-from ._logs import get_log
-from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop, run_body
+from ._ask import ask, compact
+from ._execute import use_tools
+from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop
 from ._memory import Memory
 from ._memory_tools import agent_memory, collection_tools, memory_required
-from ._messages import Message, ToolCall
+from ._messages import Message
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
-from ._reporting import Reporter, thinking
-from ._state import RESERVED, State, is_interruption
+from ._reporting import Reporter
+from ._run import Run, Settings, run_agent, step
+from ._state import RESERVED, State
 from ._subagents import AgentTool
-from ._sync import call_twin, run_sync
+from ._sync import run_sync
+from ._think import think
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
 from ._typed import Schema
-from .models import Model, Request
+from .models import Model
 from .models._base import resolve_model
 
 __all__ = ("Agent",)
-
-# The reporter of the run in progress: children that have none of their own report to it.
-_run_reporters: contextvars.ContextVar[tuple[Reporter, ...]] = contextvars.ContextVar(
-    "orchestrator_run_reporters", default=()
-)
 
 
 def _as_iterable(tools: Any) -> Iterable[Any]:
@@ -52,7 +42,6 @@ def _as_iterable(tools: Any) -> Iterable[Any]:
 
 
 _T = TypeVar("_T")
-_log = get_log("agent")
 
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
@@ -106,24 +95,7 @@ class Agent:
         ```
     """
 
-    __slots__ = (
-        "_description",
-        "_instructions",
-        "_loop",
-        "_max_concurrency",
-        "_memory",
-        "_model",
-        "_name",
-        "_permissions",
-        "_reporter",
-        "_schema",
-        "_settings",
-        "_specs",
-        "_store",
-        "_tool_timeout",
-        "_tools",
-        "_tools_by_name",
-    )
+    __slots__ = ("_description", "_given", "_settings", "_tools")
 
     def __init__(
         self,
@@ -143,7 +115,7 @@ class Agent:
         tool_timeout: float | None = None,
         max_turns: int | None = None,
     ) -> None:
-        self._settings: dict[str, Any] = {
+        self._given: dict[str, Any] = {
             "model": model,
             "instructions": instructions,
             "tools": tools,
@@ -159,70 +131,77 @@ class Agent:
             "tool_timeout": tool_timeout,
             "max_turns": max_turns,
         }
-        self._model = resolve_model(model)
+        resolved = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
             raise TypeError(f"instructions must be a str, got {type(instructions).__name__}.")
-        self._instructions = instructions
         if name is not None and (not isinstance(name, str) or not _NAME.fullmatch(name)):
             raise ValueError(
                 f"Agent name {name!r} is not valid: use 1 to 64 letters, digits, '_' or '-'."
             )
-        self._name = name
         if description is not None and not isinstance(description, str):
             raise TypeError(f"description must be a str, got {type(description).__name__}.")
         self._description = description
-        self._tools = as_tool_list(
+        own = as_tool_list(
             AgentTool(item) if isinstance(item, Agent) else item for item in _as_iterable(tools)
         )
-        self._memory = agent_memory(name, store, collections)
-        self._tools = collection_tools(self._memory, self._tools)  # own tools win a name clash
-        self._tools_by_name = {tool.name: tool for tool in self._tools}
-        self._specs = tuple(tool.spec for tool in self._tools)
-        self._schema = (
+        memory = agent_memory(name, store, collections)
+        self._tools = collection_tools(memory, own)  # own tools win a name clash
+        schema = (
             None
             if state_schema is None
             else Schema.parse(state_schema, RESERVED, owner="Agent(state_schema=)")
         )
-        for tool in self._tools:
-            check_outputs_against_schema(tool, self._schema)
-        self._store = store
-        self._permissions = check_permissions(permissions)
+        for item in self._tools:
+            check_outputs_against_schema(item, schema)
         if reporter is not None and not isinstance(reporter, Reporter):
             raise TypeError(
                 f"reporter must be a Reporter (subclass it), got {type(reporter).__name__}."
             )
-        self._reporter = reporter
-        self._loop: Loop | LoopBody = _loop_for(loop, max_turns)
         if max_concurrency is not None and (
             isinstance(max_concurrency, bool)
             or not isinstance(max_concurrency, int)
             or max_concurrency < 1
         ):
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
-        self._max_concurrency = max_concurrency
         if tool_timeout is not None and (
             isinstance(tool_timeout, bool)
             or not isinstance(tool_timeout, int | float)
             or tool_timeout <= 0
         ):
             raise ValueError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
-        self._tool_timeout = None if tool_timeout is None else float(tool_timeout)
+        self._settings = Settings(
+            model=resolved,
+            instructions=instructions,
+            tools={item.name: item for item in self._tools},
+            handlers={item.name: item.output_handlers for item in self._tools},
+            specs=tuple(item.spec for item in self._tools),
+            name=name,
+            store=store,
+            schema=schema,
+            memory=memory,
+            permissions=check_permissions(permissions),
+            reporter=reporter,
+            loop=_loop_for(loop, max_turns),
+            max_concurrency=max_concurrency,
+            tool_timeout=None if tool_timeout is None else float(tool_timeout),
+        )
 
     def __repr__(self) -> str:
-        tools = list(self._tools_by_name)
-        return f"Agent(name={self._name!r}, model={self._model.name!r}, tools={tools})"
+        settings = self._settings
+        tools = list(settings.tools)
+        return f"Agent(name={settings.name!r}, model={settings.model.name!r}, tools={tools})"
 
     # -- settings (read-only) ------------------------------------------------------------------
 
     @property
     def model(self) -> Model:
         """The model this agent asks."""
-        return self._model
+        return self._settings.model
 
     @property
     def instructions(self) -> str | None:
         """The system instructions sent with every request."""
-        return self._instructions
+        return self._settings.instructions
 
     @property
     def tools(self) -> tuple[Tool, ...]:
@@ -232,7 +211,7 @@ class Agent:
     @property
     def name(self) -> str | None:
         """The agent's name (recorded in `run_start`; scopes its memory)."""
-        return self._name
+        return self._settings.name
 
     @property
     def description(self) -> str | None:
@@ -242,7 +221,7 @@ class Agent:
     @property
     def store(self) -> Any:
         """Where the States this agent runs are saved, or None."""
-        return self._store
+        return self._settings.store
 
     @property
     def memory(self) -> Memory:
@@ -251,29 +230,31 @@ class Agent:
         Raises:
             ValueError: The agent has no name or no store (the message says what to add).
         """
-        if self._memory is None:
-            raise memory_required(self._name, self._store)
-        return self._memory
+        settings = self._settings
+        if settings.memory is None:
+            raise memory_required(settings.name, settings.store)
+        return settings.memory
 
     @property
     def state_schema(self) -> Any:
         """The typed-data schema bound to the States this agent runs, or None."""
-        return None if self._schema is None else self._schema.source
+        schema = self._settings.schema
+        return None if schema is None else schema.source
 
     @property
     def permissions(self) -> tuple[Permission, ...] | None:
         """The permission rules, or None when every call is allowed."""
-        return self._permissions
+        return self._settings.permissions
 
     @property
     def reporter(self) -> Reporter | None:
         """The reporter that sees this agent's runs, or None."""
-        return self._reporter
+        return self._settings.reporter
 
     @property
     def loop(self) -> Loop | LoopBody:
         """The loop `run` runs."""
-        return self._loop
+        return self._settings.loop
 
     @property
     def max_turns(self) -> int | None:
@@ -282,27 +263,28 @@ class Agent:
         None when the agent runs a loop of its own (``loop=``), whose ``@loop(limit=...)``
         applies.
         """
-        return self._loop.limit if is_default_loop(self._loop) else None
+        loop = self._settings.loop
+        return loop.limit if is_default_loop(loop) else None
 
     @property
     def max_concurrency(self) -> int | None:
         """How many tool calls of one turn run at once (None: all parallel calls)."""
-        return self._max_concurrency
+        return self._settings.max_concurrency
 
     @property
     def tool_timeout(self) -> float | None:
         """The default time limit of a tool call in seconds (a tool's own `timeout` wins)."""
-        return self._tool_timeout
+        return self._settings.tool_timeout
 
     def copy(self, **changes: Any) -> Agent:
         """A new Agent with these settings changed, e.g. ``agent.copy(instructions="...")``."""
-        unknown = set(changes) - set(self._settings)
+        unknown = set(changes) - set(self._given)
         if unknown:
             raise TypeError(
                 f"Agent.copy got unknown settings {sorted(unknown)}: it takes"
-                f" {', '.join(self._settings)}."
+                f" {', '.join(self._given)}."
             )
-        return Agent(**{**self._settings, **changes})
+        return Agent(**{**self._given, **changes})
 
     # -- running ---------------------------------------------------------------------------------
 
@@ -342,95 +324,8 @@ class Agent:
         """
         state = self._as_state(state)
         self._require_unfinished(state, "run")
-        state._begin_run()
-        error: BaseException | None = None
-        reporter_token = _run_reporters.set(self._reporters())
-        threads: list[threading.Event] = []
-        threads_token = stragglers.set(threads)
-        link: CallContext | None = None
-        try:
-            if self._schema is not None:
-                state._bind_schema(self._schema)
-            link = self._start(state)
-            merge_due(state, self._tools_by_name)  # of a turn a crash or a fork cut off
-            if not is_default_loop(self._loop):  # which saves it with its first request
-                await self._save(state)
-            self._report("on_run_start", state)
-            _log.info("state.run.started", state_id=state.id, agent=self._name)
-            await self._run_loop(state)
-            await self._save(state)
-            await self._save_late_entries(state, threads)
-        except BaseException as exc:
-            error = exc
-            if link is not None:
-                link.failures.append(exc)  # the parent's call tells a child's failure apart
-            with anyio.CancelScope(shield=True):
-                self._close_after(state, exc)
-                await self._save_after(state, exc)
-                await self._save_late_entries(state, threads, exc)
-            raise
-        finally:
-            await wait_for(threads)  # nothing runs on after the run (waited for above already)
-            stragglers.reset(threads_token)
-            state._end_run()
-            _run_reporters.reset(reporter_token)
-            _log.info(
-                "state.run.finished",
-                state_id=state.id,
-                turn=state.turn,
-                error=None if error is None else repr(error),
-            )
-            self._report("on_run_end", state, error)
+        await run_agent(self, self._settings, state)
         return state.answer
-
-    def _start(self, state: State) -> CallContext | None:
-        """Record the run's start; link `state` to the tool call running it, if any.
-
-        Returns the call's context when `state` became its child.
-        """
-        parent = current_call.get()
-        link = parent is not None and parent.state is not state and not state._folded.linked
-        start = RunStart(
-            parent_id=parent.state.id if parent is not None and link else None,
-            parent_call_id=parent.call.id if parent is not None and link else None,
-            agent=self._name,
-            model=self._model.name,
-            tools=tuple(self._tools_by_name),
-        )
-        state._record_run_start(start)
-        if parent is not None and link:
-            scope = parent.state._effect_scope or parent.state.id
-            place = f"{parent.state.turn}:{parent.call.id}/{len(parent.child_ids)}"
-            state._effect_scope = f"{scope}:{place}"
-            parent.child_ids.append(state.id)
-            parent.children.append(state)
-            parent.state._add_child(state)
-            if self._store is None and state._store is None:
-                inherited = parent.agent._store_for(parent.state)
-                if inherited is not None:
-                    state._bind_store(inherited)
-            self._report("on_child_start", parent.state, parent.call, state)
-            return parent
-        return None
-
-    async def _run_loop(self, state: State) -> None:
-        body = self._loop
-        token = current_call.set(None)
-        try:
-            if isinstance(body, Loop):
-                await body(self, state)
-            else:
-                await run_body(body, self, state)
-        finally:
-            current_call.reset(token)
-
-    def _close_after(self, state: State, error: BaseException) -> None:
-        if state.pending_calls:
-            if is_interruption(error):
-                state._close_pending("interrupted", "(interrupted by user)")
-            else:
-                state._close_pending("aborted", f"(aborted: {type(error).__name__})")
-        state._record_error(error)
 
     def run(self, state: State | str) -> Any:
         """The sync twin of `arun`."""
@@ -444,65 +339,8 @@ class Agent:
         Raises:
             ValueError: The State is finished, calls are pending, or a request is waiting.
         """
-        return await self._think(state)
-
-    async def _think(self, state: State, *, saved_next: bool = False) -> Reply:
-        """`athink`; with `saved_next`, a reply without calls is saved by the caller's next save."""
         self._require_unfinished(state, "think")
-        merge_due(state, self._tools_by_name)
-        messages = state._begin_think(model=self._model.name)
-        self._report("on_think_start", state)
-        request = Request(system=self._instructions, messages=messages, tools=self._specs)
-        # Saved before the wait, so a crash during it is recovered: the request is taken back.
-        await self._save_or_take_back(state)
-        reporters = self._reporters()
-
-        def on_text(chunk: str) -> None:
-            for reporter in reporters:
-                reporter.on_text(state, chunk)
-
-        token = thinking.set((state, reporters))
-        try:
-            reply = self._check_reply(await self._model.respond(request, on_text=on_text))
-        except BaseException as exc:
-            with anyio.CancelScope(shield=True):
-                state._record_error(exc, again=True)
-                await self._save_after(state, exc)
-            raise
-        finally:
-            thinking.reset(token)
-        state._record_reply(reply)
-        if _log.debugging:  # the fields cost time on every think: only when they are logged
-            _log.debug(
-                "state.think.finished",
-                state_id=state.id,
-                turn=state.turn,
-                calls=len(reply.message.tool_calls),
-            )
-        if not saved_next or reply.message.tool_calls:  # calls: saved before any tool runs
-            await self._save(state)
-        self._report("on_think_end", state, reply)
-        return reply
-
-    def _check_reply(self, reply: object) -> Reply:
-        if not isinstance(reply, Reply):
-            raise TypeError(
-                f"The model {self._model.name!r} returned a {type(reply).__name__}, not a Reply."
-            )
-        calls = reply.message.tool_calls
-        if len({call.id for call in calls}) == len(calls) and all(call.id for call in calls):
-            return reply
-        # Give repeated or empty call ids fresh ones: every call needs its own result.
-        seen: set[str] = set()
-        blocks: list[Any] = []
-        for index, block in enumerate(reply.message.content):
-            if isinstance(block, ToolCall):
-                if not block.id or block.id in seen:
-                    block = ToolCall(f"{block.id or 'call'}_{index}", block.name, block.args)
-                seen.add(block.id)
-            blocks.append(block)
-        message = Message("assistant", tuple(blocks))
-        return Reply(message, reply.usage, reply.stop_reason, reply.model)
+        return await step(self, self._settings, state, think)
 
     def think(self, state: State) -> Reply:
         """The sync twin of `athink`."""
@@ -510,14 +348,8 @@ class Agent:
 
     async def ause_tools(self, state: State) -> None:
         """Run `state.pending_calls` with this agent's tools and record every result."""
-        await self._use_tools(state)
-
-    async def _use_tools(self, state: State, *, saved_next: bool = False) -> None:
-        """`ause_tools`; with `saved_next`, the last result is saved by the caller's next save."""
         self._require_unfinished(state, "use_tools")
-        if state._folded.waiting:
-            raise ValueError("use_tools while the model is being waited on: think first.")
-        await run_tools(self, state, saved_next=saved_next)
+        await step(self, self._settings, state, use_tools)
 
     def use_tools(self, state: State) -> None:
         """The sync twin of `ause_tools`."""
@@ -540,14 +372,11 @@ class Agent:
             ValueError: The State is finished, or calls are pending.
         """
         self._require_unfinished(state, "ask")
-        try:
-            value = await _ask(self, state, prompt, returns, retries)
-        except BaseException as error:
-            with anyio.CancelScope(shield=True):
-                await self._save_after(state, error)  # a failed ask still spent tokens
-            raise
-        await self._save(state)  # the ask entry holds the tokens it spent
-        return value
+
+        async def asked(run: Run) -> Any:
+            return await ask(run, prompt, returns, retries)
+
+        return await step(self, self._settings, state, asked)
 
     @overload
     def ask(self, state: State, prompt: str) -> str: ...
@@ -563,8 +392,7 @@ class Agent:
 
     async def acompact(self, state: State) -> None:
         """Have the model summarize the conversation, then `state.compact(summary)`."""
-        await _compact(self, state)
-        await self._save(state)
+        await step(self, self._settings, state, compact)
 
     def compact(self, state: State) -> None:
         """The sync twin of `acompact`."""
@@ -577,65 +405,3 @@ class Agent:
         agent's own, and one of each is needed.
         """
         return AgentTool(self, name=name, description=description)
-
-    # -- plumbing --------------------------------------------------------------------------------
-
-    def _reporters(self) -> tuple[Reporter, ...]:
-        """This agent's reporter, then those of the runs it runs inside.
-
-        So a child reports to its parent's reporter too.
-        """
-        inherited = _run_reporters.get()
-        own = self._reporter
-        if own is None or any(own is reporter for reporter in inherited):
-            return inherited
-        return (own, *inherited)
-
-    def _report(self, hook: str, *args: Any) -> None:
-        for reporter in self._reporters():
-            getattr(reporter, hook)(*args)
-
-    def _store_for(self, state: State) -> Any:
-        """Where `state` is saved: this agent's store, else the store it was loaded from."""
-        return self._store if self._store is not None else state._store
-
-    async def _save(self, state: State) -> None:
-        """Save `state` at a save point; a sync store runs in a worker thread."""
-        store = self._store_for(state)
-        if store is None:
-            return
-        await call_twin(store, "save", state)
-
-    async def _save_late_entries(
-        self, state: State, threads: list[threading.Event], error: BaseException | None = None
-    ) -> None:
-        """Wait for the run's timed-out sync tools, then save what they recorded meanwhile.
-
-        Such a tool's thread runs on after its call got a timeout result, and may still change
-        the State (``state.set``): the run saves once more after them, not before.
-        """
-        if not threads:
-            return
-        await wait_for(threads)
-        if error is None:
-            await self._save(state)
-        else:
-            await self._save_after(state, error)
-
-    async def _save_or_take_back(self, state: State) -> None:
-        """Save a recorded request; if that fails (or is cancelled), take the request back."""
-        try:
-            await self._save(state)
-        except BaseException as error:
-            with anyio.CancelScope(shield=True):
-                state._record_error(error, again=True)
-                await self._save_after(state, error)
-            raise
-
-    async def _save_after(self, state: State, error: BaseException) -> None:
-        """Save after `error`; a failing save is attached to it as a note, `error` wins."""
-        try:
-            await self._save(state)
-        except Exception as save_error:  # the original error is what the caller must see
-            error.add_note(f"Saving State {state.id} afterwards failed too: {save_error!r}")
-            _log.warning("state.save.failed", state_id=state.id, error=repr(save_error))

@@ -10,12 +10,12 @@ import pydantic
 
 from ._errors import OutputError
 from ._messages import Message
+from ._recording import compaction, record_ask, record_compact, require_closed_turn
 from ._reply import Usage
 from .models import Request
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._state import State
+    from ._run import Run
 
 __all__ = ("ask", "compact", "extract_json")
 
@@ -65,13 +65,17 @@ def _parse(adapter: pydantic.TypeAdapter[Any], returns: Any, text: str) -> Any:
     return adapter.validate_python(extract_json(text))
 
 
-async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: int) -> Any:
-    """The core of `Agent.aask`."""
+async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
+    """The core of `Agent.aask`: the exchange is recorded as one `ask` entry, a save point.
+
+    A failed exchange that was paid for is recorded too (its usage), and the error raised.
+    """
+    state, settings = run.state, run.settings
     if not isinstance(prompt, str) or not prompt.strip():
         raise ValueError("ask needs a question: pass a non-empty prompt str.")
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise ValueError(f"retries must be an integer >= 0, got {retries!r}.")
-    state._require_closed_turn("ask")
+    require_closed_turn(state, "ask")
     try:
         adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(returns)
     except pydantic.PydanticSchemaGenerationError as error:
@@ -80,12 +84,13 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
     usage = Usage()
     problem = ""
     for _ in range(retries + 1):
-        request = Request(system=agent.instructions, messages=tuple(messages))
+        request = Request(system=settings.instructions, messages=tuple(messages))
         try:
-            reply = await agent.model.respond(request)
+            reply = await settings.model.respond(request)
         except BaseException as error:
             if not usage.is_empty():  # earlier replies were paid for: keep their usage
-                state._record_ask(prompt, None, usage, error=f"{type(error).__name__}: {error}")
+                record_ask(state, prompt, None, usage, error=f"{type(error).__name__}: {error}")
+                run.saver.mark()
             raise
         usage = usage + reply.usage
         try:
@@ -99,9 +104,11 @@ async def ask(agent: Agent, state: State, prompt: str, returns: Any, retries: in
                 ),
             ]
             continue
-        state._record_ask(prompt, adapter.dump_python(value, mode="json"), usage)
+        record_ask(state, prompt, adapter.dump_python(value, mode="json"), usage)
+        run.saver.mark()
         return value
-    state._record_ask(prompt, None, usage, error=problem)
+    record_ask(state, prompt, None, usage, error=problem)
+    run.saver.mark()
     raise OutputError(
         f"The model gave no valid answer to ask(..., returns={_name(returns)})"
         f" after {retries + 1} tries; the last problem: {problem}. Make the prompt clearer or"
@@ -113,18 +120,24 @@ def _name(tp: Any) -> str:
     return str(getattr(tp, "__name__", tp))
 
 
-async def compact(agent: Agent, state: State) -> None:
-    """The core of `Agent.acompact`: the model writes a summary, then `state._compact`."""
-    with state._compaction():
-        state._require_closed_turn("compact")
+async def compact(run: Run) -> None:
+    """The core of `Agent.acompact`: the model writes a summary, then the State is compacted.
+
+    The compaction (or, for an empty summary, what the request spent) is a save point.
+    """
+    state, settings = run.state, run.settings
+    with compaction(state):
+        require_closed_turn(state, "compact")
         messages = state.messages
         request = Request(
-            system=agent.instructions, messages=(*messages, Message.user(COMPACT_PROMPT))
+            system=settings.instructions, messages=(*messages, Message.user(COMPACT_PROMPT))
         )
-        reply = await agent.model.respond(request)
+        reply = await settings.model.respond(request)
         summary = reply.message.text.strip()
         if not summary:
             # Nothing to compact with, but the request was paid for: record what it spent.
-            state._record_ask(COMPACT_PROMPT, None, reply.usage, error="empty summary")
+            record_ask(state, COMPACT_PROMPT, None, reply.usage, error="empty summary")
+            run.saver.mark()
             raise OutputError("The model returned an empty summary, so nothing was compacted.")
-        state._compact(summary, reply.usage, covered=len(messages))
+        record_compact(state, summary, reply.usage, covered=len(messages))
+        run.saver.mark()

@@ -22,7 +22,10 @@ a missing id raises a `LookupError` subclass of the standard library's.
 
 from __future__ import annotations
 
+import asyncio
+import sys
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = (
     "AuthError",
@@ -37,6 +40,8 @@ __all__ = (
     "StoreError",
     "ToolError",
     "ValidationError",
+    "error_text",
+    "is_interruption",
 )
 
 
@@ -115,3 +120,19 @@ class ToolError(Exception):
 
     It is not an `OrchestratorError`: the library never raises it, tools do.
     """
+
+
+def is_interruption(error: BaseException) -> bool:
+    """Whether `error` is a cancellation (asyncio or trio) or Ctrl+C, also outside a loop."""
+    if isinstance(error, asyncio.CancelledError | KeyboardInterrupt):
+        return True
+    trio: Any = sys.modules.get("trio")
+    return trio is not None and isinstance(error, trio.Cancelled)
+
+
+def error_text(error: BaseException) -> str:
+    """How an exception is recorded: ``"TypeName: message"``."""
+    if is_interruption(error):
+        return f"{type(error).__name__}: interrupted"
+    message = str(error)
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__

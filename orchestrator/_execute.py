@@ -2,8 +2,9 @@
 
 All `parallel=True` calls start at once in one task group (async tools as tasks, sync tools in
 worker threads through one `CapacityLimiter`), then `parallel=False` calls run one by one in
-request order. Each result is recorded (and saved) as it finishes; the State puts them into
-`messages` together, in request order, once the last call has a result.
+request order. Each result is recorded as it finishes and written while the other calls run;
+the State puts them into `messages` together, in request order, once the last call has a
+result. The State is stored before any tool runs.
 
 Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
 not JSON become error results the model can act on. Any other exception waits for the calls
@@ -13,34 +14,39 @@ every pending call as ``interrupted`` and is re-raised.
 
 from __future__ import annotations
 
-import contextvars
 import functools
-import itertools
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._errors import ToolError
+from ._errors import ToolError, error_text, is_interruption
+from ._frame import Frame, enter, leave
 from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
 from ._permissions import Allowed, Denied, decide
+from ._recording import (
+    check_update,
+    close_pending,
+    merge_turn,
+    record_stop,
+    record_tool_result,
+    value_of,
+)
 from ._reply import NO_USAGE, Usage
-from ._state import error_text, is_interruption
+from ._run import CallContext
 from ._stopped import StoppedByPermission
 from ._tools import Tool, ToolInputError
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._state import State
+    from ._run import Run
 
-__all__ = ("CallContext", "current_call", "merge_due", "run_tools")
+__all__ = ("use_tools",)
 
 _log = get_log("tools")
 
@@ -48,97 +54,31 @@ INTERRUPTED = "(interrupted by user)"
 ALLOWED = Allowed()
 
 
-def _new_list() -> list[Any]:
-    # Not `list[str]` as the factory: calling a generic alias costs 7x more (it tries to set
-    # __orig_class__ on the list and swallows the failure), and every tool call makes a context.
-    return []
-
-
-@dataclass(slots=True)
-class CallContext:
-    """The tool call a task or worker thread is running: subagents started here link to it."""
-
-    state: State
-    call: ToolCall
-    agent: Agent
-    child_ids: list[str] = field(default_factory=_new_list)
-    children: list[State] = field(default_factory=_new_list)
-    failures: list[BaseException] = field(default_factory=_new_list)  # of children
-    # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
-    ordinals: itertools.count[int] = field(default_factory=itertools.count)
-
-
-current_call: contextvars.ContextVar[CallContext | None] = contextvars.ContextVar(
-    "orchestrator_current_call", default=None
-)
-
-# The worker threads of timed-out sync tools that the run in progress must wait for.
-stragglers: contextvars.ContextVar[list[threading.Event] | None] = contextvars.ContextVar(
-    "orchestrator_stragglers", default=None
-)
-
-
-async def wait_for(threads: list[threading.Event]) -> None:
-    """Wait, shielded, until every thread in `threads` has finished."""
-    if all(done.is_set() for done in threads):
-        return
-    with anyio.CancelScope(shield=True):
-        for done in threads:
-            if not done.is_set():
-                await anyio.to_thread.run_sync(done.wait)
-
-
-def merge_due(state: State, tools: Mapping[str, Tool]) -> None:
-    """Merge the state updates of `state`'s last closed turn with the handlers of `tools`.
-
-    A turn's updates are merged when it closes, by the agent that ran its tools; a State
-    loaded or forked before that merges them when an agent next runs it. The handlers are code
-    the history cannot hold, so a tool of the turn that `tools` lacks is an error, never a
-    merge by another rule.
-
-    Raises:
-        ValueError: A tool whose update is due is not among `tools`.
-    """
-    due = state._folded.due
-    if not due:
-        return
-    missing = sorted({entry.call.name for entry in due if entry.call.name not in tools})
-    if missing:
-        raise ValueError(
-            f"State {state.id} has state updates from {', '.join(missing)} waiting to be merged"
-            " with those tools' handlers, and this agent has no such tool: run the State with"
-            " the agent whose tools made them."
-        )
-    state._merge_due({entry.call.id: tools[entry.call.name].output_handlers for entry in due})
-
-
 def _text(text: str) -> tuple[TextBlock | Image, ...]:
     return (TextBlock(text),)
 
 
 class _Turn:
-    """One `use_tools` call: its limiter, its outcome flags, and the calls it runs."""
+    """One `use_tools` call: its outcome flags, and the calls it runs."""
 
-    def __init__(self, agent: Agent, state: State, *, saved_next: bool = False) -> None:
-        self.agent = agent
-        self.state = state
-        self.saved_next = saved_next
-        self.tools: Mapping[str, Tool] = agent._tools_by_name
-        limit = agent.max_concurrency
-        self.threads: anyio.CapacityLimiter | None = None  # made when a sync tool runs
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.state = run.state
+        self.tools: Mapping[str, Tool] = run.settings.tools
+        self.handlers = run.settings.handlers
         self.calls = 1  # calls in the turn: the thread limit without max_concurrency
-        self.stragglers: list[threading.Event] = []  # timed-out threads, outside a run
-        self.slots = anyio.CapacityLimiter(limit) if limit else None
         self.fatal: BaseException | None = None
         self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
         self.stopped = False
         self.scope: anyio.CancelScope | None = None
 
-    async def run(self, calls: tuple[ToolCall, ...]) -> None:
+    async def run_calls(self, calls: tuple[ToolCall, ...]) -> None:
         self.calls = max(1, len(calls))
         parallel = [c for c in calls if (t := self.tools.get(c.name)) is None or t.parallel]
         serial = [c for c in calls if (t := self.tools.get(c.name)) is not None and not t.parallel]
+        saver = self.run.saver
         try:
+            await saver.flush()  # the reply that asked for the calls, before any runs
             if len(parallel) == 1 and not serial:
                 # One call needs no task group (nor a scope: there is no other call to cancel).
                 await self.run_call(parallel[0])
@@ -150,38 +90,40 @@ class _Turn:
             for call in serial:
                 if self.fatal is not None or self.stopped:
                     break
+                await saver.flush()  # the results before it
                 await self.run_call(call)
         except BaseException as error:  # a cancellation from outside: run_call keeps the rest
             with anyio.CancelScope(shield=True):
                 self._close(error)
-                await self.agent._save_after(self.state, error)
+                await saver.flush_after(error)
             raise
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
-            self._report_closed(self.state._close_pending("cancelled", text, self._links()))
-            merge_due(self.state, self.tools)
-            # The stop cancelled the turn's scope, and with it a save of the denied call.
-            await self.agent._save(self.state)
+            self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
+            merge_turn(self.state, self.handlers)
+        # The turn's end is a save point: marked here, on the way back to the loop, so the next
+        # step's save writes it with its own when nothing is awaited in between.
+        saver.mark()
         if self.fatal is not None:
             with anyio.CancelScope(shield=True):
                 self._close(self.fatal)
-                await self.agent._save_after(self.state, self.fatal)
+                await saver.flush_after(self.fatal)
             raise self.fatal
 
     def _close(self, error: BaseException) -> None:
         """Close the calls still pending after `error`: interrupted, or aborted."""
         if is_interruption(error):
-            closed = self.state._close_pending("interrupted", INTERRUPTED, self._links())
+            closed = close_pending(self.state, "interrupted", INTERRUPTED, self._links())
         else:
             text = f"(aborted: {type(error).__name__})"
-            closed = self.state._close_pending("aborted", text, self._links())
+            closed = close_pending(self.state, "aborted", text, self._links())
         self._report_closed(closed)
-        merge_due(self.state, self.tools)
+        merge_turn(self.state, self.handlers)
 
     def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
         """Report the end of calls that were closed without running to their end."""
         for entry in entries:
-            self.agent._report("on_tool_end", self.state, entry.call, entry)
+            self.run.report("on_tool_end", self.state, entry.call, entry)
 
     async def run_call(self, call: ToolCall) -> None:
         """Run one call; an exception other than a cancellation is kept, never raised here.
@@ -190,11 +132,12 @@ class _Turn:
         same object afterwards, instead of a task group's exception group. Ctrl+C (or any
         BaseException) also cancels the calls still running.
         """
+        slots = self.run.slots
         try:
-            if self.slots is None:
+            if slots is None:
                 await self._run_call(call)
             else:
-                async with self.slots:
+                async with slots:
                     await self._run_call(call)
         except anyio.get_cancelled_exc_class():
             raise
@@ -205,11 +148,12 @@ class _Turn:
                 self.scope.cancel()
 
     async def _run_call(self, call: ToolCall) -> None:
-        state, agent = self.state, self.agent
-        agent._report("on_tool_start", state, call)
+        run, state = self.run, self.state
+        settings = run.settings
+        run.report("on_tool_start", state, call)
         started = time.perf_counter() if _log.debugging else 0.0
         tool = self.tools.get(call.name)
-        context = self.contexts[call.id] = CallContext(state, call, agent)
+        context = self.contexts[call.id] = CallContext(run, call)
         outcome: Outcome = "done"
         update: dict[str, Any] | None = None
         try:
@@ -217,8 +161,8 @@ class _Turn:
                 names = ", ".join(sorted(self.tools)) or "none"
                 raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
             # No permissions configured: every call is allowed, with no await on the way.
-            if agent.permissions is not None:
-                decision, by = await decide(agent.permissions, call, tool, state)
+            if settings.permissions is not None:
+                decision, by = await decide(settings.permissions, call, tool, state)
             else:
                 decision, by = ALLOWED, None
             if isinstance(decision, Denied):
@@ -226,7 +170,7 @@ class _Turn:
                     self._stop(call, by)
                 raise _Result("denied", f"(denied: {decision.reason})")
             try:
-                kwargs = tool.bind(call.args, state, memory=agent._memory)
+                kwargs = tool.bind(call.args, state, memory=settings.memory)
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
             value = await self._invoke(tool, kwargs, context)
@@ -237,7 +181,7 @@ class _Turn:
             content, is_error = converted.content, converted.is_error
             if converted.state_update:
                 try:
-                    update = state._check_update(converted.state_update, tool.output_handlers)
+                    update = check_update(state, converted.state_update, tool.output_handlers)
                 except (ValueError, KeyError, TypeError) as error:
                     raise _Result(
                         "error", f"The tool's state update was refused: {error}"
@@ -256,9 +200,8 @@ class _Turn:
                 text = f"(a subagent of this call failed: {error_text(error)})"
                 outcome, content, is_error = "error", _text(text), True
                 entry = self._record(call, content, is_error, outcome, context, update)
-                agent._report("on_tool_end", state, call, entry)
-                if self._result_saved_now():
-                    await agent._save(state)
+                run.report("on_tool_end", state, call, entry)
+                await self._save_result()
                 return
             _log.warning(
                 "state.tool.raised",
@@ -281,17 +224,22 @@ class _Turn:
                 outcome=outcome,
                 ms=round((time.perf_counter() - started) * 1000, 3),
             )
-        agent._report("on_tool_end", state, call, entry)
-        if self._result_saved_now():
-            await agent._save(state)
+        run.report("on_tool_end", state, call, entry)
+        await self._save_result()
 
-    def _result_saved_now(self) -> bool:
-        """Whether to save a result just recorded now: not the turn's last with `saved_next`."""
-        return not self.saved_next or bool(self.state._folded.pending)
+    async def _save_result(self) -> None:
+        """Write a result at once while the turn's other calls still run.
+
+        So a crash during a slow call keeps the results that came before it. The result that
+        closes the turn is a save point marked when the turn returns: the loop's next step
+        writes it with its own save.
+        """
+        if value_of(self.state).pending:
+            await self.run.saver.flush()
 
     async def _invoke(self, tool: Tool, kwargs: dict[str, Any], context: CallContext) -> Any:
-        timeout = tool.timeout if tool.timeout is not None else self.agent.tool_timeout
-        token = current_call.set(context)
+        timeout = tool.timeout if tool.timeout is not None else self.run.settings.tool_timeout
+        token = enter(Frame(self.run, context))  # subagents started by the tool link to it
         try:
             if timeout is None:
                 return await self._call(tool, kwargs, timed=False)
@@ -299,19 +247,18 @@ class _Turn:
                 return await self._call(tool, kwargs, timed=True)
             raise _Result("error", f"(timed out after {timeout:g} s)")
         finally:
-            current_call.reset(token)
+            leave(token)
 
     async def _call(self, tool: Tool, kwargs: dict[str, Any], *, timed: bool) -> Any:
         if tool.is_async:
             return await tool.acall(kwargs)
-        if self.threads is None:
-            # Without max_concurrency every parallel call starts at once, a thread each.
-            self.threads = anyio.CapacityLimiter(self.agent.max_concurrency or self.calls)
+        # Without max_concurrency every parallel call starts at once, a thread each.
+        threads = self.run.thread_limiter(self.calls)
         call = functools.partial(tool.call, kwargs)
         if not timed:
-            return await anyio.to_thread.run_sync(call, limiter=self.threads)
+            return await anyio.to_thread.run_sync(call, limiter=threads)
         # Python cannot stop a thread: when a sync tool's time is up its result is dropped and
-        # the run goes on, but the thread is waited for before the run (or this turn, outside a
+        # the run goes on, but the thread is waited for before the run (or this step, outside a
         # run) returns, so nothing keeps running after the call that started it.
         done = threading.Event()
 
@@ -322,13 +269,10 @@ class _Turn:
                 done.set()
 
         try:
-            return await anyio.to_thread.run_sync(
-                work, limiter=self.threads, abandon_on_cancel=True
-            )
+            return await anyio.to_thread.run_sync(work, limiter=threads, abandon_on_cancel=True)
         finally:
             if not done.is_set():
-                waits = stragglers.get()
-                (waits if waits is not None else self.stragglers).append(done)
+                self.run.stragglers.append(done)
 
     def _links(self) -> dict[str, tuple[list[str], Usage]]:
         return {
@@ -346,23 +290,24 @@ class _Turn:
         context: CallContext,
         update: dict[str, Any] | None,
     ) -> ToolResultEntry:
-        usage = _children_usage(context)
-        entry = self.state._record_tool_result(
+        """Record the call's result; the last one closes the turn and merges its updates."""
+        entry = record_tool_result(
+            self.state,
             call,
             ToolResultBlock(call.id, content, is_error),
             outcome=outcome,
             child_ids=context.child_ids,
-            usage=usage,
+            usage=_children_usage(context),
             state_update=update,
         )
-        merge_due(self.state, self.tools)  # the turn's last result closed it
+        merge_turn(self.state, self.handlers)  # when the turn's last result closed it
         return entry
 
     def _stop(self, call: ToolCall, permission: str | None) -> None:
         if self.stopped:
             return
         self.stopped = True
-        self.state._record_stop(StoppedByPermission(call, permission or "permissions"))
+        record_stop(self.state, StoppedByPermission(call, permission or "permissions"))
         if self.scope is not None:
             self.scope.cancel()
 
@@ -383,19 +328,18 @@ class _Result(Exception):
         self.text = text
 
 
-async def run_tools(agent: Agent, state: State, *, saved_next: bool = False) -> None:
-    """Run `state.pending_calls` with `agent`'s tools: the core of `use_tools`.
+async def use_tools(run: Run) -> None:
+    """Run the State's pending calls with the run's tools: the core of `Agent.ause_tools`.
 
-    `saved_next`: the caller saves `state` next, with nothing in between (the default loop's
-    next request), so the turn's last result is written with that save, not in one of its own.
+    Raises:
+        ValueError: A model request is waiting for its reply.
     """
+    state = run.state
+    if value_of(state).waiting:
+        raise ValueError("use_tools while the model is being waited on: think first.")
     calls = state.pending_calls
     if not calls:
         await anyio.lowlevel.checkpoint()
         return
     await anyio.lowlevel.checkpoint_if_cancelled()
-    turn = _Turn(agent, state, saved_next=saved_next)
-    try:
-        await turn.run(calls)
-    finally:
-        await wait_for(turn.stragglers)
+    await _Turn(run).run_calls(calls)

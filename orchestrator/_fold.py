@@ -29,7 +29,7 @@ from ._history import (
 from ._json import FrozenDict, empty_dict
 from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from ._reply import Usage
-from ._snapshot import StateSnapshot
+from ._snapshot import StateSnapshot, with_origin
 from ._stopped import Stopped, StoppedByFinish
 
 __all__ = ("CLEARED", "Folded", "Inconsistent", "cleared_messages", "fold", "replay")
@@ -242,9 +242,7 @@ class Folded:
             created_at=self.at_first,
             updated_at=self.at_last,
         )
-        object.__setattr__(snap, "_folded", self)
-        object.__setattr__(snap, "_state_id", state_id)
-        return snap
+        return with_origin(snap, self, state_id)
 
 
 def _empty() -> Folded:

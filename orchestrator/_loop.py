@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast, overload
 import anyio.to_thread
 
 from ._logs import get_log
+from ._recording import record_stop, value_of
 from ._stopped import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
 from ._sync import is_async_callable
 
@@ -49,7 +50,7 @@ def waiting_for_user(state: State) -> bool:
     True when no call is pending and the last message is the model's reply without tool calls,
     or there are no messages at all.
     """
-    value = state._folded
+    value = value_of(state)
     if value.pending or value.held:
         return False
     if not value.messages:
@@ -118,10 +119,10 @@ class Loop:
             return False
         for fn in self.until:
             if fn(state):
-                state._record_stop(StoppedByUntil(getattr(fn, "__name__", repr(fn))))
+                record_stop(state, StoppedByUntil(getattr(fn, "__name__", repr(fn))))
                 return False
         if turns >= self.limit:
-            state._record_stop(StoppedByLimit(self.limit))
+            record_stop(state, StoppedByLimit(self.limit))
             self._tell_limit(state)
             return False
         return True
@@ -180,12 +181,10 @@ def loop(
 
 
 async def _default_body(agent: Agent, state: State) -> None:
-    # `athink` and `ause_tools`, but a reply without calls and a turn's last result are saved
-    # with the next save (the next request's, or the run's end), as nothing runs in between:
-    # a save point less per turn, and the same entries saved before the model or a tool runs.
-    await agent._think(state, saved_next=True)
+    # Exactly what a user's loop body does: the run's saver makes the saves of both the same.
+    await agent.athink(state)
     if state.pending_calls:
-        await agent._use_tools(state, saved_next=True)
+        await agent.ause_tools(state)
 
 
 default_loop = Loop(_default_body, until=(waiting_for_user,))
@@ -198,8 +197,5 @@ def default_loop_with(max_turns: int) -> Loop:
 
 
 def is_default_loop(body: object) -> TypeGuard[Loop]:
-    """Whether `body` is the default loop, with any limit.
-
-    Its first save is the one before its first model request, so `arun` need not save earlier.
-    """
+    """Whether `body` is the default loop, with any limit (`Agent(max_turns=...)` sets it)."""
     return isinstance(body, Loop) and body.body is _default_body

@@ -31,8 +31,9 @@ from typing import Any, cast
 import pydantic
 
 from ._errors import Issue, ValidationError
+from ._frame import current_frame
 from ._json import freeze
-from ._state import validate_id
+from ._recording import validate_id
 from ._sync import call_twin
 
 __all__ = (
@@ -164,16 +165,14 @@ def _check_store(store: object) -> object:
 
 def _effect_key() -> str | None:
     """The effect key of the next write of the tool call running here, or None."""
-    from ._execute import current_call  # here: _execute imports the tools, which import this
-
-    context = current_call.get()
-    if context is None:
+    frame = current_frame()
+    if frame is None or frame.call is None:
         return None
     # The turn keeps a call id reused by a later turn apart; a replay of the same turn (after
     # restore) has the same turn, call and ordinal, so it writes once.
-    state = context.state
-    scope = state._effect_scope or state.id  # a subagent: its place in the parent's call
-    return f"{scope}:{state.turn}:{context.call.id}:{next(context.ordinals)}"
+    run, context = frame.run, frame.call
+    scope = run.effect_scope or run.state.id  # a subagent: its place in the parent's call
+    return f"{scope}:{run.state.turn}:{context.call.id}:{next(context.ordinals)}"
 
 
 class _Store:

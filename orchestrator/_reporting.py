@@ -8,8 +8,9 @@ before the model is asked, a tool runs, or the run returns): read the State it i
 
 from __future__ import annotations
 
-import contextvars
 from typing import TYPE_CHECKING
+
+from ._frame import current_frame
 
 if TYPE_CHECKING:
     from ._history import ToolResultEntry
@@ -17,22 +18,20 @@ if TYPE_CHECKING:
     from ._reply import Reply
     from ._state import State
 
-__all__ = ("Reporter", "report_retry", "thinking")
-
-# The State whose think is waiting on the model, and the reporter that sees it: a provider
-# reports its retries through `report_retry` without knowing either.
-thinking: contextvars.ContextVar[tuple[State, tuple[Reporter, ...]] | None] = (
-    contextvars.ContextVar("orchestrator_thinking", default=None)
-)
+__all__ = ("Reporter", "report_retry")
 
 
 def report_retry(attempt: int, delay: float, error: BaseException) -> None:
-    """Tell the reporter of the think in progress that the model request is retried."""
-    current = thinking.get()
-    if current is not None:
-        state, reporters = current
-        for reporter in reporters:
-            reporter.on_retry(state, attempt, delay, error)
+    """Tell the reporters of the think in progress that the model request is retried.
+
+    A provider calls it without knowing the State or the reporters: the current frame has both.
+    Outside a think (a model asked by a tool, or by `ask`) it does nothing.
+    """
+    frame = current_frame()
+    if frame is not None and frame.thinking:
+        run = frame.run
+        for reporter in run.reporters:
+            reporter.on_retry(run.state, attempt, delay, error)
 
 
 class Reporter:

@@ -15,7 +15,7 @@ from ._stopped import Stopped
 if TYPE_CHECKING:
     from ._fold import Folded
 
-__all__ = ("StateSnapshot", "snapshot_origin")
+__all__ = ("StateSnapshot", "snapshot_origin", "with_origin")
 
 
 @dataclass(frozen=True)
@@ -40,8 +40,8 @@ class StateSnapshot:
     created_at: datetime | None = field(default=None, compare=False)
     updated_at: datetime | None = field(default=None, compare=False)
     # `state.snapshot()` also sets two plain attributes, `_folded` (the folded value) and
-    # `_state_id` (the State that took it), for restore. They are not fields: the fields are
-    # exactly the public ones. Read them with `snapshot_origin`.
+    # `_state_id` (the State that took it), for restore (`with_origin`). They are not fields:
+    # the fields are exactly the public ones. Read them with `snapshot_origin`.
 
 
 def snapshot_origin(snapshot: StateSnapshot) -> tuple[Folded | None, str | None]:
@@ -51,3 +51,10 @@ def snapshot_origin(snapshot: StateSnapshot) -> tuple[Folded | None, str | None]
     """
     folded = cast("Folded | None", getattr(snapshot, "_folded", None))
     return folded, cast("str | None", getattr(snapshot, "_state_id", None))
+
+
+def with_origin(snapshot: StateSnapshot, folded: Folded, state_id: str | None) -> StateSnapshot:
+    """`snapshot`, marked as taken from the folded value `folded` of the State `state_id`."""
+    object.__setattr__(snapshot, "_folded", folded)
+    object.__setattr__(snapshot, "_state_id", state_id)
+    return snapshot

@@ -1,14 +1,13 @@
 """`State`: one conversation's record, folded from an append-only history.
 
-Every change goes through `State._record`, which builds one history entry and passes it through
-the fold (`orchestrator._fold`). Commands take one lock; properties read the current immutable
-value without locking.
+The public class. What a State holds and the operations that record entries are in
+`orchestrator._recording`; typed data's merge and validation in `orchestrator._typed`. Commands
+take the State's lock; properties read the current immutable value without locking.
 """
 
 from __future__ import annotations
 
 import difflib
-import threading
 import uuid
 from collections.abc import Generator, Iterable, Mapping
 from contextlib import contextmanager
@@ -18,7 +17,7 @@ from typing import Any, Never, cast
 import anyio.lowlevel
 import anyio.to_thread
 
-from ._fold import Folded, cleared_messages, replay
+from ._fold import cleared_messages, replay
 from ._history import (
     ContextChange,
     ContextChangeEntry,
@@ -31,21 +30,30 @@ from ._history import (
 )
 from ._json import FrozenDict, freeze, same_json, thaw
 from ._messages import Image, Message, TextBlock, ToolCall
+from ._recording import (
+    StateParts,
+    child_store,
+    compacting,
+    init_state,
+    known_child,
+    record,
+    record_compact,
+    require_closed_turn,
+    snapshot_of,
+)
+from ._recording import bind_state as bind_state
+from ._recording import recover_state as recover_state
+from ._recording import storage_view as storage_view
+from ._recording import validate_id as validate_id
 from ._reply import Usage
 from ._snapshot import StateSnapshot, snapshot_origin
-from ._state_core import StateCore as StateCore
-from ._state_core import error_text as error_text
-from ._state_core import is_interruption as is_interruption
-from ._state_core import validate_id as validate_id
 from ._stopped import Stopped, StoppedByFinish
-from ._storage import StateInfo, StorageView
-from ._typed import Handler, Schema
+from ._typed import Handler, Schema, merge_value
 
 __all__ = (
+    "RESERVED",
     "State",
     "bind_state",
-    "error_text",
-    "is_interruption",
     "recover_state",
     "storage_view",
     "validate_id",
@@ -92,7 +100,23 @@ def _check_new_message(message: object) -> Message:
     return message
 
 
-class State(StateCore):
+def _check_messages(messages: object) -> tuple[Message, ...]:
+    if isinstance(messages, str | bytes | Message) or not isinstance(messages, Iterable):
+        raise TypeError(
+            "messages must be a list of Message objects, e.g. [Message.user(text)],"
+            f" got {type(messages).__name__}."
+        )
+    items = tuple(cast("Iterable[object]", messages))
+    for index, item in enumerate(items):
+        if not isinstance(item, Message):
+            raise TypeError(
+                f"messages[{index}] is a {type(item).__name__}, not a Message: wrap text"
+                " in Message.user(text)."
+            )
+    return cast("tuple[Message, ...]", items)
+
+
+class State(StateParts):
     """One conversation's record: the messages the model sees and everything that happened.
 
     Create it with the messages to start from, pass it to `agent.run` to keep it after the run,
@@ -135,20 +159,9 @@ class State(StateCore):
             )
         if kwargs:
             raise _unknown_keywords(kwargs)
-        self._id = uuid.uuid4().hex if id is None else validate_id(id)
-        self._lock = threading.RLock()
-        self._schema = None if schema is None else Schema.parse(schema, RESERVED)
-        self._store: Any = None
-        self._children_store: Any = None  # a fork opens children from its original's store
-        self._children: dict[str, State] = {}
-        self._compacting = False
-        self._running = False
-        # What a subagent's memory writes are keyed under: its place in the parent's call, so a
-        # replayed call's new child writes under the same keys (None: this State's id).
-        self._effect_scope: str | None = None
-        self._recorded: BaseException | None = None
-        self._snapshot: tuple[Folded, StateSnapshot] | None = None
-        imported = self._check_messages(messages)
+        state_id = uuid.uuid4().hex if id is None else validate_id(id)
+        parsed = None if schema is None else Schema.parse(schema, RESERVED)
+        imported = _check_messages(messages)
         if history is not None:
             if imported or extra_data:
                 raise TypeError(
@@ -157,39 +170,24 @@ class State(StateCore):
                 )
             if isinstance(history, str | bytes | Mapping):
                 raise TypeError("history must be a sequence of history entries (state.history).")
-            self._folded = replay(history)
-            if self._schema is not None:
-                self._check_schema_data(self._folded.extra_data)
+            folded = replay(history)
+            if parsed is not None:
+                parsed.validate_data(folded.extra_data)
+            init_state(self, id=state_id, folded=folded, schema=parsed)
             return
-        self._folded = replay(())
+        init_state(self, id=state_id, folded=replay(()), schema=parsed)
         if imported:
-            self._record(ContextChangeEntry, ContextChange(kind="import", messages=imported))
+            record(self, ContextChangeEntry, ContextChange(kind="import", messages=imported))
         if extra_data is not None:
             if not isinstance(extra_data, Mapping):
                 raise TypeError(
                     f"extra_data must be a dict of JSON values, got {type(extra_data).__name__}."
                 )
             data = cast("FrozenDict[str, Any]", freeze(extra_data, "extra_data"))
-            if self._schema is not None:
-                data = FrozenDict[str, Any]({**data, **self._check_schema_data(data)})
+            if parsed is not None:
+                data = FrozenDict[str, Any]({**data, **parsed.validate_data(data)})
             if data:
-                self._record(ExtraDataEntry, ExtraDataChange(changed=data))
-
-    @staticmethod
-    def _check_messages(messages: object) -> tuple[Message, ...]:
-        if isinstance(messages, str | bytes | Message) or not isinstance(messages, Iterable):
-            raise TypeError(
-                "messages must be a list of Message objects, e.g. [Message.user(text)],"
-                f" got {type(messages).__name__}."
-            )
-        items = tuple(cast("Iterable[object]", messages))
-        for index, item in enumerate(items):
-            if not isinstance(item, Message):
-                raise TypeError(
-                    f"messages[{index}] is a {type(item).__name__}, not a Message: wrap text"
-                    " in Message.user(text)."
-                )
-        return cast("tuple[Message, ...]", items)
+                record(self, ExtraDataEntry, ExtraDataChange(changed=data))
 
     # -- reading ---------------------------------------------------------------------------------
 
@@ -278,13 +276,7 @@ class State(StateCore):
 
     def snapshot(self) -> StateSnapshot:
         """The current value of this State: frozen, and what `restore` can go back to."""
-        value = self._folded
-        cached = self._snapshot
-        if cached is not None and cached[0] is value:
-            return cached[1]
-        snap = value.snapshot(self._id)
-        self._snapshot = (value, snap)
-        return snap
+        return snapshot_of(self)
 
     # -- typed data ------------------------------------------------------------------------------
 
@@ -315,12 +307,11 @@ class State(StateCore):
             ValueError: The merged value does not match the key's type.
         """
         with self._lock:
-            field = self._field(key)
-            merged = self._merged(key, field, value, handler)
             data = self._folded.extra_data
+            merged = merge_value(self._schema, data, key, value, handler)
             if key in data and same_json(data[key], merged):
                 return
-            self._record(ExtraDataEntry, ExtraDataChange(changed={key: merged}))
+            record(self, ExtraDataEntry, ExtraDataChange(changed={key: merged}))
 
     # -- commands --------------------------------------------------------------------------------
 
@@ -336,7 +327,7 @@ class State(StateCore):
                 no text and no image.
         """
         message = _check_new_message(message)
-        self._record(NoticeEntry if message.is_notice else UserEntry, message)
+        record(self, NoticeEntry if message.is_notice else UserEntry, message)
 
     def finish(self, answer: Any = None) -> None:
         """End the run: `stopped` becomes `StoppedByFinish(answer)` and the loop stops.
@@ -347,7 +338,7 @@ class State(StateCore):
         Raises:
             TypeError: `answer` cannot be turned into JSON.
         """
-        self._record(StopEntry, StoppedByFinish(answer))
+        record(self, StopEntry, StoppedByFinish(answer))
 
     def compact(self, summary: str) -> None:
         """Replace the messages with the first user message and `summary`. History keeps all.
@@ -356,17 +347,7 @@ class State(StateCore):
             TypeError: `summary` is not a string.
             ValueError: Tool calls are pending, or `summary` is empty.
         """
-        self._compact(summary, Usage())
-
-    def _compact(self, summary: str, usage: Usage, covered: int | None = None) -> None:
-        if not isinstance(summary, str):
-            raise TypeError(f"compact takes the summary as a str, got {type(summary).__name__}.")
-        if not summary.strip():
-            raise ValueError("compact got an empty summary: say what the model should keep.")
-        with self._lock:
-            self._require_closed_turn("compact")
-            change = ContextChange(kind="compact", summary=summary, usage=usage, covered=covered)
-            self._record(ContextChangeEntry, change)
+        record_compact(self, summary, Usage())
 
     def clear_tool_results(self, keep_last: int = 5) -> None:
         """Blank all but the last `keep_last` tool results in the messages. History keeps them.
@@ -377,11 +358,11 @@ class State(StateCore):
         if isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0:
             raise ValueError(f"keep_last must be an integer >= 0, got {keep_last!r}.")
         with self._lock:
-            self._require_closed_turn("clear_tool_results")
+            require_closed_turn(self, "clear_tool_results")
             if cleared_messages(self._folded.messages.to_tuple(), keep_last) is None:
                 return
             change = ContextChange(kind="clear_tool_results", keep_last=keep_last)
-            self._record(ContextChangeEntry, change)
+            record(self, ContextChangeEntry, change)
 
     @contextmanager
     def edit_extra_data(self) -> Generator[dict[str, Any], None, None]:
@@ -407,9 +388,9 @@ class State(StateCore):
             }
             removed = [key for key in before if key not in after]
             if self._schema is not None:
-                changed.update(self._check_schema_data(changed))
+                changed.update(self._schema.validate_data(changed))
             if changed or removed:
-                self._record(ExtraDataEntry, ExtraDataChange(changed=changed, removed=removed))
+                record(self, ExtraDataEntry, ExtraDataChange(changed=changed, removed=removed))
 
     def fork(self) -> State:
         """A new State with the same history and value, a new id, and no store or agent.
@@ -425,18 +406,14 @@ class State(StateCore):
                     " returns (e.g. in Reporter.on_think_end)."
                 )
             copy = State.__new__(State)
-            copy._id = uuid.uuid4().hex
-            copy._lock = threading.RLock()
-            copy._folded = value
-            copy._schema = self._schema
-            copy._store = None
-            copy._children_store = self._store or self._children_store
-            copy._children = self._children
-            copy._compacting = False
-            copy._effect_scope = None
-            copy._running = False
-            copy._recorded = None
-            copy._snapshot = None
+            init_state(
+                copy,
+                id=uuid.uuid4().hex,
+                folded=value,
+                schema=self._schema,
+                children_store=child_store(self),
+                children=self._children,
+            )
             return copy
 
     def _child_ids(self) -> set[str]:
@@ -455,16 +432,13 @@ class State(StateCore):
                 f"{child_id!r} is not a child of this State: no tool call of its history started"
                 " it. A grandchild opens from its parent: state.child(a).child(b)."
             )
-        found = self._children.get(child_id)
-        if found is None and self._child_store() is None:
+        found = known_child(self, child_id)
+        if found is None and child_store(self) is None:
             raise ValueError(
                 f"The child {child_id!r} is not in memory and this State has no store to load it"
                 " from: open it with store.load(child_id) from the store its run used."
             )
         return found
-
-    def _child_store(self) -> Any:
-        return self._store if self._store is not None else self._children_store
 
     def child(self, child_id: str) -> State:
         """The subagent State `child_id`, which a tool call of this State started.
@@ -478,7 +452,7 @@ class State(StateCore):
         found = self._find_child(child_id)
         if found is not None:
             return found
-        store = self._child_store()
+        store = child_store(self)
         load = getattr(store, "load", None)
         if getattr(store, "async_only", False) or not callable(load):
             raise TypeError(
@@ -493,7 +467,7 @@ class State(StateCore):
         found = self._find_child(child_id)
         if found is not None:
             return found
-        store = self._child_store()
+        store = child_store(self)
         aload: Any = getattr(store, "aload", None)
         if aload is not None:
             return cast("State", await aload(child_id))
@@ -530,8 +504,8 @@ class State(StateCore):
                     "restore got a snapshot that is not from this State: take it with"
                     " state.snapshot() on the State you restore (a fork has its own snapshots)."
                 )
-            self._require_closed_turn("restore")
-            if self._compacting:
+            require_closed_turn(self, "restore")
+            if compacting(self):
                 raise ValueError("restore while a compaction is under way: wait for it to end.")
             if target.waiting:
                 raise ValueError(
@@ -539,38 +513,7 @@ class State(StateCore):
                     " snapshots between turns."
                 )
             change = ContextChange(kind="restore", restored_to=size)
-            self._record(ContextChangeEntry, change, lookup=lambda _: target)
-
-    @classmethod
-    def _from_entries(cls, state_id: str, entries: Iterable[HistoryEntry]) -> State:
-        """A State rebuilt from stored entries under its saved id."""
-        return cls(id=state_id, history=entries)
+            record(self, ContextChangeEntry, change, lookup=lambda _: target)
 
 
 RESERVED: frozenset[str] = frozenset(name for name in dir(State) if not name.startswith("_"))
-
-
-# -- the view a store works from (see `orchestrator._storage`) -----------------------------------
-
-
-def storage_view(state: State) -> StorageView:
-    """What a store writes of `state`: its id, entries and info, all of this moment."""
-    return StorageView(state.id, state._folded)
-
-
-def bind_state(state: State, store: object) -> None:
-    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
-    state._bind_store(store)
-
-
-def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:
-    """Close the turn a crash cut off in a loaded `state`; return the entries that added.
-
-    Every backend calls it on load (a third-party one too). A request that was waiting on the
-    model is taken back; each pending call gets an ``unknown`` result (the tool may or may not
-    have run, so it is never run again on its own). `children` are the stored States whose
-    `parent_id` is this State: the ones a cut-off call started stay listed in its result, with
-    their usage, so `state.child(id)` still opens them. The added entries are written by the
-    next save.
-    """
-    return state._recover(storage_view(state).links(children))

@@ -1,7 +1,8 @@
 """Subagents: an Agent used as a tool, and the context that links child States to a call.
 
 A tool call links every new State that an agent runs while the call executes (from an async
-tool, or from a sync tool in a worker thread: context variables follow both). The link is
+tool, or from a sync tool in a worker thread: the current frame, `orchestrator._frame`, follows
+both). The link is
 recorded in the child's first `run_start` (`parent_id`, `parent_call_id`); the parent's
 `tool_result` lists the `child_ids` and adds their usage when the call closes.
 """
@@ -10,9 +11,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ._errors import ToolError
+from ._errors import ToolError, error_text, is_interruption
 from ._messages import Message
-from ._state import State, error_text, is_interruption
+from ._state import State
 from ._tools import Tool
 
 if TYPE_CHECKING:

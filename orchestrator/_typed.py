@@ -3,20 +3,34 @@
 A schema is a dict ``{key: {"type": T, "handler": fn}}`` or a pydantic model class whose fields
 may be ``Annotated[T, reducer]``. A handler merges the current value (None when unset) with a new
 one; the result is validated against the key's type and stored as frozen JSON.
+
+`merge_value` is that rule, written once: `State.set`, a tool's state update (checked when the
+call ends) and the merge of a turn's updates all go through it. `Schema.validate_data` checks
+the declared keys of initial or edited data.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, cast, get_args, get_origin
 
 import pydantic
+import pydantic_core
 
-from ._json import freeze
+from ._json import freeze, thaw
 
-__all__ = ("Handler", "Schema", "SchemaField", "merge_lists", "replace_values")
+__all__ = (
+    "Handler",
+    "Schema",
+    "SchemaField",
+    "as_json",
+    "merge_lists",
+    "merge_value",
+    "replace_values",
+)
 
 Handler = Callable[[Any, Any], Any]
 
@@ -137,6 +151,34 @@ class Schema:
     def __hash__(self) -> int:
         return id(self.source)
 
+    def field(self, key: str) -> SchemaField:
+        """The declared field `key`.
+
+        Raises:
+            KeyError: `key` is not declared (the message lists the declared keys).
+        """
+        field = self.fields.get(key)
+        if field is None:
+            declared = ", ".join(repr(name) for name in self.fields) or "none"
+            close = difflib.get_close_matches(key, list(self.fields), n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise KeyError(
+                f"{key!r} is not a key of this State's schema (declared: {declared}).{hint}"
+                " Add it to the schema to store it."
+            )
+        return field
+
+    def validate_data(self, data: Mapping[str, Any]) -> dict[str, Any]:
+        """The declared keys of `data`, each validated against its type (frozen JSON).
+
+        Other keys are free-form and left out. Raises `ValueError` naming a key whose value its
+        type refuses.
+        """
+        fields = self.fields
+        return {
+            key: fields[key].validate(thaw(value)) for key, value in data.items() if key in fields
+        }
+
     @classmethod
     def parse(cls, source: Any, reserved: Collection[str], owner: str = "State(schema=)") -> Schema:
         """Check and parse `source`: a dict schema or a pydantic model class.
@@ -220,3 +262,46 @@ class Schema:
                 field = SchemaField(key, tp, field.handler, adapter, True, field.validate(default))
             fields[key] = field
         return fields
+
+
+def as_json(key: str, field: SchemaField | None, value: Any) -> Any:
+    """`value` as frozen JSON, for the key `key`.
+
+    A declared key (`field`) also takes what pydantic can turn into JSON (a datetime, an enum
+    member), since its type validates it. Raises `TypeError` naming the key for a value that is
+    not JSON.
+    """
+    if field is not None:
+        with contextlib.suppress(pydantic_core.PydanticSerializationError):
+            value = pydantic_core.to_jsonable_python(value)
+    return freeze(value, f"state[{key!r}]")
+
+
+def merge_value(
+    schema: Schema | None,
+    data: Mapping[str, Any],
+    key: str,
+    value: Any,
+    handler: Handler | None = None,
+) -> Any:
+    """What `key` holds once `value` is merged into `data`: frozen JSON, validated.
+
+    The merge is `handler` if given, else the key's schema handler, else `replace_values`. The
+    handler gets plain copies (`current` is None when the key is unset); its result is
+    validated against the key's type when the schema declares it.
+
+    Raises:
+        TypeError: `key` is not a str, or a value is not JSON.
+        KeyError: `schema` does not declare `key`.
+        ValueError: The merged value does not match the key's type.
+    """
+    if not isinstance(key, str):
+        raise TypeError(f"State keys are strings, got {type(key).__name__}.")
+    field = None if schema is None else schema.field(key)
+    new = thaw(as_json(key, field, value))
+    current = thaw(data[key]) if key in data else None
+    merge = handler or (field.handler if field is not None else replace_values)
+    merged = merge(current, new)
+    if field is None:
+        return freeze(merged, f"state[{key!r}]")
+    return field.validate(merged)

@@ -11,6 +11,7 @@ from typing import Any, Literal
 import pydantic
 
 from orchestrator import State, StateInfo, ToolResultEntry
+from orchestrator._recording import bind_state
 from stores import MemoryStore, chain_digests, first_digest
 
 
@@ -35,12 +36,12 @@ class ThreadCheckedStore:
     def save(self, state: State) -> None:
         self._note("save")
         self.inner.save(state)
-        state._bind_store(self)
+        bind_state(state, self)
 
     def load(self, state_id: str) -> State:
         self._note("load")
         loaded = self.inner.load(state_id)
-        loaded._bind_store(self)
+        bind_state(loaded, self)
         return loaded
 
     def list(

@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 from orchestrator import Agent, Message, Reporter, State, StateInfo, ToolCall, ToolResultEntry, tool
+from orchestrator._recording import bind_state
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
@@ -37,11 +38,11 @@ class AsyncOnlyStore:
 
     async def asave(self, state: State) -> None:
         await self.inner.asave(state)
-        state._bind_store(self)
+        bind_state(state, self)
 
     async def aload(self, state_id: str) -> State:
         loaded = await self.inner.aload(state_id)
-        loaded._bind_store(self)
+        bind_state(loaded, self)
         return loaded
 
     async def alist(

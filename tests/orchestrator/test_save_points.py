@@ -1,5 +1,6 @@
 """Where an Agent saves: every entry is stored before the model is asked, before a tool runs,
-and when the run ends; the default loop writes save points that follow each other as one."""
+and when the run ends; save points with nothing awaited between them are written as one, so a
+loop of one's own saves exactly as the default loop does."""
 
 from __future__ import annotations
 
@@ -42,7 +43,7 @@ def stored_entries(store: MemoryStore, state: State) -> int:
 
 @loop(until=[waiting_for_user])
 async def by_hand(agent: Agent, state: State) -> None:
-    """The default loop's steps, written out: each save point is saved on its own."""
+    """The default loop's steps, written out as a user would."""
     await agent.athink(state)
     if state.pending_calls:
         await agent.ause_tools(state)
@@ -105,25 +106,64 @@ async def test_a_result_is_stored_while_the_other_calls_of_its_turn_run() -> Non
 
 
 @pytest.mark.anyio
-async def test_the_default_loop_writes_consecutive_save_points_as_one() -> None:
+@pytest.mark.parametrize(
+    ("script", "saves"),
+    [
+        # Request 1 with the run's start, reply 1, request 2 with the result, the end with reply 2.
+        ([tool_call("look"), "Done."], 4),
+        # The same, and the second result is written while the first call still runs.
+        ([[tool_call("look"), tool_call("wait")], "Done."], 5),
+    ],
+)
+async def test_a_loop_of_ones_own_saves_exactly_as_the_default_loop(
+    script: list[Any], saves: int
+) -> None:
+    # Issue 13: the default loop saved less than the same steps in a @loop (4 saves against 7),
+    # through a flag only the default loop passed. Now the saver coalesces save points itself.
     @tool
     async def look() -> str:
         """Look."""
         return "seen"
 
-    store = CountingStore()
-    model = FakeModel([tool_call("look"), "Done."])
-    await Agent(model, tools=[look], store=store).arun("Go")
-    # Request 1 with the run's start, reply 1, request 2 with the result, the end with reply 2.
-    assert store.saves == 4
+    @tool
+    async def wait() -> str:
+        """Wait until the other call's result is stored."""
+        with anyio.fail_after(5):
+            while store.saves < 3:
+                await store.saved()
+        return "waited"
 
+    counts: list[int] = []
+    for body in (None, by_hand):
+        store = CountingStore()
+        state = State(messages=[Message.user("Go")])
+        agent = Agent(FakeModel(list(script)), tools=[look, wait], store=store, loop=body)
+        assert await agent.arun(state) == "Done."
+        assert store.load(state.id).history == state.history
+        counts.append(store.saves)
+    assert counts == [saves, saves]
+
+
+@pytest.mark.anyio
+async def test_a_save_point_is_written_while_the_loop_awaits_something_else() -> None:
+    # A loop of one's own may await anything between the steps: what was recorded before is
+    # written meanwhile, not only at the next step.
     store = CountingStore()
-    model = FakeModel([tool_call("look"), "Done."])
+    written: list[int] = []
+
+    @loop(until=[waiting_for_user])
+    async def slow(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+        with anyio.fail_after(5):
+            while stored_entries(store, state) < len(state.history):
+                await store.saved()
+        written.append(len(state.history))
+        if state.pending_calls:
+            await agent.ause_tools(state)
+
     state = State(messages=[Message.user("Go")])
-    await Agent(model, tools=[look], store=store, loop=by_hand).arun(state)
-    # A loop of one's own may do anything between the steps: each is saved on its own.
-    assert store.saves == 7
-    assert store.load(state.id).history == state.history
+    assert await Agent(FakeModel(["Done."]), store=store, loop=slow).arun(state) == "Done."
+    assert [entry.kind for entry in state.history][: written[0]][-1] == "model_reply"
 
 
 @pytest.mark.anyio
@@ -180,3 +220,36 @@ async def test_what_a_timed_out_sync_tool_records_later_is_saved_before_the_run_
     assert await agent.arun(state) == "Done."
     assert state.get("progress") == "late"
     assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_a_subagents_save_points_are_written_while_its_loop_awaits_something_else() -> None:
+    # A child shares the writer of the run it starts in (no task of its own): its save points
+    # are written all the same, into the parent's store.
+    store = CountingStore()
+    written: list[int] = []
+
+    @loop(until=[waiting_for_user])
+    async def slow(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+        with anyio.fail_after(5):
+            while stored_entries(store, state) < len(state.history):
+                await store.saved()
+        written.append(len(state.history))
+
+    child_agent = Agent(FakeModel(["Found it."]), loop=slow)
+
+    @tool
+    async def delegate() -> str:
+        """Ask the child."""
+        return str(await child_agent.arun("Look"))
+
+    state = State(messages=[Message.user("Go")])
+    lead = Agent(FakeModel([tool_call("delegate"), "Done."]), tools=[delegate], store=store)
+    assert await lead.arun(state) == "Done."
+    (child_id,) = [
+        i for entry in state.history if entry.kind == "tool_result" for i in entry.child_ids
+    ]
+    child = store.load(child_id)
+    assert [entry.kind for entry in child.history][: written[0]][-1] == "model_reply"
+    assert child.history == state.child(child_id).history

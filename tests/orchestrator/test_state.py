@@ -37,6 +37,16 @@ from orchestrator import (
     Usage,
     UserEntry,
 )
+from orchestrator._recording import (
+    add_child,
+    begin_think,
+    bind_state,
+    compaction,
+    record_reply,
+    record_run_start,
+    record_stop,
+    record_tool_result,
+)
 
 CLEARED = "(cleared: kept in history)"
 PNG = Image(b"\x89PNG\r\n\x1a\n", "image/png")
@@ -59,8 +69,8 @@ def assert_unchanged(state: State, before: StateSnapshot) -> None:
 
 def open_turn(state: State, *calls: ToolCall, text: str = "") -> None:
     """A think whose reply requests `calls` (which stay pending)."""
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant(text, calls), Usage(input_tokens=1, requests=1)))
+    begin_think(state, model="fake")
+    record_reply(state, Reply(Message.assistant(text, calls), Usage(input_tokens=1, requests=1)))
 
 
 def block(call_id: str, text: str) -> ToolResultBlock:
@@ -70,13 +80,13 @@ def block(call_id: str, text: str) -> ToolResultBlock:
 
 def result(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
     """Record a `done` result for `tool_call`."""
-    state._record_tool_result(tool_call, block(tool_call.id, text), outcome="done", **kwargs)
+    record_tool_result(state, tool_call, block(tool_call.id, text), outcome="done", **kwargs)
 
 
 def reply(state: State, text: str, usage: Usage | None = None) -> None:
     """A whole think that ends with a text reply without tool calls."""
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant(text), usage or Usage()))
+    begin_think(state, model="fake")
+    record_reply(state, Reply(Message.assistant(text), usage or Usage()))
 
 
 def parent_of(child_id: str) -> State:
@@ -91,7 +101,7 @@ def parent_of(child_id: str) -> State:
 def child_of(parent: State, child_id: str) -> State:
     """The subagent State `child_id`, linked to `parent` by its first run_start."""
     child = State(id=child_id, messages=[Message.user("look")])
-    child._record_run_start(RunStart(parent_id=parent.id, parent_call_id="d1"))
+    record_run_start(child, RunStart(parent_id=parent.id, parent_call_id="d1"))
     child.finish("the bug is in b.py")
     return child
 
@@ -362,7 +372,7 @@ def test_parent_links_come_from_the_first_run_start_and_survive_a_reload() -> No
 
 def test_a_state_no_tool_call_started_has_no_parent() -> None:
     state = State(messages=[Message.user("x")])
-    state._record_run_start(RunStart())
+    record_run_start(state, RunStart())
     assert state.parent_id is None
     assert state.parent_call_id is None
 
@@ -422,9 +432,9 @@ def test_extra_data_property_is_read_only() -> None:
 
 def test_turn_counts_replies_and_the_waiting_request() -> None:
     state = State(messages=[Message.user("x")])
-    state._begin_think()
+    begin_think(state)
     assert state.turn == 1
-    state._record_reply(Reply(Message.assistant("a")))
+    record_reply(state, Reply(Message.assistant("a")))
     assert state.turn == 1
     reply(state, "b")
     assert state.turn == 2
@@ -664,13 +674,13 @@ def test_a_finished_state_cannot_think_until_restored() -> None:
     state.finish("done")
     finished = state.snapshot()
     with pytest.raises(ValueError, match="finished"):
-        state._begin_think()
+        begin_think(state)
     assert_unchanged(state, finished)
     state.restore(before)
     assert state.finished is False
     assert state.stopped is None
     assert state.answer is None
-    state._begin_think()
+    begin_think(state)
     assert state.turn == 1
 
 
@@ -728,7 +738,7 @@ def _state_with_results(count: int) -> State:
         tool_call = call(f"c{index}", "shot")
         open_turn(state, tool_call)
         block = ToolResultBlock(tool_call.id, (TextBlock(f"result {index}"), PNG))
-        state._record_tool_result(tool_call, block, outcome="done")
+        record_tool_result(state, tool_call, block, outcome="done")
     return state
 
 
@@ -907,7 +917,7 @@ def test_fork_of_a_finished_state_is_finished(busy: State) -> None:
     assert copy.finished is True
     assert copy.answer == "done"
     with pytest.raises(ValueError, match="finished"):
-        copy._begin_think()
+        begin_think(copy)
 
 
 def test_fork_while_calls_are_pending_is_allowed(busy: State) -> None:
@@ -921,7 +931,7 @@ def test_fork_while_calls_are_pending_is_allowed(busy: State) -> None:
 
 
 def test_fork_while_the_model_is_waited_on_raises_value_error(busy: State) -> None:
-    busy._begin_think()
+    begin_think(busy)
     before = busy.snapshot()
     with pytest.raises(ValueError, match="waited on"):
         busy.fork()
@@ -933,7 +943,7 @@ def test_fork_while_the_model_is_waited_on_raises_value_error(busy: State) -> No
 def test_fork_shares_the_children_in_memory() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
-    parent._add_child(kid)
+    add_child(parent, kid)
     copy = parent.fork()
     assert copy.child("kid") is kid
     assert kid.snapshot() == kid.fork().snapshot()
@@ -944,7 +954,7 @@ def test_fork_of_a_loaded_state_opens_children_from_that_store() -> None:
     kid = child_of(parent, "kid")
     store = FakeStore(parent, kid)
     loaded = store.load(parent.id)
-    loaded._bind_store(store)
+    bind_state(loaded, store)
     copy = loaded.fork()
     opened = copy.child("kid")
     assert opened.id == "kid"
@@ -957,7 +967,7 @@ def test_fork_of_a_loaded_state_opens_children_from_that_store() -> None:
 def test_child_in_memory_is_the_very_same_object() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
-    parent._add_child(kid)
+    add_child(parent, kid)
     assert parent.child("kid") is kid
     assert parent.child("kid") is parent.child("kid")
     assert parent.child("kid").answer == "the bug is in b.py"
@@ -968,7 +978,7 @@ def test_child_is_loaded_from_the_bound_store_and_not_cached() -> None:
     kid = child_of(parent, "kid")
     store = FakeStore(kid)
     loaded = State(id=parent.id, history=parent.history)
-    loaded._bind_store(store)
+    bind_state(loaded, store)
     first = loaded.child("kid")
     second = loaded.child("kid")
     assert first is not second
@@ -981,7 +991,7 @@ def test_child_of_an_unknown_id_raises_key_error() -> None:
     parent = parent_of("kid")
     grandchild_parent = parent_of("grandkid")
     store = FakeStore(grandchild_parent)
-    parent._bind_store(store)
+    bind_state(parent, store)
     before = parent.snapshot()
     with pytest.raises(KeyError):
         parent.child("stranger")
@@ -1001,7 +1011,7 @@ def test_child_not_in_memory_without_a_store_raises_value_error() -> None:
 def test_child_with_an_async_only_store_raises_type_error() -> None:
     parent = parent_of("kid")
     store = AsyncOnlyStore(child_of(parent, "kid"))
-    parent._bind_store(store)
+    bind_state(parent, store)
     with pytest.raises(TypeError, match="achild"):
         parent.child("kid")
     assert store.loads == []
@@ -1010,7 +1020,7 @@ def test_child_with_an_async_only_store_raises_type_error() -> None:
 def test_child_propagates_the_store_lookup_error() -> None:
     parent = parent_of("kid")
     store = FakeStore()
-    parent._bind_store(store)
+    bind_state(parent, store)
     with pytest.raises(MissingStateError):
         parent.child("kid")
     assert store.loads == ["kid"]
@@ -1021,9 +1031,9 @@ def test_grandchild_opens_through_its_parent() -> None:
     kid = State(id="kid", history=parent_of("grandkid").history)
     grandkid = State(id="grandkid", messages=[Message.user("deep")])
     store = FakeStore(kid, grandkid)
-    parent._bind_store(store)
+    bind_state(parent, store)
     opened_kid = parent.child("kid")
-    opened_kid._bind_store(store)
+    bind_state(opened_kid, store)
     assert opened_kid.child("grandkid").messages == (Message.user("deep"),)
     with pytest.raises(KeyError):
         parent.child("grandkid")
@@ -1034,7 +1044,7 @@ async def test_achild_loads_with_aload_and_does_not_cache() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
     store = AsyncOnlyStore(kid)
-    parent._bind_store(store)
+    bind_state(parent, store)
     first = await parent.achild("kid")
     second = await parent.achild("kid")
     assert first is not second
@@ -1046,8 +1056,8 @@ async def test_achild_loads_with_aload_and_does_not_cache() -> None:
 async def test_achild_in_memory_is_the_very_same_object() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
-    parent._add_child(kid)
-    parent._bind_store(AsyncOnlyStore())
+    add_child(parent, kid)
+    bind_state(parent, AsyncOnlyStore())
     assert await parent.achild("kid") is kid
 
 
@@ -1058,7 +1068,7 @@ async def test_achild_raises_the_same_errors_as_child() -> None:
         await parent.achild("stranger")
     with pytest.raises(ValueError, match="not in memory"):
         await State(history=parent.history).achild("kid")
-    parent._bind_store(AsyncOnlyStore())
+    bind_state(parent, AsyncOnlyStore())
     with pytest.raises(MissingStateError):
         await parent.achild("kid")
 
@@ -1068,7 +1078,7 @@ async def test_achild_works_with_a_sync_store_too() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
     loaded = State(history=parent.history)
-    loaded._bind_store(FakeStore(kid))
+    bind_state(loaded, FakeStore(kid))
     assert (await loaded.achild("kid")).snapshot() == kid.snapshot()
 
 
@@ -1102,9 +1112,9 @@ def test_restore_brings_every_value_back_but_usage_and_history(busy: State) -> N
 
 def test_restore_brings_back_stopped() -> None:
     state = State(messages=[Message.user("x")])
-    state._record_stop(StoppedByLimit(3))
+    record_stop(state, StoppedByLimit(3))
     limited = state.snapshot()
-    state._record_run_start(RunStart())
+    record_run_start(state, RunStart())
     assert state.stopped is None
     state.restore(limited)
     assert state.stopped == StoppedByLimit(3)
@@ -1160,7 +1170,7 @@ def test_restore_while_calls_are_pending_raises_value_error(busy: State) -> None
 
 def test_restore_while_the_model_is_waited_on_raises_value_error(busy: State) -> None:
     earlier = busy.snapshot()
-    busy._begin_think()
+    begin_think(busy)
     before = busy.snapshot()
     with pytest.raises(ValueError, match="waited on"):
         busy.restore(earlier)
@@ -1171,7 +1181,7 @@ def test_restore_while_a_compaction_is_under_way_raises_value_error(busy: State)
     earlier = busy.snapshot()
     busy.add_message(Message.user("more"))
     before = busy.snapshot()
-    with busy._compaction():
+    with compaction(busy):
         with pytest.raises(ValueError, match="compaction"):
             busy.restore(earlier)
         assert_unchanged(busy, before)
@@ -1180,9 +1190,9 @@ def test_restore_while_a_compaction_is_under_way_raises_value_error(busy: State)
 
 
 def test_restore_to_a_snapshot_taken_while_waiting_raises_value_error(busy: State) -> None:
-    busy._begin_think()
+    begin_think(busy)
     waiting = busy.snapshot()
-    busy._record_reply(Reply(Message.assistant("done")))
+    record_reply(busy, Reply(Message.assistant("done")))
     before = busy.snapshot()
     with pytest.raises(ValueError, match="waited on"):
         busy.restore(waiting)

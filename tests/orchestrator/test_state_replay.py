@@ -46,6 +46,18 @@ from orchestrator import (
     merge_lists,
 )
 from orchestrator._fold import Folded
+from orchestrator._recording import (
+    begin_think,
+    close_pending,
+    merge_turn,
+    record_ask,
+    record_compact,
+    record_error,
+    record_reply,
+    record_run_start,
+    record_stop,
+    record_tool_result,
+)
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -118,38 +130,38 @@ def test_replay_matches_after_every_step_of_a_conversation() -> None:
     read, grep = call("c1", "read", path="a.py"), call("c2", "grep", pattern="bug")
     slow = call("c3", "run")
     steps: list[Callable[[], object]] = [
-        lambda: state._record_run_start(RunStart(parent_id="boss", parent_call_id="x1")),
-        lambda: state._begin_think(model="fake"),
+        lambda: record_run_start(state, RunStart(parent_id="boss", parent_call_id="x1")),
+        lambda: begin_think(state, model="fake"),
         lambda: state.add_message(Message.user("held while waiting")),
-        lambda: state._record_reply(Reply(Message.assistant("look", [read, grep]), USAGE)),
+        lambda: record_reply(state, Reply(Message.assistant("look", [read, grep]), USAGE)),
         lambda: state.add_message(Message.notice("held while pending")),
-        lambda: state._record_tool_result(
-            grep, block("c2", "b.py:3"), outcome="done", state_update={"hits": [1]}
+        lambda: record_tool_result(
+            state, grep, block("c2", "b.py:3"), outcome="done", state_update={"hits": [1]}
         ),
-        lambda: state._record_tool_result(read, block("c1", "text"), outcome="done"),
-        lambda: state._merge_due({}),  # the update of grep, as an agent merges it
+        lambda: record_tool_result(state, read, block("c1", "text"), outcome="done"),
+        lambda: merge_turn(state, {"grep": {}}),  # the update of grep, as an agent merges it
         lambda: state.clear_tool_results(keep_last=1),
-        lambda: state._begin_think(model="fake"),
-        lambda: state._record_error("TimeoutError: model timed out"),
-        lambda: state._begin_think(model="fake"),
-        lambda: state._record_reply(Reply(Message.assistant("", [slow]), USAGE)),
-        lambda: state._close_pending("interrupted", "(interrupted by user)"),
-        lambda: state._record_tool_result(slow, block("c3", "late"), outcome="done"),
-        lambda: state._record_ask("Which file?", {"file": "b.py"}, USAGE),
+        lambda: begin_think(state, model="fake"),
+        lambda: record_error(state, "TimeoutError: model timed out"),
+        lambda: begin_think(state, model="fake"),
+        lambda: record_reply(state, Reply(Message.assistant("", [slow]), USAGE)),
+        lambda: close_pending(state, "interrupted", "(interrupted by user)"),
+        lambda: record_tool_result(state, slow, block("c3", "late"), outcome="done"),
+        lambda: record_ask(state, "Which file?", {"file": "b.py"}, USAGE),
         lambda: state.set("found", ["b.py"], handler=merge_lists),
         lambda: edit(state, "seen", 2),
-        lambda: state._record_stop(StoppedByLimit(3)),
-        lambda: state._record_run_start(RunStart()),
-        lambda: state._compact("b.py line 3 is wrong", USAGE),
+        lambda: record_stop(state, StoppedByLimit(3)),
+        lambda: record_run_start(state, RunStart()),
+        lambda: record_compact(state, "b.py line 3 is wrong", USAGE),
         lambda: state.restore(snaps[8]),  # after clear_tool_results
-        lambda: state._begin_think(),
-        lambda: state._record_reply(Reply(Message.assistant("It is b.py"), USAGE)),
+        lambda: begin_think(state),
+        lambda: record_reply(state, Reply(Message.assistant("It is b.py"), USAGE)),
         lambda: state.finish({"file": "b.py"}),
         lambda: state.restore(snaps[-2]),  # after the reply, before finish
         lambda: state.finish(),
         lambda: state.restore(snaps[3]),  # the calls are pending again
-        lambda: state._record_tool_result(read, block("c1", "again"), outcome="done"),
-        lambda: state._record_tool_result(grep, block("c2", "again"), outcome="error"),
+        lambda: record_tool_result(state, read, block("c1", "again"), outcome="done"),
+        lambda: record_tool_result(state, grep, block("c2", "again"), outcome="error"),
     ]
     for step in steps:
         step()
@@ -171,11 +183,11 @@ def test_replay_matches_after_every_step_of_a_conversation() -> None:
 def test_a_history_prefix_replays_to_the_value_at_that_point() -> None:
     state = State(messages=[Message.user("x")])
     values = [state.snapshot()]
-    state._begin_think()
+    begin_think(state)
     values.append(state.snapshot())
-    state._record_reply(Reply(Message.assistant("", [call("a")])))
+    record_reply(state, Reply(Message.assistant("", [call("a")])))
     values.append(state.snapshot())
-    state._record_tool_result(call("a"), block("a", "r"), outcome="done")
+    record_tool_result(state, call("a"), block("a", "r"), outcome="done")
     values.append(state.snapshot())
     history = state.history
     for snap in values:
@@ -194,9 +206,9 @@ def _three_entries() -> tuple[HistoryEntry, ...]:
 def _with_results() -> tuple[HistoryEntry, ...]:
     state = State(messages=[Message.user("x")])
     first = call("c1")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [first])))
-    state._record_tool_result(first, block("c1", "r"), outcome="done")
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [first])))
+    record_tool_result(state, first, block("c1", "r"), outcome="done")
     state.add_message(Message.user("next"))
     return state.history
 
@@ -390,10 +402,10 @@ class StateCommands(RuleBasedStateMachine):
     @rule(summary=TEXTS, usage=SMALL_USAGE)
     def compact(self, summary: str, usage: Usage) -> None:
         if self.open_turn():
-            self.refused(ValueError, lambda: self.state._compact(summary, usage))
+            self.refused(ValueError, lambda: record_compact(self.state, summary, usage))
             return
         spent = self.state.usage
-        self.state._compact(summary, usage)
+        record_compact(self.state, summary, usage)
         assert self.state.usage == spent + usage
         assert len(self.state.messages) <= 2
 
@@ -457,10 +469,10 @@ class StateCommands(RuleBasedStateMachine):
     @rule(model=st.none() | st.just("fake"))
     def think(self, model: str | None) -> None:
         if self.open_turn() or self.state.finished:
-            self.refused(ValueError, lambda: self.state._begin_think(model=model))
+            self.refused(ValueError, lambda: begin_think(self.state, model=model))
             return
         turn = self.state.turn
-        self.state._begin_think(model=model)
+        begin_think(self.state, model=model)
         self.waiting = True
         assert self.state.turn == turn + 1
 
@@ -468,7 +480,7 @@ class StateCommands(RuleBasedStateMachine):
     @rule(calls=st.integers(0, 3), text=st.text(alphabet="ab ", max_size=5), usage=SMALL_USAGE)
     def reply(self, calls: int, text: str, usage: Usage) -> None:
         requested = tuple(self.new_call() for _ in range(calls))
-        self.state._record_reply(Reply(Message.assistant(text, requested), usage))
+        record_reply(self.state, Reply(Message.assistant(text, requested), usage))
         self.waiting = False
         assert self.state.pending_calls == requested
         if not requested:
@@ -479,7 +491,8 @@ class StateCommands(RuleBasedStateMachine):
     def result(self, data: st.DataObject, outcome: Outcome, child: bool, usage: Usage) -> None:
         chosen = data.draw(st.sampled_from(self.state.pending_calls))
         spent = self.state.usage
-        entry = self.state._record_tool_result(
+        entry = record_tool_result(
+            self.state,
             chosen,
             block(chosen.id, f"result of {chosen.id}"),
             outcome=outcome,
@@ -498,7 +511,7 @@ class StateCommands(RuleBasedStateMachine):
         if chosen in self.state.pending_calls:
             return
         messages = self.state.messages
-        entry = self.state._record_tool_result(chosen, block(chosen.id, "late"), outcome="done")
+        entry = record_tool_result(self.state, chosen, block(chosen.id, "late"), outcome="done")
         assert entry.late is True
         assert self.state.messages == messages
 
@@ -506,7 +519,7 @@ class StateCommands(RuleBasedStateMachine):
     @rule(outcome=st.sampled_from(["interrupted", "cancelled", "aborted"]))
     def close_pending(self, outcome: Outcome) -> None:
         closing = self.state.pending_calls
-        entries = self.state._close_pending(outcome, f"({outcome})")
+        entries = close_pending(self.state, outcome, f"({outcome})")
         assert [e.call for e in entries] == list(closing)
         assert self.state.pending_calls == ()
         self.closed.extend(closing)
@@ -514,7 +527,7 @@ class StateCommands(RuleBasedStateMachine):
     @rule(text=TEXTS)
     def error(self, text: str) -> None:
         turn = self.state.turn
-        self.state._record_error(f"RuntimeError: {text}")
+        record_error(self.state, f"RuntimeError: {text}")
         assert self.state.stopped is None
         if self.waiting:
             self.waiting = False
@@ -524,19 +537,19 @@ class StateCommands(RuleBasedStateMachine):
     def run_start(self, parent: str | None) -> None:
         start = RunStart(parent_id=parent, parent_call_id=None if parent is None else "c0")
         if self.waiting:
-            self.refused(ValueError, lambda: self.state._record_run_start(start))
+            self.refused(ValueError, lambda: record_run_start(self.state, start))
             return
-        self.state._record_run_start(start)
+        record_run_start(self.state, start)
         assert self.state.stopped is None
 
     @rule(turns=st.integers(1, 5))
     def stop(self, turns: int) -> None:
-        self.state._record_stop(StoppedByLimit(turns))
+        record_stop(self.state, StoppedByLimit(turns))
         assert self.state.stopped == StoppedByLimit(turns)
 
     @rule(answer=JSON_VALUES, usage=SMALL_USAGE)
     def ask(self, answer: Any, usage: Usage) -> None:
-        self.state._record_ask("question?", answer, usage)
+        record_ask(self.state, "question?", answer, usage)
 
     # -- what must always hold -------------------------------------------------------------------
 

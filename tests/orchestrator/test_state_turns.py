@@ -21,6 +21,23 @@ from orchestrator import (
     ToolResultBlock,
     Usage,
 )
+from orchestrator._recording import (
+    add_child,
+    begin_run,
+    begin_think,
+    bind_state,
+    close_pending,
+    compaction,
+    end_run,
+    merge_turn,
+    record_ask,
+    record_compact,
+    record_error,
+    record_reply,
+    record_run_start,
+    record_stop,
+    record_tool_result,
+)
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -37,7 +54,7 @@ def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock
 
 def done(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
     """Record a `done` result for `tool_call`."""
-    state._record_tool_result(tool_call, block(tool_call.id, text), outcome="done", **kwargs)
+    record_tool_result(state, tool_call, block(tool_call.id, text), outcome="done", **kwargs)
 
 
 def assert_unchanged(state: State, before: StateSnapshot) -> None:
@@ -76,7 +93,7 @@ def state() -> State:
 
 
 def test_begin_think_records_a_request_and_counts_the_turn(state: State) -> None:
-    state._begin_think(model="fake-1")
+    begin_think(state, model="fake-1")
     entry = state.history[-1]
     assert entry.kind == "model_request"
     assert entry.content.model == "fake-1"
@@ -88,8 +105,8 @@ def test_begin_think_records_a_request_and_counts_the_turn(state: State) -> None
 
 
 def test_a_text_reply_enters_messages_and_becomes_the_answer(state: State) -> None:
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant("It is in b.py"), USAGE, "end_turn", "fake"))
+    begin_think(state, model="fake")
+    record_reply(state, Reply(Message.assistant("It is in b.py"), USAGE, "end_turn", "fake"))
     assert texts(state) == ["Find the bug", "It is in b.py"]
     assert state.turn == 1
     assert state.answer == "It is in b.py"
@@ -103,38 +120,38 @@ def test_a_text_reply_enters_messages_and_becomes_the_answer(state: State) -> No
 
 
 def test_think_while_waiting_or_pending_raises_value_error(state: State) -> None:
-    state._begin_think()
+    begin_think(state)
     waiting = state.snapshot()
     with pytest.raises(ValueError, match="waited on"):
-        state._begin_think()
+        begin_think(state)
     assert_unchanged(state, waiting)
-    state._record_reply(Reply(Message.assistant("", [call("c1")])))
+    record_reply(state, Reply(Message.assistant("", [call("c1")])))
     pending = state.snapshot()
     with pytest.raises(ValueError, match="pending"):
-        state._begin_think()
+        begin_think(state)
     assert_unchanged(state, pending)
 
 
 def test_a_reply_without_a_request_raises_value_error(state: State) -> None:
     before = state.snapshot()
     with pytest.raises(ValueError, match="model_reply"):
-        state._record_reply(Reply(Message.assistant("unasked")))
+        record_reply(state, Reply(Message.assistant("unasked")))
     assert_unchanged(state, before)
 
 
 def test_record_reply_takes_a_reply_only(state: State) -> None:
-    state._begin_think()
+    begin_think(state)
     before = state.snapshot()
     with pytest.raises(TypeError, match="Reply"):
-        state._record_reply(cast("Any", Message.assistant("no wrapper")))
+        record_reply(state, cast("Any", Message.assistant("no wrapper")))
     assert_unchanged(state, before)
 
 
 def test_a_reply_with_two_calls_of_one_id_raises_value_error(state: State) -> None:
-    state._begin_think()
+    begin_think(state)
     before = state.snapshot()
     with pytest.raises(ValueError, match="same id"):
-        state._record_reply(Reply(Message.assistant("", [call("c1"), call("c1", "other")])))
+        record_reply(state, Reply(Message.assistant("", [call("c1"), call("c1", "other")])))
     assert_unchanged(state, before)
 
 
@@ -142,7 +159,7 @@ def test_a_finished_state_cannot_think(state: State) -> None:
     state.finish("done")
     before = state.snapshot()
     with pytest.raises(ValueError, match="finished"):
-        state._begin_think()
+        begin_think(state)
     assert_unchanged(state, before)
 
 
@@ -151,8 +168,8 @@ def test_a_finished_state_cannot_think(state: State) -> None:
 
 def test_calls_are_pending_in_request_order_until_each_has_a_result(state: State) -> None:
     a, b, c = call("a", "read", path="x"), call("b", "grep"), call("c", "run")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("checking", [a, b, c])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("checking", [a, b, c])))
     assert state.pending_calls == (a, b, c)
     done(state, b)
     assert state.pending_calls == (a, c)
@@ -167,8 +184,8 @@ def test_calls_are_pending_in_request_order_until_each_has_a_result(state: State
 
 def test_results_enter_as_one_user_message_in_request_order(state: State) -> None:
     calls = [call(f"c{i}") for i in range(5)]
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", calls)))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", calls)))
     for index in (3, 0, 4, 2, 1):
         done(state, calls[index], f"result {index}")
         assert_replays(state)
@@ -183,9 +200,10 @@ def test_results_enter_as_one_user_message_in_request_order(state: State) -> Non
 
 def test_a_tool_result_entry_keeps_call_outcome_and_child_ids(state: State) -> None:
     delegate = call("d1", "delegate", task="look")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [delegate])))
-    state._record_tool_result(
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [delegate])))
+    record_tool_result(
+        state,
         delegate,
         block("d1", "failed", is_error=True),
         outcome="error",
@@ -204,21 +222,21 @@ def test_a_tool_result_entry_keeps_call_outcome_and_child_ids(state: State) -> N
 
 
 def test_messages_added_while_waiting_go_in_after_the_reply(state: State) -> None:
-    state._begin_think()
+    begin_think(state)
     state.add_message(Message.user("also check c.py"))
     state.add_message(Message.notice("tests failed"))
     assert texts(state) == ["Find the bug"]
     assert_replays(state)
-    state._record_reply(Reply(Message.assistant("ok")))
+    record_reply(state, Reply(Message.assistant("ok")))
     assert texts(state) == ["Find the bug", "ok", "also check c.py", "[notice] tests failed"]
     assert_replays(state)
 
 
 def test_messages_added_while_waiting_go_in_after_all_the_results(state: State) -> None:
     a, b = call("a"), call("b")
-    state._begin_think()
+    begin_think(state)
     state.add_message(Message.user("while waiting"))
-    state._record_reply(Reply(Message.assistant("", [a, b])))
+    record_reply(state, Reply(Message.assistant("", [a, b])))
     state.add_message(Message.notice("while pending"))
     done(state, b)
     assert texts(state) == ["Find the bug", "->a,b"]
@@ -251,12 +269,12 @@ def test_messages_between_turns_go_in_at_once(state: State) -> None:
 
 @pytest.mark.anyio
 async def test_a_failed_think_takes_the_turn_back(state: State) -> None:
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("first")))
-    state._begin_think()
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("first")))
+    begin_think(state)
     state.add_message(Message.user("held"))
     assert state.turn == 2
-    state._record_error(RuntimeError("connection reset"))
+    record_error(state, RuntimeError("connection reset"))
     assert state.turn == 1
     assert state.answer == "first"
     assert texts(state) == ["Find the bug", "first", "held"]
@@ -264,15 +282,15 @@ async def test_a_failed_think_takes_the_turn_back(state: State) -> None:
     assert entry.kind == "error"
     assert entry.content == "RuntimeError: connection reset"
     assert_replays(state)
-    state._begin_think()
+    begin_think(state)
     assert state.turn == 2
     assert state.history[-1].turn == 2
 
 
 def test_record_error_of_an_exception_works_outside_an_event_loop(state: State) -> None:
     # A sync caller (or a worker thread) records a failure without any event loop running.
-    state._begin_think()
-    state._record_error(RuntimeError("connection reset"))
+    begin_think(state)
+    record_error(state, RuntimeError("connection reset"))
     assert state.turn == 0
     entry = state.history[-1]
     assert entry.kind == "error"
@@ -280,7 +298,7 @@ def test_record_error_of_an_exception_works_outside_an_event_loop(state: State) 
 
 
 def test_record_error_takes_a_message_too(state: State) -> None:
-    state._record_error("Cancelled: by the user")
+    record_error(state, "Cancelled: by the user")
     entry = state.history[-1]
     assert entry.kind == "error"
     assert entry.content == "Cancelled: by the user"
@@ -290,9 +308,9 @@ def test_record_error_takes_a_message_too(state: State) -> None:
 @pytest.mark.anyio
 async def test_an_error_while_calls_are_pending_keeps_them(state: State) -> None:
     pending = call("a")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [pending])))
-    state._record_error(ValueError("tool crashed"))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [pending])))
+    record_error(state, ValueError("tool crashed"))
     assert state.pending_calls == (pending,)
     assert state.turn == 1
     assert_replays(state)
@@ -303,11 +321,11 @@ async def test_an_error_while_calls_are_pending_keeps_them(state: State) -> None
 
 def test_close_pending_gives_every_pending_call_an_error_result(state: State) -> None:
     a, b, c = call("a"), call("b"), call("c")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [a, b, c])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [a, b, c])))
     done(state, b, "b done")
     state.add_message(Message.user("stop"))
-    entries = state._close_pending("interrupted", "(interrupted by user)")
+    entries = close_pending(state, "interrupted", "(interrupted by user)")
     assert [entry.call.id for entry in entries] == ["a", "c"]
     assert all(entry.outcome == "interrupted" for entry in entries)
     assert state.pending_calls == ()
@@ -321,18 +339,18 @@ def test_close_pending_gives_every_pending_call_an_error_result(state: State) ->
 
 def test_close_pending_with_nothing_pending_records_nothing(state: State) -> None:
     before = state.snapshot()
-    assert state._close_pending("aborted", "(aborted)") == ()
+    assert close_pending(state, "aborted", "(aborted)") == ()
     assert_unchanged(state, before)
 
 
 def test_a_result_for_a_closed_call_is_late_and_leaves_messages(state: State) -> None:
     slow = call("slow", "run")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [slow]), USAGE))
-    state._close_pending("interrupted", "(interrupted by user)")
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [slow]), USAGE))
+    close_pending(state, "interrupted", "(interrupted by user)")
     messages = state.messages
-    state._record_tool_result(
-        slow, block("slow", "finally"), outcome="done", usage=Usage(output_tokens=7)
+    record_tool_result(
+        state, slow, block("slow", "finally"), outcome="done", usage=Usage(output_tokens=7)
     )
     entry = state.history[-1]
     assert entry.kind == "tool_result"
@@ -346,7 +364,7 @@ def test_a_result_for_a_closed_call_is_late_and_leaves_messages(state: State) ->
 def test_a_result_for_a_call_never_requested_is_late(state: State) -> None:
     stranger = call("nobody-asked")
     messages = state.messages
-    state._record_tool_result(stranger, block("nobody-asked", "x"), outcome="unknown")
+    record_tool_result(state, stranger, block("nobody-asked", "x"), outcome="unknown")
     entry = state.history[-1]
     assert entry.kind == "tool_result"
     assert entry.late is True
@@ -356,21 +374,21 @@ def test_a_result_for_a_call_never_requested_is_late(state: State) -> None:
 
 def test_a_result_whose_block_names_another_call_raises_value_error(state: State) -> None:
     a = call("a")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [a])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [a])))
     before = state.snapshot()
     with pytest.raises(ValueError, match="tool_result"):
-        state._record_tool_result(a, block("b", "x"), outcome="done")
+        record_tool_result(state, a, block("b", "x"), outcome="done")
     assert_unchanged(state, before)
 
 
 def test_a_non_json_state_update_is_refused_when_recorded(state: State) -> None:
     a = call("a")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [a])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [a])))
     before = state.snapshot()
     with pytest.raises(TypeError, match="state_update"):
-        state._record_tool_result(a, block("a", "x"), outcome="done", state_update={"s": {1}})
+        record_tool_result(state, a, block("a", "x"), outcome="done", state_update={"s": {1}})
     assert_unchanged(state, before)
     assert state.pending_calls == (a,)
 
@@ -380,11 +398,11 @@ def test_a_non_json_state_update_is_refused_when_recorded(state: State) -> None:
 
 def test_usage_adds_replies_asks_compactions_and_subagents(state: State) -> None:
     delegate = call("d1", "delegate")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [delegate]), Usage(input_tokens=100)))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [delegate]), Usage(input_tokens=100)))
     done(state, delegate, child_ids=("kid",), usage=Usage(input_tokens=20, requests=2))
-    state._record_ask("Is it b.py?", {"yes": True}, Usage(output_tokens=3, requests=1))
-    state._compact("b.py is broken", Usage(input_tokens=5, output_tokens=1, requests=1))
+    record_ask(state, "Is it b.py?", {"yes": True}, Usage(output_tokens=3, requests=1))
+    record_compact(state, "b.py is broken", Usage(input_tokens=5, output_tokens=1, requests=1))
     assert state.usage == Usage(input_tokens=125, output_tokens=4, requests=4)
     ask = next(e for e in state.history if e.kind == "ask")
     assert ask.kind == "ask"
@@ -394,17 +412,17 @@ def test_usage_adds_replies_asks_compactions_and_subagents(state: State) -> None
 
 
 def test_usage_cost_is_summed_when_known(state: State) -> None:
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("a"), Usage(input_tokens=1, cost=0.25)))
-    state._record_ask("q", "a", Usage(output_tokens=1, cost=0.5))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("a"), Usage(input_tokens=1, cost=0.25)))
+    record_ask(state, "q", "a", Usage(output_tokens=1, cost=0.5))
     assert state.usage == Usage(input_tokens=1, output_tokens=1, cost=0.75)
 
 
 def test_restore_does_not_lower_usage(state: State) -> None:
     before = state.snapshot()
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("spent"), USAGE))
-    state._record_ask("q", "a", USAGE)
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("spent"), USAGE))
+    record_ask(state, "q", "a", USAGE)
     spent = state.usage
     state.restore(before)
     assert state.usage == spent
@@ -416,12 +434,12 @@ def test_restore_does_not_lower_usage(state: State) -> None:
 def test_a_non_json_ask_answer_is_refused_when_recorded(state: State) -> None:
     before = state.snapshot()
     with pytest.raises(TypeError, match="answer"):
-        state._record_ask("q", {"when": object()}, USAGE)
+        record_ask(state, "q", {"when": object()}, USAGE)
     assert_unchanged(state, before)
 
 
 def test_ask_answers_are_recorded_as_json(state: State) -> None:
-    state._record_ask("q", {"pair": (1, 2)}, Usage())
+    record_ask(state, "q", {"pair": (1, 2)}, Usage())
     entry = state.history[-1]
     assert entry.kind == "ask"
     answer: Any = entry.content.answer
@@ -432,7 +450,7 @@ def test_ask_answers_are_recorded_as_json(state: State) -> None:
 
 def test_an_ask_does_not_change_the_messages(state: State) -> None:
     messages = state.messages
-    state._record_ask("q", ["a", 1], Usage())
+    record_ask(state, "q", ["a", 1], Usage())
     assert state.messages == messages
     assert state.answer is None
 
@@ -441,21 +459,21 @@ def test_an_ask_does_not_change_the_messages(state: State) -> None:
 
 
 def test_answer_ignores_replies_with_tool_calls(state: State) -> None:
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("looking", [call("a")])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("looking", [call("a")])))
     assert state.answer is None
     done(state, call("a"))
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("found it")))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("found it")))
     assert state.answer == "found it"
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("one more look", [call("b")])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("one more look", [call("b")])))
     assert state.answer == "found it"
 
 
 def test_a_finish_answer_wins_over_later_replies(state: State) -> None:
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [call("submit", "submit")])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [call("submit", "submit")])))
     state.finish({"file": "b.py"})
     done(state, call("submit", "submit"))
     assert state.answer == {"file": "b.py"}
@@ -463,34 +481,34 @@ def test_a_finish_answer_wins_over_later_replies(state: State) -> None:
 
 
 def test_record_stop_sets_stopped_without_finishing(state: State) -> None:
-    state._record_stop(StoppedByLimit(3))
+    record_stop(state, StoppedByLimit(3))
     assert state.stopped == StoppedByLimit(3)
     assert state.finished is False
     entry = state.history[-1]
     assert entry.kind == "stop"
     assert entry.content == StoppedByLimit(3)
-    state._record_stop(StoppedByUntil("waiting_for_user"))
+    record_stop(state, StoppedByUntil("waiting_for_user"))
     assert state.stopped == StoppedByUntil("waiting_for_user")
     assert_replays(state)
 
 
 def test_a_permission_stop_does_not_finish(state: State) -> None:
     denied = call("rm", "shell", cmd="rm -rf /")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [denied])))
-    state._record_tool_result(denied, block("rm", "denied", is_error=True), outcome="denied")
-    state._record_stop(StoppedByPermission(denied, "no_shell"))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [denied])))
+    record_tool_result(state, denied, block("rm", "denied", is_error=True), outcome="denied")
+    record_stop(state, StoppedByPermission(denied, "no_shell"))
     assert state.stopped == StoppedByPermission(denied, "no_shell")
     assert state.finished is False
     state.add_message(Message.user("do not delete things"))
-    state._record_run_start(RunStart())
-    state._begin_think()
+    record_run_start(state, RunStart())
+    begin_think(state)
     assert state.turn == 2
 
 
 def test_run_start_resets_stopped(state: State) -> None:
-    state._record_stop(StoppedByLimit(3))
-    state._record_run_start(RunStart(agent="a", model="m", tools=("read",)))
+    record_stop(state, StoppedByLimit(3))
+    record_run_start(state, RunStart(agent="a", model="m", tools=("read",)))
     assert state.stopped is None
     entry = state.history[-1]
     assert entry.kind == "run_start"
@@ -500,27 +518,27 @@ def test_run_start_resets_stopped(state: State) -> None:
 
 @pytest.mark.anyio
 async def test_an_error_entry_resets_stopped(state: State) -> None:
-    state._record_stop(StoppedByLimit(3))
-    state._record_error(RuntimeError("run failed"))
+    record_stop(state, StoppedByLimit(3))
+    record_error(state, RuntimeError("run failed"))
     assert state.stopped is None
     state.finish("x")
-    state._record_error(RuntimeError("after finish"))
+    record_error(state, RuntimeError("after finish"))
     assert state.stopped is None
     assert state.finished is True
     assert_replays(state)
 
 
 def test_run_start_while_waiting_raises_value_error(state: State) -> None:
-    state._begin_think()
+    begin_think(state)
     before = state.snapshot()
     with pytest.raises(ValueError, match="run_start"):
-        state._record_run_start(RunStart())
+        record_run_start(state, RunStart())
     assert_unchanged(state, before)
 
 
 def test_parent_links_come_from_the_first_run_start(state: State) -> None:
-    state._record_run_start(RunStart(parent_id="boss", parent_call_id="call-7"))
-    state._record_run_start(RunStart(parent_id="other", parent_call_id="call-9"))
+    record_run_start(state, RunStart(parent_id="boss", parent_call_id="call-7"))
+    record_run_start(state, RunStart(parent_id="other", parent_call_id="call-9"))
     assert state.parent_id == "boss"
     assert state.parent_call_id == "call-7"
     entry = state.history[1]
@@ -532,15 +550,15 @@ def test_parent_links_come_from_the_first_run_start(state: State) -> None:
 
 
 def test_a_first_run_start_without_parent_keeps_none(state: State) -> None:
-    state._record_run_start(RunStart())
-    state._record_run_start(RunStart(parent_id="late", parent_call_id="c"))
+    record_run_start(state, RunStart())
+    record_run_start(state, RunStart(parent_id="late", parent_call_id="c"))
     assert state.parent_id is None
     assert state.parent_call_id is None
 
 
 def test_parent_links_survive_restore(state: State) -> None:
     before = state.snapshot()
-    state._record_run_start(RunStart(parent_id="boss", parent_call_id="call-7"))
+    record_run_start(state, RunStart(parent_id="boss", parent_call_id="call-7"))
     state.restore(before)
     assert state.parent_id == "boss"
     assert state.parent_call_id == "call-7"
@@ -550,9 +568,9 @@ def test_parent_links_survive_restore(state: State) -> None:
 
 
 def test_compact_records_summary_and_usage(state: State) -> None:
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("long answer")))
-    state._compact("short summary", USAGE)
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("long answer")))
+    record_compact(state, "short summary", USAGE)
     assert len(state.messages) == 2
     assert state.messages[0] == Message.user("Find the bug")
     assert "short summary" in state.messages[1].text
@@ -566,13 +584,13 @@ def test_compact_records_summary_and_usage(state: State) -> None:
 def test_compaction_marks_restore_unavailable_until_it_ends(state: State) -> None:
     before = state.snapshot()
     state.add_message(Message.user("more"))
-    with state._compaction():
-        state._compact("summary", USAGE)
+    with compaction(state):
+        record_compact(state, "summary", USAGE)
         after = state.snapshot()
         with pytest.raises(ValueError, match="compaction"):
             state.restore(before)
         assert_unchanged(state, after)
-        with pytest.raises(ValueError, match="already under way"), state._compaction():
+        with pytest.raises(ValueError, match="already under way"), compaction(state):
             pass
     state.restore(before)
     assert state.messages == before.messages
@@ -582,7 +600,7 @@ def test_compaction_ends_when_its_block_raises(state: State) -> None:
     before = state.snapshot()
 
     def fail() -> None:
-        with state._compaction():
+        with compaction(state):
             raise RuntimeError("model failed")
 
     with pytest.raises(RuntimeError, match="model failed"):
@@ -593,21 +611,21 @@ def test_compaction_ends_when_its_block_raises(state: State) -> None:
 
 def test_one_run_at_a_time(state: State) -> None:
     before = state.snapshot()
-    state._begin_run()
+    begin_run(state)
     with pytest.raises(ValueError, match="already running"):
-        state._begin_run()
-    state._end_run()
-    state._begin_run()
-    state._end_run()
+        begin_run(state)
+    end_run(state)
+    begin_run(state)
+    end_run(state)
     assert_unchanged(state, before)
 
 
 def test_a_fork_of_a_running_state_can_run(state: State) -> None:
-    state._begin_run()
+    begin_run(state)
     copy = state.fork()
-    copy._begin_run()
-    copy._end_run()
-    state._end_run()
+    begin_run(copy)
+    end_run(copy)
+    end_run(state)
 
 
 class _Store:
@@ -622,22 +640,22 @@ class _Store:
 
 def test_bind_store_lets_child_load_from_it(state: State) -> None:
     delegate = call("d1", "delegate")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [delegate])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [delegate])))
     done(state, delegate, child_ids=("kid",))
     kid = State(id="kid", messages=[Message.user("look")])
     rebuilt = State(id=state.id, history=state.history)
     with pytest.raises(ValueError, match="not in memory"):
         rebuilt.child("kid")
-    rebuilt._bind_store(_Store(kid=kid))
+    bind_state(rebuilt, _Store(kid=kid))
     assert rebuilt.child("kid").messages == kid.messages
-    state._add_child(kid)
+    add_child(state, kid)
     assert state.child("kid") is kid
 
 
 def test_add_child_alone_does_not_make_a_child(state: State) -> None:
     kid = State(id="kid")
-    state._add_child(kid)
+    add_child(state, kid)
     with pytest.raises(KeyError):
         state.child("kid")
 
@@ -647,14 +665,18 @@ def test_add_child_alone_does_not_make_a_child(state: State) -> None:
 
 def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: State) -> None:
     first, second = call("first"), call("second")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [first, second])))
-    state._record_tool_result(
-        second, block("second", "2"), outcome="done", state_update={"winner": "second"}
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [first, second])))
+    record_tool_result(
+        state, second, block("second", "2"), outcome="done", state_update={"winner": "second"}
     )
     assert "winner" not in state.extra_data
-    state._record_tool_result(
-        first, block("first", "1"), outcome="done", state_update={"winner": "first", "a": [1]}
+    record_tool_result(
+        state,
+        first,
+        block("first", "1"),
+        outcome="done",
+        state_update={"winner": "first", "a": [1]},
     )
     # The turn closed: its updates are due until merged (an agent merges them at once, with
     # its tools' handlers), and a State replayed from here agrees.
@@ -662,8 +684,8 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     assert [entry.call.id for entry in state._folded.due] == ["first", "second"]
     assert_replays(state)
     with pytest.raises(ValueError, match=r"state updates of the last turn \(tool\)"):
-        state._begin_think()
-    state._merge_due({})
+        begin_think(state)
+    merge_turn(state, {"tool": {}})
     # The later call in request order wins a replace, whatever order the results came in.
     assert state.extra_data == {"winner": "second", "a": [1]}
     assert state.history[-1].kind == "extra_data"
@@ -674,10 +696,10 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
 
 def test_state_updates_of_late_results_are_not_applied(state: State) -> None:
     slow = call("slow")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [slow])))
-    state._close_pending("cancelled", "(cancelled)")
-    state._record_tool_result(slow, block("slow", "x"), outcome="done", state_update={"k": 1})
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [slow])))
+    close_pending(state, "cancelled", "(cancelled)")
+    record_tool_result(state, slow, block("slow", "x"), outcome="done", state_update={"k": 1})
     assert "k" not in state.extra_data
     assert_replays(state)
 
@@ -687,11 +709,11 @@ def test_state_updates_of_late_results_are_not_applied(state: State) -> None:
 
 def test_entries_are_numbered_and_carry_their_turn(state: State) -> None:
     a = call("a")
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("", [a])))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("", [a])))
     done(state, a)
-    state._begin_think()
-    state._record_reply(Reply(Message.assistant("done")))
+    begin_think(state)
+    record_reply(state, Reply(Message.assistant("done")))
     history = state.history
     assert [entry.seq for entry in history] == list(range(len(history)))
     assert [(entry.kind, entry.turn) for entry in history] == [

@@ -29,6 +29,7 @@ from orchestrator import (
     ToolResultEntry,
     tool,
 )
+from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
 
@@ -174,7 +175,7 @@ async def test_a_load_mid_turn_recovers_and_resumes_to_the_same_end() -> None:
 @pytest.mark.anyio
 async def test_an_agent_without_the_tool_refuses_to_merge_by_another_rule() -> None:
     mid, _ = await mid_turn()
-    mid._close_pending("unknown", "(cut off)")
+    close_pending(mid, "unknown", "(cut off)")
     other = Agent(FakeModel(["Hi"]), state_schema=SCHEMA)
     with pytest.raises(ValueError, match=r"updates from bump waiting .* no such tool"):
         await other.arun(mid)
@@ -230,11 +231,11 @@ def test_a_real_crash_mid_turn_then_resume_ends_where_the_live_run_ends(tmp_path
 def test_file_and_sqlite_stores_keep_the_due_update(tmp_path: Path) -> None:
     for store in (FileStore(tmp_path / "files"), SQLiteStore(tmp_path / "runs.db")):
         state = start()
-        state._begin_think()
+        begin_think(state)
         calls = (tool_call("bump", n=5), tool_call("slow"))
-        state._record_reply(Reply(Message.assistant("", calls)))
-        state._record_tool_result(
-            calls[0], _result(calls[0].id), outcome="done", state_update={"count": 5}
+        record_reply(state, Reply(Message.assistant("", calls)))
+        record_tool_result(
+            state, calls[0], _result(calls[0].id), outcome="done", state_update={"count": 5}
         )
         store.save(state)
         loaded = store.load(state.id)

@@ -15,6 +15,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator import AsyncStore, Message, RunStart, State, Store, StoreDamagedError, StoreError
+from orchestrator._recording import record_run_start
 from stores import FORMAT_VERSION, chain_digests, first_digest
 from stores._file import INFO, LOG, FileStore
 from stores._offload import ThreadedAsync
@@ -482,7 +483,7 @@ def cut_off_lead_with_children(store: FileStore) -> None:
     store.save(crashed_pending("lead"))
     for kid in ("kid-a", "kid-b"):
         child = State(id=kid, messages=[Message.user("sub task")])
-        child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+        record_run_start(child, RunStart(parent_id="lead", parent_call_id="c2"))
         store.save(child)
 
 
@@ -531,7 +532,7 @@ def test_a_torn_line_in_the_list_of_children_is_cut_before_the_next(
     with (root / "lead" / "children.jsonl").open("ab") as file:
         file.write(b'{"id":"kid-')
     child = State(id="kid-c", messages=[Message.user("sub task")])
-    child._record_run_start(RunStart(parent_id="lead", parent_call_id="c2"))
+    record_run_start(child, RunStart(parent_id="lead", parent_call_id="c2"))
     FileStore(root).save(child)
     lead = FileStore(root).load("lead")
     assert results(lead)[-2].child_ids == ("kid-a", "kid-b", "kid-c")

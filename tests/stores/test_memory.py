@@ -17,6 +17,7 @@ from orchestrator import (
     StoreDamagedError,
     storage_view,
 )
+from orchestrator._recording import begin_think, bind_state, record_run_start, recover_state
 from stores import chain_digests, first_digest
 from stores._codec import _ENTRY, decode_entry, encode_entry
 from stores._memory import MemoryStore
@@ -34,7 +35,7 @@ def test_it_keeps_encoded_entries_not_the_live_state() -> None:
     store = MemoryStore()
     state = rich_state()
     store.save(state)
-    state._bind_store(None)
+    bind_state(state, None)
     lines = store._states["rich"].lines
     assert all(isinstance(line, bytes) for line in lines)
     assert [decode_entry(line, state_id="rich", index=i) for i, line in enumerate(lines)] == list(
@@ -75,7 +76,7 @@ def test_a_damaged_entry_raises_value_error_naming_the_state_and_index() -> None
 def test_a_history_that_does_not_replay_raises_value_error_naming_the_state() -> None:
     store = MemoryStore()
     state = State(id="odd", messages=[Message.user("a")])
-    state._begin_think()
+    begin_think(state)
     store.save(state)
     lines = store._states["odd"].lines
     # A second request while waiting, with valid digests: only the replay can refuse it.
@@ -129,7 +130,7 @@ async def test_a_cancelled_asave_saves_nothing() -> None:
 
 def test_the_info_a_save_keeps_is_what_info_of_gives() -> None:
     kid = State(id="kid")
-    kid._record_run_start(RunStart(parent_id="p", parent_call_id="c"))
+    record_run_start(kid, RunStart(parent_id="p", parent_call_id="c"))
     notice_first = State(id="notice", messages=[Message.notice("n"), Message.user("u" * 300)])
     for state in (rich_state(), crashed_pending(), crashed_waiting(), State(), kid, notice_first):
         assert storage_view(state).info == _info_from_snapshot(state)
@@ -162,7 +163,7 @@ def test_each_kind_encodes_to_the_bytes_the_union_gives() -> None:
     # encode_entry takes each kind's own serializer (twice as fast): it must write what the
     # union would, for every kind of entry and value (images are base64).
     recovered = crashed_waiting()
-    recovered._recover()  # an error entry: the request taken back
+    recover_state(recovered)  # an error entry: the request taken back
     history = [*rich_state().history, *crashed_pending().history, *recovered.history]
     assert {entry.kind for entry in history} >= {
         "context_change", "extra_data", "run_start", "model_request", "model_reply",

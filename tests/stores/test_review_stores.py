@@ -37,6 +37,7 @@ from orchestrator import (
     storage_view,
     tool,
 )
+from orchestrator._recording import begin_think, record_reply, record_run_start
 from orchestrator.models import Request
 from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, tool_call
@@ -272,17 +273,17 @@ def test_a_cut_off_call_still_lists_the_child_it_started_after_load(sync_store: 
     # DESIGN 8: "the parent's tool_result entry lists child_ids"; issue 5: "after a save and
     # load, the tree reopens"; DESIGN 9: load closes a half-done turn with `unknown` results.
     lead = State(id="lead", messages=[Message.user("Delegate the search")])
-    lead._record_run_start(RunStart(agent="lead", model="fake", tools=("helper",)))
-    lead._begin_think(model="fake")
+    record_run_start(lead, RunStart(agent="lead", model="fake", tools=("helper",)))
+    begin_think(lead, model="fake")
     call = ToolCall("c1", "helper", {"task": "search"})
-    lead._record_reply(Reply(Message.assistant("", [call]), Usage(requests=1)))
+    record_reply(lead, Reply(Message.assistant("", [call]), Usage(requests=1)))
     sync_store.save(lead)
     kid = State(id="kid", messages=[Message.user("search")])
-    kid._record_run_start(
-        RunStart(parent_id="lead", parent_call_id="c1", agent="helper", model="fake")
+    record_run_start(
+        kid, RunStart(parent_id="lead", parent_call_id="c1", agent="helper", model="fake")
     )
-    kid._begin_think(model="fake")
-    kid._record_reply(Reply(Message.assistant("found it"), Usage(input_tokens=7, requests=1)))
+    begin_think(kid, model="fake")
+    record_reply(kid, Reply(Message.assistant("found it"), Usage(input_tokens=7, requests=1)))
     sync_store.save(kid)
     # The process stops here: the lead's call never got its result.
     loaded = sync_store.load("lead")

@@ -38,6 +38,7 @@ from orchestrator import (
     storage_view,
     tool,
 )
+from orchestrator._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION
 from stores._sqlite import SQLiteStore
@@ -157,8 +158,8 @@ def test_list_gives_the_same_info_as_info_of(store: SQLiteStore) -> None:
     finished.finish({"answer": [1, 2.5, None]})
     store.save(finished)
     priced = State(messages=[Message.user("priced")])
-    priced._begin_think(model="m")
-    priced._record_reply(Reply(Message.assistant("ok"), Usage(input_tokens=3, cost=0.25)))
+    begin_think(priced, model="m")
+    record_reply(priced, Reply(Message.assistant("ok"), Usage(input_tokens=3, cost=0.25)))
     store.save(priced)
     infos = {info.id: info for info in store.list()}
     for state in (parent, child, finished, priced):
@@ -201,8 +202,8 @@ def test_the_row_follows_every_change_between_saves(store: SQLiteStore) -> None:
     save()
     state.add_message(Message.user("the question"))  # the first message gives the title
     save()
-    state._begin_think(model="m")
-    state._record_reply(Reply(Message.assistant("ok"), Usage(input_tokens=3, cost=0.25)))
+    begin_think(state, model="m")
+    record_reply(state, Reply(Message.assistant("ok"), Usage(input_tokens=3, cost=0.25)))
     save()
     state.finish("done")
     save()
@@ -691,7 +692,7 @@ async def test_fifty_concurrent_runs_share_one_store(path: Path) -> None:
 async def test_async_twins_recover_and_save_like_the_sync_methods(path: Path) -> None:
     async with SQLiteStore(path) as store:
         state = State(messages=[Message.user("go")])
-        state._begin_think(model="m")
+        begin_think(state, model="m")
         await store.asave(state)
         loaded = await store.aload(state.id)
         assert isinstance(loaded.history[-1], ErrorEntry)

@@ -24,6 +24,7 @@ from orchestrator import (
     ToolResultBlock,
     merge_lists,
 )
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 
 THREADS = 8
 
@@ -149,15 +150,15 @@ def test_concurrent_set_with_merge_lists_loses_nothing(typed: bool) -> None:
 def test_tool_results_from_worker_threads_enter_as_one_message_in_request_order() -> None:
     state = State(messages=[Message.user("go")])
     calls = tuple(call(f"c{index}") for index in range(THREADS * 2))
-    state._begin_think(model="fake")
-    state._record_reply(Reply(Message.assistant("", calls)))
+    begin_think(state, model="fake")
+    record_reply(state, Reply(Message.assistant("", calls)))
 
     def work(index: int) -> bool:
         if index % 2:
             state.add_message(Message.notice(f"worker {index} is busy"))
         tool_call = calls[index]
         block = ToolResultBlock(tool_call.id, (TextBlock(f"result {index}"),))
-        entry = state._record_tool_result(tool_call, block, outcome="done")
+        entry = record_tool_result(state, tool_call, block, outcome="done")
         return entry.late
 
     lates = run_together(len(calls), work)

@@ -1,0 +1,369 @@
+"""One run: the object `arun` builds and every layer of the run works with.
+
+`Agent.arun` makes a `Run` (the agent's `Settings`, the State, its saver, its reporters, its
+tool limiters, the timed-out threads to wait for, the tool call it hangs under) and passes it
+explicitly to the loop's steps, tool execution, `ask` and subagent linking; none of them reaches
+back into the Agent. A step called on its own (``await agent.athink(state)`` outside a run) gets
+a run of its own for the call (`step`); called from a loop body, it finds its run through the
+current frame (`orchestrator._frame`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import anyio
+import anyio.to_thread
+
+from ._errors import is_interruption
+from ._frame import Frame, current_frame, enter, leave
+from ._history import RunStart
+from ._logs import get_log
+from ._loop import Loop, LoopBody, run_body
+from ._recording import (
+    add_child,
+    begin_run,
+    bind_schema,
+    bind_state,
+    close_pending,
+    end_run,
+    merge_turn,
+    record_error,
+    record_run_start,
+    store_of,
+    value_of,
+)
+from ._saver import Saver, Writer
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._memory import Memory
+    from ._messages import ToolCall
+    from ._permissions import Permission
+    from ._reporting import Reporter
+    from ._state import State
+    from ._tools import Tool, ToolSpec
+    from ._typed import Handler, Schema
+    from .models import Model
+
+__all__ = ("CallContext", "Run", "Settings", "run_agent", "step", "wait_for")
+
+_T = TypeVar("_T")
+_log = get_log("agent")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    """An Agent's settings as its runs use them: checked and built once, with the Agent."""
+
+    model: Model
+    instructions: str | None
+    tools: Mapping[str, Tool]  # by name
+    handlers: Mapping[str, Mapping[str, Handler]]  # each tool's state-update handlers, by name
+    specs: tuple[ToolSpec, ...]
+    name: str | None
+    store: Any
+    schema: Schema | None
+    memory: Memory | None
+    permissions: tuple[Permission, ...] | None
+    reporter: Reporter | None
+    loop: Loop | LoopBody
+    max_concurrency: int | None
+    tool_timeout: float | None
+
+
+def _new_list() -> list[Any]:
+    # Not `list[str]` as the factory: calling a generic alias costs 7x more (it tries to set
+    # __orig_class__ on the list and swallows the failure), and every tool call makes a context.
+    return []
+
+
+@dataclass(slots=True)
+class CallContext:
+    """A tool call being executed by `run`: subagents started in it link to it."""
+
+    run: Run
+    call: ToolCall
+    child_ids: list[str] = field(default_factory=_new_list)
+    children: list[State] = field(default_factory=_new_list)
+    failures: list[BaseException] = field(default_factory=_new_list)  # of children
+    # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
+    ordinals: itertools.count[int] = field(default_factory=itertools.count)
+
+
+class Run:
+    """One run of an Agent's settings on a State: what its loop, tools and ask work with.
+
+    `link` is the tool call the run's State is to hang under (a subagent), `parent` the same
+    once the run start recorded it; `effect_scope` is what its memory writes are keyed under
+    (its place in that call; None: the State's id). `writer` writes the marked save points of
+    this run and of the runs started in it. `stragglers` are the timed-out sync tools' threads
+    the run waits for before it returns.
+    """
+
+    __slots__ = (
+        "agent",
+        "effect_scope",
+        "link",
+        "parent",
+        "reporters",
+        "saver",
+        "settings",
+        "slots",
+        "state",
+        "store",
+        "stragglers",
+        "threads",
+        "writer",
+    )
+
+    def __init__(
+        self,
+        agent: Agent,
+        settings: Settings,
+        state: State,
+        *,
+        store: Any,
+        reporters: tuple[Reporter, ...],
+    ) -> None:
+        self.agent = agent  # what the loop body is called with
+        self.settings = settings
+        self.state = state
+        self.store = store
+        self.saver = Saver(store, state)
+        self.writer: Writer | None = None  # writes marked save points: this run's, its children's
+        self.reporters = reporters
+        self.link: CallContext | None = None  # the call to link the State to, when it starts
+        self.parent: CallContext | None = None  # that call, once linked
+        self.effect_scope: str | None = None
+        self.stragglers: list[threading.Event] = []
+        limit = settings.max_concurrency
+        # How many calls run at once (None: all of a turn), and worker threads for sync tools.
+        self.slots = anyio.CapacityLimiter(limit) if limit else None
+        self.threads: anyio.CapacityLimiter | None = None
+
+    def report(self, hook: str, *args: Any) -> None:
+        """Call `hook` of every reporter of the run with `args`."""
+        for reporter in self.reporters:
+            getattr(reporter, hook)(*args)
+
+    def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
+        """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
+
+        With `max_concurrency` it has that many threads; without, every parallel call of a turn
+        gets one at once.
+        """
+        wanted = self.settings.max_concurrency or max(1, calls)
+        threads = self.threads
+        if threads is None:
+            threads = self.threads = anyio.CapacityLimiter(wanted)
+        elif threads.total_tokens < wanted:
+            threads.total_tokens = wanted
+        return threads
+
+
+def _reporters(own: Reporter | None, frame: Frame | None) -> tuple[Reporter, ...]:
+    """`own`, then the reporters of the run this one starts in: a child reports to both."""
+    inherited = frame.run.reporters if frame is not None else ()
+    if own is None or any(own is reporter for reporter in inherited):
+        return inherited
+    return (own, *inherited)
+
+
+async def wait_for(threads: list[threading.Event]) -> None:
+    """Wait, shielded, until every thread in `threads` has finished."""
+    if all(done.is_set() for done in threads):
+        return
+    with anyio.CancelScope(shield=True):
+        for done in threads:
+            if not done.is_set():
+                await anyio.to_thread.run_sync(done.wait)
+
+
+Failed = Callable[["Run", BaseException], None]
+"""Records that an error ends a run (`arun`'s: pending calls closed, the error recorded)."""
+
+
+def within(
+    run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None = None
+) -> Awaitable[_T]:
+    """`body(run)` in `run`'s frame, with a writer; saved when it returns or fails. Await it.
+
+    A run started inside another shares its writer; else the run's task group holds one.
+    Nothing of the run keeps going after it returns: its writer ends (or writes nothing of it
+    any more) once the end is written, and timed-out sync tools are waited for. `fail` records
+    a failure first. A plain function: a run inside another (a subagent) awaits `_saved`
+    directly, one coroutine less per child.
+    """
+    frame = current_frame()
+    shared = frame.run.writer if frame is not None else None
+    if shared is not None and shared.here():
+        run.writer = shared
+        if run.saver.store is not None:
+            run.saver.writer = shared
+        return _saved(run, body, fail)
+    if run.saver.store is not None:
+        return _with_writer(run, body, fail)
+    return _saved(run, body, fail)
+
+
+async def _saved(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None) -> _T:
+    """`body(run)` in `run`'s frame, then its State saved; on a failure too (shielded)."""
+    saver = run.saver
+    token = enter(Frame(run))
+    try:
+        result = await body(run)
+        await saver.flush()
+        if run.stragglers:
+            # A timed-out sync tool's thread may still change the State: save after it too.
+            await wait_for(run.stragglers)
+            await saver.flush()
+    except BaseException as error:
+        with anyio.CancelScope(shield=True):
+            if fail is not None:
+                fail(run, error)
+            await saver.flush_after(error)
+            if run.stragglers:
+                await wait_for(run.stragglers)
+                await saver.flush_after(error)
+        raise
+    finally:
+        saver.close()
+        leave(token)
+    return result
+
+
+async def _with_writer(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None) -> _T:
+    """`_saved(run, body, fail)` with a writer of its own, in a task group."""
+    writer = run.writer = run.saver.writer = Writer()
+    error: BaseException | None = None
+    results: list[_T] = []
+    with anyio.CancelScope() as ending:
+        async with anyio.create_task_group() as group:
+            group.start_soon(writer.run, name=f"writer of State {run.state.id}")
+            try:
+                results.append(await _saved(run, body, fail))
+            except BaseException as exc:  # re-raised below, not in an exception group
+                error = exc
+                # Ending the task group must not raise a new cancellation in its place.
+                ending.shield = True
+            finally:
+                writer.close()
+    if error is not None:
+        raise error
+    return results[0]
+
+
+def step(
+    agent: Agent, settings: Settings, state: State, action: Callable[[Run], Awaitable[_T]]
+) -> Awaitable[_T]:
+    """`action` on `state`: in the run in progress, or in a run of its own for this call.
+
+    A loop body's ``agent.athink(state)`` is a step of the run that called the body (found
+    through the frame). Anywhere else (a script, a tool using another agent) the step is a run
+    of its own: saved when it returns, its timed-out threads waited for. Await the result (a
+    plain function: a step of a run adds no coroutine of its own).
+    """
+    frame = current_frame()
+    if (
+        frame is not None
+        and frame.call is None
+        and frame.run.state is state
+        and frame.run.settings is settings
+    ):
+        return action(frame.run)
+    store = settings.store if settings.store is not None else store_of(state)
+    run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    return within(run, action)
+
+
+def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
+    """The tool call that `state` becomes a child of: the one executing, on its first run."""
+    if frame is None or frame.call is None or frame.run.state is state:
+        return None
+    return None if value_of(state).linked else frame.call
+
+
+async def run_agent(agent: Agent, settings: Settings, state: State) -> None:
+    """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own."""
+    frame = current_frame()
+    parent = _parent_of(frame, state)
+    store = settings.store if settings.store is not None else store_of(state)
+    if store is None and parent is not None:
+        store = parent.run.store  # a child is saved in its parent's store unless it has its own
+    run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    run.link = parent
+    begin_run(state)
+    error: BaseException | None = None
+    try:
+        await within(run, _run_loop, _failed)
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        end_run(state)
+        _log.info(
+            "state.run.finished",
+            state_id=state.id,
+            turn=state.turn,
+            error=None if error is None else repr(error),
+        )
+        run.report("on_run_end", state, error)
+
+
+async def _run_loop(run: Run) -> None:
+    state, settings = run.state, run.settings
+    if settings.schema is not None:
+        bind_schema(state, settings.schema)
+    _start(run, run.link)
+    merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
+    run.saver.mark()  # written with the first request, or the run's end
+    run.report("on_run_start", state)
+    _log.info("state.run.started", state_id=state.id, agent=settings.name)
+    loop = settings.loop
+    if isinstance(loop, Loop):
+        await loop(run.agent, state)
+    else:
+        await run_body(loop, run.agent, state)
+
+
+def _failed(run: Run, error: BaseException) -> None:
+    """Record that `error` ends the run: its pending calls closed, the error recorded once."""
+    state = run.state
+    if run.parent is not None:
+        run.parent.failures.append(error)  # the parent's call tells a child's failure apart
+    if state.pending_calls:
+        if is_interruption(error):
+            close_pending(state, "interrupted", "(interrupted by user)")
+        else:
+            close_pending(state, "aborted", f"(aborted: {type(error).__name__})")
+    record_error(state, error)
+
+
+def _start(run: Run, parent: CallContext | None) -> None:
+    """Record the run's start; link its State to the tool call `parent`, if any."""
+    state, settings = run.state, run.settings
+    start = RunStart(
+        parent_id=parent.run.state.id if parent is not None else None,
+        parent_call_id=parent.call.id if parent is not None else None,
+        agent=settings.name,
+        model=settings.model.name,
+        tools=tuple(settings.tools),
+    )
+    record_run_start(state, start)
+    if parent is None:
+        return
+    owner = parent.run.state
+    place = f"{owner.turn}:{parent.call.id}/{len(parent.child_ids)}"
+    run.effect_scope = f"{parent.run.effect_scope or owner.id}:{place}"
+    run.parent = parent
+    parent.child_ids.append(state.id)
+    parent.children.append(state)
+    add_child(owner, state)
+    if settings.store is None and store_of(state) is None and run.store is not None:
+        bind_state(state, run.store)  # so state.child(id) of a loaded parent opens it
+    run.report("on_child_start", owner, parent.call, state)
