@@ -29,6 +29,7 @@ from orchestrator import (
     RunStart,
     State,
     StateInfo,
+    StoreConflictError,
     ToolCall,
     ToolResultEntry,
     Usage,
@@ -380,7 +381,7 @@ class PublicApiStore(ThreadedAsync):
             if len(history) < len(rows) or (
                 rows and _ENTRY.dump_json(history[len(rows) - 1]) != rows[-1]
             ):
-                raise ValueError(
+                raise StoreConflictError(
                     f"State {state.id!r} differs from the stored one: load it to continue it."
                 )
             rows.extend(_ENTRY.dump_json(entry) for entry in history[len(rows) :])
