@@ -1,9 +1,9 @@
 """Quick start: a State, its typed data, one turn, snapshots, fork, restore, finish and replay.
 
 An Agent drives a State for you (see examples/parallel_agents.py). Here one turn is played by
-hand through the recording functions its loop uses (`begin_think`, `record_reply`,
-`record_tool_result` in `orchestrator._recording`, not a public API), to show what the State does
-on its own. Run it with ``python examples/quickstart.py``.
+hand with the recording functions its loop uses (`begin_think`, `record_reply`,
+`record_tool_result`, from `orchestrator.testing`), to show what the State does on its own.
+Run it with ``python examples/quickstart.py``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from orchestrator import (
     Usage,
     merge_lists,
 )
-from orchestrator._recording import begin_think, record_reply, record_tool_result
+from orchestrator.testing import begin_think, record_reply, record_tool_result
 
 
 def describe(message: Message) -> str:
