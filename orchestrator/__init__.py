@@ -38,6 +38,7 @@ from ._history import ToolResultEntry as ToolResultEntry
 from ._history import UserEntry as UserEntry
 from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
+from ._json import JSONValue as JSONValue
 from ._json import thaw as thaw
 from ._loop import Loop as Loop
 from ._loop import loop as loop
@@ -78,6 +79,7 @@ from ._tools import ToolInputError as ToolInputError
 from ._tools import ToolResult as ToolResult
 from ._tools import ToolSpec as ToolSpec
 from ._tools import tool as tool
+from ._typed import SchemaSource as SchemaSource
 from ._typed import merge_lists as merge_lists
 from ._typed import replace_values as replace_values
 
@@ -115,6 +117,7 @@ __all__ = (
     "HistoryEntry",
     "Image",
     "Issue",
+    "JSONValue",
     "Loop",
     "Memory",
     "MemoryBackend",
@@ -135,6 +138,7 @@ __all__ = (
     "Reporter",
     "RunStart",
     "RunStartEntry",
+    "SchemaSource",
     "State",
     "StateInfo",
     "StateSnapshot",

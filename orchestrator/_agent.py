@@ -8,11 +8,14 @@ variant.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, cast, overload
+
+import pydantic
 
 from ._ask import ask, compact
 from ._execute import use_tools
+from ._json import JSONValue
 from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop
 from ._memory import Memory
 from ._memory_tools import agent_memory, collection_tools, memory_required
@@ -22,11 +25,12 @@ from ._reply import Reply
 from ._reporting import Reporter
 from ._run import Run, Settings, run_agent, step
 from ._state import RESERVED, State
+from ._storage import AsyncStore, Store
 from ._subagents import AgentTool
 from ._sync import run_sync
 from ._think import think
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
-from ._typed import Schema
+from ._typed import Schema, SchemaSource
 from .models import Model
 from .models._base import resolve_model
 
@@ -102,12 +106,12 @@ class Agent:
         model: Model | str,
         *,
         instructions: str | None = None,
-        tools: Iterable[Tool | Any] = (),
+        tools: Iterable[Tool | Agent | Callable[..., Any]] = (),
         name: str | None = None,
         description: str | None = None,
-        store: Any = None,
-        state_schema: Any = None,
-        collections: Any = None,
+        store: Store | AsyncStore | None = None,
+        state_schema: SchemaSource | None = None,
+        collections: Mapping[str, type[pydantic.BaseModel]] | None = None,
         permissions: Iterable[Permission] | None = None,
         reporter: Reporter | None = None,
         loop: Loop | LoopBody | None = None,
@@ -219,7 +223,7 @@ class Agent:
         return self._description
 
     @property
-    def store(self) -> Any:
+    def store(self) -> Store | AsyncStore | None:
         """Where the States this agent runs are saved, or None."""
         return self._settings.store
 
@@ -236,7 +240,7 @@ class Agent:
         return settings.memory
 
     @property
-    def state_schema(self) -> Any:
+    def state_schema(self) -> SchemaSource | None:
         """The typed-data schema bound to the States this agent runs, or None."""
         schema = self._settings.schema
         return None if schema is None else schema.source
@@ -310,7 +314,7 @@ class Agent:
                 " taken before finish(), or start a new State from state.messages."
             )
 
-    async def arun(self, state: State | str) -> Any:
+    async def arun(self, state: State | str) -> JSONValue:
         """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
 
         The run ends when the model answers, a stop is decided, or at the turn limit
@@ -327,7 +331,7 @@ class Agent:
         await run_agent(self, self._settings, state)
         return state.answer
 
-    def run(self, state: State | str) -> Any:
+    def run(self, state: State | str) -> JSONValue:
         """The sync twin of `arun`."""
         return run_sync(self.arun, state, name="run")
 

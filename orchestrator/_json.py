@@ -13,11 +13,11 @@ import dataclasses
 import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, NoReturn, SupportsIndex, TypeAlias, TypeVar, cast, overload
 
 import pydantic
 
-__all__ = ("FrozenDict", "FrozenList", "empty_dict", "freeze", "same_json", "thaw")
+__all__ = ("FrozenDict", "FrozenList", "JSONValue", "empty_dict", "freeze", "same_json", "thaw")
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -113,6 +113,10 @@ class FrozenList(list[_T]):
     if not TYPE_CHECKING:  # read-only at run time, as FrozenDict
         __setitem__ = __delitem__ = __iadd__ = __imul__ = _read_only
         append = extend = insert = pop = remove = clear = sort = reverse = _read_only
+
+
+JSONValue: TypeAlias = "str | int | float | bool | FrozenDict[str, Any] | FrozenList[Any] | None"
+"""A value as a State records it: JSON, its dicts and lists frozen (an answer, a tool's args)."""
 
 
 def _frozen_dict(items: dict[Any, Any]) -> FrozenDict[Any, Any]:

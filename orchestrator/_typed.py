@@ -15,7 +15,7 @@ import contextlib
 import difflib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, cast, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeAlias, cast, get_args, get_origin
 
 import pydantic
 import pydantic_core
@@ -26,6 +26,7 @@ __all__ = (
     "Handler",
     "Schema",
     "SchemaField",
+    "SchemaSource",
     "as_json",
     "merge_lists",
     "merge_value",
@@ -33,6 +34,9 @@ __all__ = (
 )
 
 Handler = Callable[[Any, Any], Any]
+
+SchemaSource: TypeAlias = "Mapping[str, Mapping[str, Any]] | type[pydantic.BaseModel]"
+"""A typed-data schema as given: ``{key: {"type": T, "handler": fn}}``, or a pydantic model."""
 
 _NOT_JSON_TYPES: tuple[type, ...] = (set, frozenset, tuple, bytes, bytearray)
 _ENTRY_KEYS = frozenset({"type", "handler"})

@@ -415,7 +415,7 @@ def _scenario_script() -> list[Any]:
 async def test_the_scenario_saves_at_each_save_point() -> None:
     store = GateStore()
     state = State(messages=[Message.user("Go")])
-    agent = Agent(FakeModel(_scenario_script()), tools=_scenario_tools(), store=store)
+    agent = Agent(FakeModel(_scenario_script()), tools=_scenario_tools(), store=store)  # pyright: ignore[reportArgumentType] (a save-only double)
     assert await agent.arun(state) == "All done."
     # Request 1 (with the run's start), reply 1, the results of `first` and `second`, request 2
     # (with the result of `third`, the turn's last), the run's end (with reply 2).
@@ -427,7 +427,7 @@ async def test_the_scenario_saves_at_each_save_point() -> None:
 async def test_cancel_at_every_save_point(block_at: int) -> None:
     store = GateStore(block_at)
     state = State(messages=[Message.user("Go")])
-    agent = Agent(FakeModel(_scenario_script()), tools=_scenario_tools(), store=store)
+    agent = Agent(FakeModel(_scenario_script()), tools=_scenario_tools(), store=store)  # pyright: ignore[reportArgumentType] (a save-only double)
     await cancel_when(store.entered, agent.arun, state)
     assert_interrupted_once(state)
     assert_consistent(state)

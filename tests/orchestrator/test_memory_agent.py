@@ -88,15 +88,15 @@ def test_collections_with_a_store_that_keeps_no_memory_are_refused() -> None:
         def save(self, state: Any) -> None: ...
 
     with pytest.raises(TypeError, match="keeps no agent memory"):
-        Agent(FakeModel([]), name="digest", store=Plain(), collections={"loops": Loop})
-    agent = Agent(FakeModel([]), name="digest", store=Plain())  # no memory, still an agent
+        Agent(FakeModel([]), name="digest", store=Plain(), collections={"loops": Loop})  # pyright: ignore[reportArgumentType]
+    agent = Agent(FakeModel([]), name="digest", store=Plain())  # pyright: ignore[reportArgumentType] # no memory, still an agent
     with pytest.raises(ValueError, match="keeps no agent memory"):
         _ = agent.memory
 
 
 def test_collections_are_checked_at_construction() -> None:
     with pytest.raises(TypeError, match="pydantic model class"):
-        Agent(FakeModel([]), name="d", store=MemoryStore(), collections={"loops": "Loop"})
+        Agent(FakeModel([]), name="d", store=MemoryStore(), collections={"loops": "Loop"})  # pyright: ignore[reportArgumentType]
 
 
 def test_copy_keeps_the_memory_and_its_tools() -> None:

@@ -95,6 +95,7 @@ def test_a_crash_inside_a_tool_leaves_an_unknown_result(tmp_path: Path) -> None:
 
     model = FakeModel(["The deploy may not have happened: I will check prod before retrying."])
     answer = Agent(model, tools=[check, deploy], store=store).run(state)
+    assert isinstance(answer, str)
     assert answer.startswith("The deploy may not have happened")
     assert model.requests[0].messages == state.messages[:-1]  # the model saw the unknown result
     again = FileStore(tmp_path).load("crashed")
