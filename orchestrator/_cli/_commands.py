@@ -22,13 +22,13 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from orchestrator import OrchestratorError, State, StateInfo, ToolCall, validate_id
+from orchestrator import OrchestratorError, State, StateInfo, validate_id
 from orchestrator.testing import ReplayModel
 from stores import encode_entry
 
-from .._replay import agent_name
 from ._open import open_existing
-from ._render import TreeNode, runs_table, show_view, tree_view
+from ._reading import agent_of, read_tree
+from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
 from ._views import info_data, state_data, status_kind
 
@@ -142,16 +142,6 @@ def _since(text: str) -> datetime:
     return moment.astimezone() if moment.tzinfo is None else moment
 
 
-def _agent_of(store: Any, info: StateInfo) -> str | None:
-    """The agent that ran a listed State, read from its history (None if it cannot be read)."""
-    if info.damage is not None:
-        return None
-    try:
-        return agent_name(store.load(info.id))
-    except (LookupError, OrchestratorError, ValueError):
-        return None
-
-
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_STORE_HELP,
@@ -215,13 +205,12 @@ def runs(
         # The agent's name is in the history, not in a State's info: each State shown is read.
         names: dict[str, str | None] = {}
         if agent is not None:
-            names = {info.id: _agent_of(opened, info) for info in infos}
+            names = {info.id: agent_of(opened, info) for info in infos}
             infos = [info for info in infos if names[info.id] == agent]
         total = len(infos)
         shown = infos[:limit] if limit else infos
         rows = [
-            (info, names[info.id] if info.id in names else _agent_of(opened, info))
-            for info in shown
+            (info, names[info.id] if info.id in names else agent_of(opened, info)) for info in shown
         ]
     if as_json:
         _echo_json([info_data(info, agent=name) for info, name in rows])
@@ -257,31 +246,6 @@ def show(store: str, state_id: str, full: bool, as_json: bool) -> None:
     _console().print(show_view(state, None if full else 300))
 
 
-def _node(store: Any, info: StateInfo, call: ToolCall | None, seen: set[str]) -> TreeNode:
-    """The tree of States under `info`, read from `store` (a damaged one is shown as such)."""
-    seen.add(info.id)
-    if info.damage is not None:
-        return TreeNode(info, call=call)
-    try:
-        state: State = store.load(info.id)
-    except (LookupError, OrchestratorError, ValueError) as error:
-        return TreeNode(info, call=call, damage=str(error))
-    node = TreeNode(info, agent_name(state), call)
-    calls = {
-        tool_call.id: tool_call
-        for entry in state.history
-        if entry.kind == "model_reply"
-        for tool_call in entry.tool_calls
-    }
-    children: list[StateInfo] = store.list(parent_id=info.id)
-    children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
-    for child in children:
-        if child.id not in seen:
-            call_of = calls.get(child.parent_call_id or "")
-            node.children.append(_node(store, child, call_of, seen))
-    return node
-
-
 @cli.command(epilog=_STORE_HELP)
 @click.argument("store")
 @click.argument("state_id", metavar="ID")
@@ -295,7 +259,7 @@ def tree(store: str, state_id: str, as_json: bool) -> None:
     with _store(store) as opened:
         full_id = _resolve(opened, store, state_id)
         root = next(info for info in opened.list() if info.id == full_id)
-        node = _node(opened, root, None, set())
+        node = read_tree(opened, root)
     if as_json:
         _echo_json(node.data())
         return
