@@ -17,7 +17,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	touch $(VENV)/.runtime $@
 
 demo: $(VENV)/.runtime
-	$(BIN)/python examples/parallel_agents.py
+	$(BIN)/python examples/research_team.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
