@@ -57,3 +57,9 @@ bench: $(VENV)/.dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+
+# Debian's chromium for the viewer's tests in a real browser, installed if missing (as root).
+.PHONY: chromium
+chromium:
+	scripts/ensure_chromium.sh
+unit: chromium

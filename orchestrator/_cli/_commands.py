@@ -1,4 +1,4 @@
-"""The `orchestrator` command: list, show, draw, export and replay saved runs.
+"""The `orchestrator` command: list, show, draw, export, view and replay saved runs.
 
 Click parses the command line (one small dependency-free package, the most used and best kept
 CLI library for Python); rich draws. This is the only module of the library that writes to the
@@ -30,6 +30,7 @@ from ._open import open_existing
 from ._reading import agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
+from ._viewer import HOST, Viewer, serve
 from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
@@ -281,6 +282,42 @@ def export(store: str, state_id: str, as_json: bool) -> None:
         state = _load(opened, store, state_id)
     for entry in state.history:
         click.echo(encode_entry(entry))
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="The port to listen on, on 127.0.0.1 (0: a free one the system picks).",
+)
+def view(store: str, port: int) -> None:
+    """Serve a read-only web page on 127.0.0.1 showing the runs in STORE.
+
+    The page lists the runs and shows, for the one picked, the tree of its subagents, a
+    timeline where tool calls and subagents that ran at once are bars side by side, and each
+    State's messages. It only reads the store; reload the page to see a run that is still
+    going. Ctrl+C stops it.
+    """
+    with _store(store) as opened:
+        with _trouble():
+            opened.list(limit=1)  # a damaged store is said now, not on the page
+        viewer = Viewer(opened, store)
+
+        def ready(url: str) -> None:
+            click.echo(f"Serving {store} read-only at {url}")
+            click.echo("Press Ctrl+C to stop.")
+
+        try:
+            serve(viewer, port, ready)
+        except OSError as error:
+            _fail(
+                f"Cannot listen on {HOST}:{port}: {error.strerror or error}. Give another"
+                " --port, or --port 0 for a free one."
+            )
+    click.echo("Stopped.")
 
 
 @cli.command("replay", epilog=_STORE_HELP)
