@@ -27,7 +27,6 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -453,25 +452,25 @@ def command() -> str:
         return str(script)
 
 
-async def main(question: str, path: Path, model: Model | str, pause: float) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+async def research(question: str, path: Path, model: Model | str, pause: float) -> State:
+    """Run the team on `question`, saving every State in the SQLite file `path`."""
     reporter: Reporter = (
         ConsoleReporter(Console(), show_text=False) if sys.stdout.isatty() else Lines()
     )
-    team = build(model, pause=pause)
-    lead = team["lead"]
+    lead = build(model, pause=pause)["lead"]
     state = State(messages=[Message.user(question)])
-    started = time.perf_counter()
     async with SQLiteStore(path) as store:
-        answer = await lead.copy(store=store, reporter=reporter).arun(state)
-    took = time.perf_counter() - started
-    children = [
-        child for e in state.history if isinstance(e, ToolResultEntry) for child in e.child_ids
-    ]
+        await lead.copy(store=store, reporter=reporter).arun(state)
+    return state
+
+
+def report(state: State, path: Path, took: float) -> None:
+    """Print the answer, the tree, and the commands that look at the saved run."""
+    children = [c for e in state.history if isinstance(e, ToolResultEntry) for c in e.child_ids]
     print()
-    print(f"question: {question}")
+    print(f"question: {state.messages[0].text}")
     print(f"answer ({len(children)} researchers in parallel, {took:.1f} s):")
-    for line in str(answer).splitlines():
+    for line in str(state.answer).splitlines():
         print(f"  {line}")
     print()
     print("sources the lead's state holds: " + ", ".join(state.get("sources") or []))
@@ -487,6 +486,7 @@ async def main(question: str, path: Path, model: Model | str, pause: float) -> N
     print(f"  {run} show {path} {state.id}")
     print(f"  {run} view {path}")
     if Path.cwd() / "examples" / "research_team.py" == Path(__file__).resolve():
+        # build() is importable from here: the run replays offline, tools and all.
         print(f"  {run} replay {path} {state.id} --agents examples.research_team:build")
 
 
@@ -514,8 +514,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 if __name__ == "__main__":
     args = parse(sys.argv[1:])
-    chosen: Callable[[], Model | str] = (
-        (lambda: real_model(args.model)) if args.model else (lambda: offline_model(args.latency))
-    )
+    model = real_model(args.model) if args.model else offline_model(args.latency)
     pause = 0.0 if args.model else args.latency / 4
-    anyio.run(main, args.question, args.store, chosen(), pause)
+    args.store.parent.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    state = anyio.run(research, args.question, args.store, model, pause)
+    report(state, args.store, time.perf_counter() - started)
