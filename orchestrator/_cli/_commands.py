@@ -41,8 +41,8 @@ _STOPS = ("any", "none", "finish", "until", "limit", "permission")
 _AGO = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _STORE_HELP = (
-    "STORE is a URL (sqlite:///runs.db, file:///var/runs, memory:) or a path: a .db file is an"
-    " SQLite store, a folder a FileStore."
+    "STORE is a URL (sqlite:///runs.db, file:///var/runs, postgresql://user@host/db, memory:) or"
+    " a path: a .db file is an SQLite store, a folder a FileStore."
 )
 
 

@@ -21,8 +21,9 @@ from click.testing import CliRunner
 from orchestrator import State
 from orchestrator._cli import cli
 from orchestrator._cli._viewer import Viewer, ViewerServer, running
-from stores import FileStore, SQLiteStore
+from stores import FileStore, PostgresStore, SQLiteStore
 from tests.cli.team import record
+from tests.postgres import fresh_schema
 from tests.viewer.conftest import ROOT, Research
 
 
@@ -375,6 +376,21 @@ def test_it_never_writes_a_file_store(tmp_path: Path) -> None:
         visit_everything(server)
 
     assert files_of(tmp_path / "runs") == before
+
+
+def test_a_postgres_store_is_served_and_left_as_it_was() -> None:
+    with fresh_schema("viewer") as (dsn, schema), PostgresStore(dsn, schema=schema) as store:
+        lead = anyio.run(record, store)
+        before = [(info.id, info.entries, info.updated_at) for info in store.list()]
+        with running(Viewer(store, "postgres")) as server:
+            visit_everything(server)
+            run = get_json(server, f"/api/runs/{lead.id}")
+        after = [(info.id, info.entries, info.updated_at) for info in store.list()]
+
+    assert after == before
+    children = {c for e in lead.history if e.kind == "tool_result" for c in e.child_ids}
+    assert {child["id"] for child in run["tree"]["children"]} == children
+    assert [row["kind"] for row in run["timeline"]["rows"]].count("state") == 3
 
 
 # -- the command -----------------------------------------------------------------------------------
