@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit long bench clean
+.PHONY: demo test lint typecheck unit long bench clean chromium
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,7 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 	touch $(VENV)/.runtime $@
 
 demo: $(VENV)/.runtime
-	$(BIN)/python examples/parallel_agents.py
+	$(BIN)/python examples/research_team.py
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
@@ -37,8 +37,9 @@ typecheck: $(VENV)/.dev
 
 # Under coverage with branches: the report fails below the floor in pyproject.toml. The
 # PostgreSQL tests run against a throwaway server the script starts (installing Debian's
-# postgresql package if it is missing) and stops; they are required, never skipped.
-unit: $(VENV)/.dev
+# postgresql package if it is missing) and stops; they are required, never skipped. The
+# viewer's browser tests need Debian's chromium, installed here if missing.
+unit: $(VENV)/.dev chromium
 	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
 		$(BIN)/python -m coverage run -m pytest
 	$(BIN)/python -m coverage report
@@ -54,6 +55,9 @@ long: $(VENV)/.dev
 # run without it and its rows say so.
 bench: $(VENV)/.dev
 	scripts/with_postgres.sh --durable --optional $(BIN)/python -m benchmarks
+
+chromium:
+	scripts/ensure_chromium.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

@@ -39,6 +39,19 @@ EXPECTED: dict[str, tuple[str, ...]] = {
         "same as the State that ran: True; its parent is the lead: True",
     ),
     "real_model.py": ("model: fake", "answer: 6 times 7 is 42."),
+    "research_team.py": (
+        "question: What was the root cause of the checkout outage on March 12, how was it"
+        " detected, and what changed after the outage?",
+        "What was the root cause of the checkout outage on March 12?",
+        "- Root cause: release 4.2 changed the database connection pool of the checkout service"
+        " from 50 to 5 connections. (postmortem.txt:2)",
+        "How was it detected?",
+        "- Detection took 5 minutes because only the error rate was alerted on, not pool"
+        " saturation. (postmortem.txt:6)",
+        "What changed after the outage?",
+        "sources the lead's state holds: postmortem.txt, retry-policy.txt, incident-report.txt",
+        "tree:",
+    ),
 }
 
 # Examples run offline: a provider key in the environment would make real_model.py call out.
@@ -72,3 +85,52 @@ def test_example_runs(path: Path) -> None:
     assert lines, f"{path.name} printed nothing"
     for expected in EXPECTED.get(path.name, ()):
         assert expected in lines, f"{path.name} did not print {expected!r}:\n{done.stdout}"
+
+
+def test_research_team_asks_a_real_model_only_with_its_key() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "research_team.py"), "--model", "openai:gpt-4o"],
+        cwd=ROOT,
+        env=_OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stdout == ""
+    assert done.stderr == (
+        "research_team.py: --model openai:gpt-4o needs OPENAI_API_KEY set in the environment.\n"
+    )
+
+
+def test_research_team_replays_offline(tmp_path: Path) -> None:
+    """The saved run replays with the agents of `build`: the line the example prints works."""
+    store = tmp_path / "runs.db"
+    example = [sys.executable, str(ROOT / "examples" / "research_team.py")]
+    done = subprocess.run(
+        [*example, "--store", str(store), "--latency", "0"],
+        cwd=ROOT,
+        env=_OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    (line,) = [line.strip() for line in done.stdout.splitlines() if " replay " in line]
+    replay = line.split()[1:]  # without the command's path
+    assert replay[-2:] == ["--agents", "examples.research_team:build"]
+
+    again = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *replay],
+        cwd=ROOT,
+        env=_OFFLINE_ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert again.stdout == (
+        "matched: 11 requests of 4 States answered from the recording (1 run of agent 'lead')\n"
+    )

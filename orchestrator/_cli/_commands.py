@@ -1,4 +1,4 @@
-"""The `orchestrator` command: list, show, draw, export and replay saved runs.
+"""The `orchestrator` command: list, show, draw, export, view and replay saved runs.
 
 Click parses the command line (one small dependency-free package, the most used and best kept
 CLI library for Python); rich draws. This is the only module of the library that writes to the
@@ -22,14 +22,15 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from orchestrator import OrchestratorError, State, StateInfo, ToolCall, validate_id
+from orchestrator import OrchestratorError, State, StateInfo, validate_id
 from orchestrator.testing import ReplayModel
 from stores import encode_entry
 
-from .._replay import agent_name
 from ._open import open_existing
-from ._render import TreeNode, runs_table, show_view, tree_view
+from ._reading import agent_of, read_tree
+from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
+from ._viewer import HOST, Viewer, serve
 from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
@@ -40,8 +41,8 @@ _STOPS = ("any", "none", "finish", "until", "limit", "permission")
 _AGO = re.compile(r"(\d+)\s*([smhdw])")
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 _STORE_HELP = (
-    "STORE is a URL (sqlite:///runs.db, file:///var/runs, memory:) or a path: a .db file is an"
-    " SQLite store, a folder a FileStore."
+    "STORE is a URL (sqlite:///runs.db, file:///var/runs, postgresql://user@host/db, memory:) or"
+    " a path: a .db file is an SQLite store, a folder a FileStore."
 )
 
 
@@ -142,16 +143,6 @@ def _since(text: str) -> datetime:
     return moment.astimezone() if moment.tzinfo is None else moment
 
 
-def _agent_of(store: Any, info: StateInfo) -> str | None:
-    """The agent that ran a listed State, read from its history (None if it cannot be read)."""
-    if info.damage is not None:
-        return None
-    try:
-        return agent_name(store.load(info.id))
-    except (LookupError, OrchestratorError, ValueError):
-        return None
-
-
 @click.group(
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
     epilog=_STORE_HELP,
@@ -215,13 +206,12 @@ def runs(
         # The agent's name is in the history, not in a State's info: each State shown is read.
         names: dict[str, str | None] = {}
         if agent is not None:
-            names = {info.id: _agent_of(opened, info) for info in infos}
+            names = {info.id: agent_of(opened, info) for info in infos}
             infos = [info for info in infos if names[info.id] == agent]
         total = len(infos)
         shown = infos[:limit] if limit else infos
         rows = [
-            (info, names[info.id] if info.id in names else _agent_of(opened, info))
-            for info in shown
+            (info, names[info.id] if info.id in names else agent_of(opened, info)) for info in shown
         ]
     if as_json:
         _echo_json([info_data(info, agent=name) for info, name in rows])
@@ -257,31 +247,6 @@ def show(store: str, state_id: str, full: bool, as_json: bool) -> None:
     _console().print(show_view(state, None if full else 300))
 
 
-def _node(store: Any, info: StateInfo, call: ToolCall | None, seen: set[str]) -> TreeNode:
-    """The tree of States under `info`, read from `store` (a damaged one is shown as such)."""
-    seen.add(info.id)
-    if info.damage is not None:
-        return TreeNode(info, call=call)
-    try:
-        state: State = store.load(info.id)
-    except (LookupError, OrchestratorError, ValueError) as error:
-        return TreeNode(info, call=call, damage=str(error))
-    node = TreeNode(info, agent_name(state), call)
-    calls = {
-        tool_call.id: tool_call
-        for entry in state.history
-        if entry.kind == "model_reply"
-        for tool_call in entry.tool_calls
-    }
-    children: list[StateInfo] = store.list(parent_id=info.id)
-    children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
-    for child in children:
-        if child.id not in seen:
-            call_of = calls.get(child.parent_call_id or "")
-            node.children.append(_node(store, child, call_of, seen))
-    return node
-
-
 @cli.command(epilog=_STORE_HELP)
 @click.argument("store")
 @click.argument("state_id", metavar="ID")
@@ -295,7 +260,7 @@ def tree(store: str, state_id: str, as_json: bool) -> None:
     with _store(store) as opened:
         full_id = _resolve(opened, store, state_id)
         root = next(info for info in opened.list() if info.id == full_id)
-        node = _node(opened, root, None, set())
+        node = read_tree(opened, root)
     if as_json:
         _echo_json(node.data())
         return
@@ -317,6 +282,42 @@ def export(store: str, state_id: str, as_json: bool) -> None:
         state = _load(opened, store, state_id)
     for entry in state.history:
         click.echo(encode_entry(entry))
+
+
+@cli.command(epilog=_STORE_HELP)
+@click.argument("store")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=0,
+    show_default=True,
+    help="The port to listen on, on 127.0.0.1 (0: a free one the system picks).",
+)
+def view(store: str, port: int) -> None:
+    """Serve a read-only web page on 127.0.0.1 showing the runs in STORE.
+
+    The page lists the runs and shows, for the one picked, the tree of its subagents, a
+    timeline where tool calls and subagents that ran at once are bars side by side, and each
+    State's messages. It only reads the store; reload the page to see a run that is still
+    going. Ctrl+C stops it.
+    """
+    with _store(store) as opened:
+        with _trouble():
+            opened.list(limit=1)  # a damaged store is said now, not on the page
+        viewer = Viewer(opened, store)
+
+        def ready(url: str) -> None:
+            click.echo(f"Serving {store} read-only at {url}")
+            click.echo("Press Ctrl+C to stop.")
+
+        try:
+            serve(viewer, port, ready)
+        except OSError as error:
+            _fail(
+                f"Cannot listen on {HOST}:{port}: {error.strerror or error}. Give another"
+                " --port, or --port 0 for a free one."
+            )
+    click.echo("Stopped.")
 
 
 @cli.command("replay", epilog=_STORE_HELP)

@@ -301,11 +301,13 @@ class TreeNode:
         agent: str | None = None,
         call: ToolCall | None = None,
         damage: str | None = None,
+        state: State | None = None,
     ) -> None:
         self.info = info
         self.agent = agent
         self.call = call
         self.damage = damage or info.damage
+        self.state = state  # the State read, None when it could not be
         self.children: list[TreeNode] = []
 
     def data(self) -> dict[str, Any]:

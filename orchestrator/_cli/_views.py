@@ -14,6 +14,8 @@ import pydantic_core
 
 from orchestrator import (
     ErrorEntry,
+    Image,
+    Message,
     ModelReplyEntry,
     ModelRequestEntry,
     RunStartEntry,
@@ -24,7 +26,9 @@ from orchestrator import (
     StoppedByLimit,
     StoppedByPermission,
     StoppedByUntil,
+    TextBlock,
     ToolCall,
+    ToolResultBlock,
     ToolResultEntry,
     Usage,
 )
@@ -35,6 +39,7 @@ __all__ = (
     "RunOf",
     "ToolRun",
     "info_data",
+    "messages_data",
     "model_calls",
     "run_of",
     "seconds",
@@ -169,6 +174,41 @@ def tool_runs(state: State) -> list[ToolRun]:
     return list(runs.values())
 
 
+def _block_data(block: Any) -> dict[str, Any]:
+    if isinstance(block, TextBlock):
+        return {"kind": "text", "text": block.text}
+    if isinstance(block, ToolCall):
+        args = pydantic_core.to_jsonable_python(block.args)
+        return {"kind": "tool_call", "id": block.id, "name": block.name, "args": args}
+    if isinstance(block, ToolResultBlock):
+        return {
+            "kind": "tool_result",
+            "call_id": block.call_id,
+            "text": block.text,
+            "is_error": block.is_error,
+        }
+    if isinstance(block, Image):
+        return {"kind": "image", "media_type": block.media_type, "bytes": len(block.data)}
+    text = getattr(block, "text", None)  # a reasoning block; a raw one has no text
+    return {"kind": str(getattr(block, "kind", "block")), "text": text}
+
+
+def messages_data(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Messages as JSON: each one's role, whether it is a notice, and its blocks.
+
+    A block is its ``kind`` and its fields (text, a call's name and arguments, a result's text);
+    an image is its media type and size, not its bytes.
+    """
+    return [
+        {
+            "role": message.role,
+            "notice": message.is_notice,
+            "blocks": [_block_data(block) for block in message.content],
+        }
+        for message in messages
+    ]
+
+
 def _entry_data(entry: Any) -> Any:
     return json.loads(encode_entry(entry))
 
@@ -189,6 +229,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "stopped": None if stopped is None else pydantic_core.to_jsonable_python(stopped),
         "finished": state.finished,
         "answer": pydantic_core.to_jsonable_python(state.answer),
+        "extra_data": pydantic_core.to_jsonable_python(state.extra_data),
         "turn": state.turn,
         "created_at": _iso(state.created_at),
         "updated_at": _iso(state.updated_at),

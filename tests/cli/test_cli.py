@@ -18,8 +18,9 @@ from click.testing import CliRunner, Result
 from orchestrator import Message, State
 from orchestrator._cli import cli
 from orchestrator.testing import FakeModel, tool_call
-from stores import FileStore, SQLiteStore, decode_entry
+from stores import FileStore, PostgresStore, SQLiteStore, decode_entry
 from tests.cli.team import NOTES, QUESTION, build, build_solo, deciding_model, record
+from tests.postgres import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -406,12 +407,11 @@ def test_an_id_start_that_fits_several_states_is_refused(tmp_path: Path) -> None
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("foo://runs", "Store URL 'foo://runs' has an unknown scheme 'foo'"),
-        ("postgresql://db.example/runs", "is a PostgreSQL store, which this version"),
-        ("sqlite://elsewhere/runs.db", "names the host 'elsewhere'"),
-        ("sqlite:runs.db", "has no '//' after 'sqlite:'"),
-        ("file://", "has no path"),
-        ("memory:x", "takes nothing after 'memory:'"),
+        ("foo://runs", "open_store cannot open 'foo://runs': unknown scheme 'foo:'"),
+        ("sqlite://elsewhere/runs.db", "'sqlite://elsewhere/runs.db' names no file"),
+        ("sqlite:runs.db", "'sqlite:runs.db' names no file: write sqlite:///runs.db"),
+        ("file://", "'file://' names no local folder"),
+        ("memory:x", "unknown scheme 'memory:'"),
         ("sqlite:///missing.db", "No store at 'sqlite:///missing.db'"),
         ("file:///nowhere/at/all", "No store at 'file:///nowhere/at/all'"),
         ("missing.db", "No store at 'missing.db'"),
@@ -435,6 +435,20 @@ def test_store_urls_open_their_backends(
     if path.suffix == ".db":
         assert ids(run("runs", f"sqlite:///{path}", "--json")) == ids(run("runs", url, "--json"))
     assert run("runs", "memory:").stdout == "No States match.\n"
+
+
+def test_a_postgresql_url_reads_a_postgres_store() -> None:
+    with fresh_schema("cli") as (dsn, schema):
+        with PostgresStore(dsn, schema=schema) as store:
+            lead = anyio.run(record, store)
+        url = f"{dsn}?schema={schema}"
+
+        listed = ids(run("runs", url, "--json"))
+        tree = as_json(run("tree", url, lead.id, "--json"))
+
+    children = {c for e in lead.history if e.kind == "tool_result" for c in e.child_ids}
+    assert listed == {lead.id, *children}
+    assert {child["id"] for child in tree["children"]} == children
 
 
 def test_a_file_that_is_no_store_is_refused(tmp_path: Path) -> None:

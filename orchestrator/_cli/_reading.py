@@ -1,0 +1,58 @@
+"""Reading a store for the commands and the viewer: an agent's name, the tree of a run.
+
+`tree` and `view` both draw the tree of subagents under a State: it is read here, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator import OrchestratorError, State, StateInfo, ToolCall
+
+from .._replay import agent_name
+from ._render import TreeNode
+
+__all__ = ("agent_of", "read_tree")
+
+
+def agent_of(store: Any, info: StateInfo) -> str | None:
+    """The agent that ran a listed State, read from its history (None if it cannot be read)."""
+    if info.damage is not None:
+        return None
+    try:
+        return agent_name(store.load(info.id))
+    except (LookupError, OrchestratorError, ValueError):
+        return None
+
+
+def read_tree(store: Any, info: StateInfo) -> TreeNode:
+    """The tree of States under `info`, each child under the call that started it.
+
+    Each node keeps the State it loaded (`TreeNode.state`); a State that cannot be loaded is a
+    node with its damage and no children.
+    """
+    return _node(store, info, None, set())
+
+
+def _node(store: Any, info: StateInfo, call: ToolCall | None, seen: set[str]) -> TreeNode:
+    seen.add(info.id)
+    if info.damage is not None:
+        return TreeNode(info, call=call)
+    try:
+        state: State = store.load(info.id)
+    except (LookupError, OrchestratorError, ValueError) as error:
+        return TreeNode(info, call=call, damage=str(error))
+    node = TreeNode(info, agent_name(state), call, state=state)
+    calls = {
+        tool_call.id: tool_call
+        for entry in state.history
+        if entry.kind == "model_reply"
+        for tool_call in entry.tool_calls
+    }
+    children: list[StateInfo] = store.list(parent_id=info.id)
+    children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
+    for child in children:
+        if child.id not in seen:
+            call_of = calls.get(child.parent_call_id or "")
+            node.children.append(_node(store, child, call_of, seen))
+    return node

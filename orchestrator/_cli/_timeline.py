@@ -1,0 +1,120 @@
+"""The timeline of a run: its States, model requests and tool calls as bars over time.
+
+Built from the `at` time of each history entry, so a saved run draws the same as it ran:
+
+- a State's bar goes from its first entry to its last;
+- a model request's, inside its State's bar, from the request to the reply (or error);
+- a tool call's from the model reply that asked for it to its result (to the State's last
+  entry while it has none).
+
+Rows come in the tree's order: a State, then each of its calls, each followed by the States
+it started. Calls of one turn that ran in parallel are bars that overlap.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+import pydantic_core
+
+from orchestrator import State
+
+from ._render import TreeNode
+from ._views import model_calls, status, tool_runs, usage_data
+
+__all__ = ("timeline_data",)
+
+
+def _span(state: State) -> tuple[datetime, datetime] | None:
+    history = state.history
+    return (history[0].at, history[-1].at) if history else None
+
+
+def _starts(node: TreeNode) -> list[datetime]:
+    """The first moment of every State under `node` (itself included)."""
+    span = None if node.state is None else _span(node.state)
+    found = [] if span is None else [span[0]]
+    for child in node.children:
+        found += _starts(child)
+    return found
+
+
+def timeline_data(root: TreeNode) -> dict[str, Any]:
+    """The bars of the run under `root`, in seconds from its first entry, as JSON.
+
+    Returns ``{"start": ISO time, "seconds": total, "rows": [...]}``. Each row has ``kind``
+    (``"state"`` or ``"call"``), ``id``, ``depth``, ``start`` and ``end`` (seconds, None for a
+    State that could not be read); a State row has its ``agent``, ``status`` and ``model``
+    segments; a call row its ``name``, ``state_id``, ``outcome`` (None while open) and the
+    ``children`` it started.
+    """
+    starts = _starts(root)
+    if not starts:
+        return {"start": None, "seconds": 0.0, "rows": []}
+    origin = min(starts)
+    rows: list[dict[str, Any]] = []
+    _rows(root, 0, origin, rows)
+    ends = [row["end"] for row in rows if row["end"] is not None]
+    return {"start": origin.isoformat(), "seconds": max(ends, default=0.0), "rows": rows}
+
+
+def _offset(moment: datetime, origin: datetime) -> float:
+    return round((moment - origin).total_seconds(), 6)
+
+
+def _rows(node: TreeNode, depth: int, origin: datetime, rows: list[dict[str, Any]]) -> None:
+    info = node.info
+    state = node.state
+    span = None if state is None else _span(state)
+    row: dict[str, Any] = {
+        "kind": "state",
+        "id": info.id,
+        "depth": depth,
+        "agent": node.agent,
+        "status": "damaged" if node.damage else status(info.stopped, info.finished),
+        "damage": node.damage,
+        "turn": info.turn,
+        "usage": usage_data(info.usage),
+        "call": None if node.call is None else {"id": node.call.id, "name": node.call.name},
+        "start": None if span is None else _offset(span[0], origin),
+        "end": None if span is None else _offset(span[1], origin),
+        "model": [],
+    }
+    rows.append(row)
+    if state is None or span is None:
+        return
+    for call in model_calls(state):
+        end = call.reply or call.error
+        row["model"].append(
+            {
+                "turn": call.request.turn,
+                "start": _offset(call.request.at, origin),
+                "end": _offset(span[1] if end is None else end.at, origin),
+                "error": None if call.error is None else call.error.content,
+            }
+        )
+    placed: set[str] = set()
+    for tool in tool_runs(state):
+        result = tool.result
+        rows.append(
+            {
+                "kind": "call",
+                "id": tool.call.id,
+                "depth": depth + 1,
+                "name": tool.call.name,
+                "args": pydantic_core.to_jsonable_python(tool.call.args),
+                "state_id": state.id,
+                "outcome": None if result is None else result.outcome,
+                "children": list(tool.children),
+                "start": _offset(tool.asked.at, origin),
+                "end": _offset(span[1] if result is None else result.at, origin),
+            }
+        )
+        for child in node.children:
+            if child.call is not None and child.call.id == tool.call.id:
+                placed.add(child.info.id)
+                _rows(child, depth + 2, origin, rows)
+    for child in node.children:  # a child whose call is not in the history (damage)
+        if child.info.id not in placed:
+            _rows(child, depth + 1, origin, rows)

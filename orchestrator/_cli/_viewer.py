@@ -1,0 +1,271 @@
+"""``orchestrator view``: a read-only web page on 127.0.0.1 showing the runs of a store.
+
+The server is the standard library's `http.server` (`ThreadingHTTPServer`): the viewer is one
+person's local page that asks for a few JSON documents, so a dependency-free server that ships
+with Python is enough, and ``pip install orchestrator`` stays as small as it is. The page is
+plain HTML, CSS and JavaScript shipped in the package (``viewer/``), with no build step and
+nothing fetched from elsewhere.
+
+What it serves:
+
+- ``/``: the page; ``/static/NAME``: its script and style sheet;
+- ``/api/runs``: the runs (States no tool call started), the most recently updated first;
+- ``/api/runs/ID``: the tree of the run ``ID`` and its timeline (`timeline_data`);
+- ``/api/states/ID``: one State: what ``show --json`` prints and its messages.
+
+It only reads: it never saves, deletes or changes anything in the store, and it answers GET
+and HEAD only. It listens on 127.0.0.1 alone and answers only requests addressed to that
+address or to ``localhost`` (so a web page elsewhere cannot reach it through DNS rebinding), and
+its Content-Security-Policy lets the page load and fetch from the viewer itself only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections.abc import Callable, Generator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from orchestrator import OrchestratorError, StateInfo, validate_id
+
+from ._reading import agent_of, read_tree
+from ._timeline import timeline_data
+from ._views import info_data, messages_data, state_data
+
+__all__ = ("HOST", "Viewer", "ViewerServer", "running", "serve")
+
+HOST = "127.0.0.1"
+_RUNS_SHOWN = 200  # the page lists this many runs unless it asks for more
+_STATIC = {
+    "index.html": "text/html; charset=utf-8",
+    "viewer.js": "text/javascript; charset=utf-8",
+    "viewer.css": "text/css; charset=utf-8",
+}
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
+        " img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+_ROUTE = re.compile(r"/api/(runs|states)(?:/([^/]+))?")
+
+
+class NotFound(LookupError):
+    """What a request asked for is not there: HTTP 404."""
+
+
+class Viewer:
+    """What the page shows of one store, as JSON: read at each request, never cached.
+
+    A run that is still going shows its new entries when the page reloads. One lock keeps the
+    store to one reader at a time, whichever backend it is.
+
+    Args:
+        store: An open store (`stores.SQLiteStore`, `stores.FileStore`, ...).
+        name: How the store was named on the command line, shown on the page.
+    """
+
+    def __init__(self, store: Any, name: str) -> None:
+        self.store = store
+        self.name = name
+        self._lock = threading.Lock()
+
+    def runs(self, limit: int = _RUNS_SHOWN) -> dict[str, Any]:
+        """The runs of the store, the most recently updated first, at most `limit` of them."""
+        with self._lock:
+            infos: list[StateInfo] = self.store.list()
+            roots = [info for info in infos if info.parent_id is None]
+            shown = roots[:limit] if limit else roots
+            runs = [info_data(info, agent=agent_of(self.store, info)) for info in shown]
+        return {"store": self.name, "states": len(infos), "total": len(roots), "runs": runs}
+
+    def run(self, state_id: str) -> dict[str, Any]:
+        """The tree under the State `state_id` and its timeline."""
+        with self._lock:
+            info = self._find(self._infos(), state_id)
+            root = read_tree(self.store, info)
+        return {"id": info.id, "tree": root.data(), "timeline": timeline_data(root)}
+
+    def state(self, state_id: str) -> dict[str, Any]:
+        """One State as ``show --json`` has it, with its messages and the id of its run."""
+        with self._lock:
+            infos = self._infos()
+            info = self._find(infos, state_id)
+            state = self.store.load(info.id)
+        root = info
+        seen = {root.id}
+        while root.parent_id in infos and root.parent_id not in seen:
+            root = infos[root.parent_id]
+            seen.add(root.id)
+        data = state_data(state)
+        data["messages"] = messages_data(state.messages)
+        data["run_id"] = root.id
+        return data
+
+    def _infos(self) -> dict[str, StateInfo]:
+        return {info.id: info for info in self.store.list()}
+
+    def _find(self, infos: dict[str, StateInfo], state_id: str) -> StateInfo:
+        validate_id(state_id, "State id")
+        info = infos.get(state_id)
+        if info is None:
+            raise NotFound(f"No State {state_id!r} in {self.name}.")
+        return info
+
+
+class ViewerServer(ThreadingHTTPServer):
+    """The HTTP server of a `Viewer`, on 127.0.0.1.
+
+    Each request runs in a thread of its own (a browser opens a few connections at once);
+    those threads are daemons, so Ctrl+C never waits for an idle browser connection.
+    """
+
+    daemon_threads = True
+
+    def __init__(self, viewer: Viewer, port: int = 0) -> None:
+        self.viewer = viewer
+        super().__init__((HOST, port), _Handler)
+
+    @property
+    def port(self) -> int:
+        """The port it listens on (the one the system picked for port 0)."""
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """The page's address."""
+        return f"http://{HOST}:{self.port}/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    timeout = 10  # seconds an idle connection may hold its thread
+    server_version = "orchestrator-viewer"
+    sys_version = ""  # no Python version in the Server header
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Stay quiet: the command prints its address and nothing per request."""
+
+    def do_HEAD(self) -> None:
+        self._answer(body=False)
+
+    def do_GET(self) -> None:
+        self._answer(body=True)
+
+    def _answer(self, *, body: bool) -> None:
+        port = self._server.port
+        host = (self.headers.get("Host") or "").lower()
+        if host not in (f"{HOST}:{port}", f"localhost:{port}"):
+            self._json(HTTPStatus.FORBIDDEN, {"error": f"Unknown host {host!r}."}, body)
+            return
+        parts = urlsplit(self.path)
+        path = parts.path
+        if path in ("/", "/index.html"):
+            self._static("index.html", body)
+            return
+        if path.startswith("/static/"):
+            self._static(path.removeprefix("/static/"), body)
+            return
+        route = _ROUTE.fullmatch(path)
+        if route is None:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"Nothing at {path}."}, body)
+            return
+        what, state_id = route.groups()
+        self._api(what, state_id, parse_qs(parts.query), body)
+
+    @property
+    def _server(self) -> ViewerServer:
+        server = self.server
+        assert isinstance(server, ViewerServer)
+        return server
+
+    def _api(
+        self, what: str, state_id: str | None, query: dict[str, list[str]], body: bool
+    ) -> None:
+        viewer = self._server.viewer
+        try:
+            if what == "runs" and state_id is None:
+                limit = query.get("limit", [str(_RUNS_SHOWN)])[-1]
+                if not limit.isdigit():
+                    raise ValueError(f"limit must be a whole number, got {limit!r}.")
+                data = viewer.runs(int(limit))
+            elif state_id is None:
+                raise NotFound("Give a State id: /api/states/ID.")
+            elif what == "runs":
+                data = viewer.run(state_id)
+            else:
+                data = viewer.state(state_id)
+        except LookupError as error:
+            self._json(HTTPStatus.NOT_FOUND, {"error": _line(error)}, body)
+        except (OrchestratorError, ValueError) as error:
+            # A bad id, or a State or store that cannot be read (damage): said, not crashed on.
+            self._json(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": _line(error)}, body)
+        except Exception as error:  # one request fails; the viewer goes on serving
+            message = f"{type(error).__name__}: {_line(error)}"
+            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}, body)
+        else:
+            self._json(HTTPStatus.OK, data, body)
+
+    def _static(self, name: str, body: bool) -> None:
+        kind = _STATIC.get(name)
+        if kind is None:
+            self._json(HTTPStatus.NOT_FOUND, {"error": f"No file {name!r}."}, body)
+            return
+        data = resources.files(__package__ or "orchestrator._cli").joinpath("viewer", name)
+        self._send(HTTPStatus.OK, kind, data.read_bytes(), body)
+
+    def _json(self, status: HTTPStatus, data: Any, body: bool) -> None:
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        self._send(status, "application/json; charset=utf-8", text.encode(), body)
+
+    def _send(self, status: HTTPStatus, kind: str, data: bytes, body: bool) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in _SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        if body:
+            self.wfile.write(data)
+
+
+def _line(error: BaseException) -> str:
+    return " ".join(str(error).split()) or type(error).__name__
+
+
+def serve(viewer: Viewer, port: int, ready: Callable[[str], None]) -> None:
+    """Serve `viewer` on 127.0.0.1:`port` until Ctrl+C; `ready(url)` is called once listening.
+
+    Raises:
+        OSError: The port cannot be listened on (it is taken, or not allowed).
+    """
+    server = ViewerServer(viewer, port)
+    try:
+        ready(server.url)
+        server.serve_forever(poll_interval=0.2)
+    except KeyboardInterrupt:
+        pass  # Ctrl+C: the way to stop it
+    finally:
+        server.server_close()
+
+
+@contextlib.contextmanager
+def running(viewer: Viewer, port: int = 0) -> Generator[ViewerServer]:
+    """A `ViewerServer` serving in a thread while the block runs; stopped and closed after."""
+    server = ViewerServer(viewer, port)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        thread.join()
+        server.server_close()

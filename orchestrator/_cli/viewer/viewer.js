@@ -1,0 +1,319 @@
+// The orchestrator viewer: reads the viewer's JSON API and draws the runs of a store.
+//
+// Plain JavaScript, no build step, nothing fetched from anywhere but the viewer itself. Text
+// from the store (messages, tool results, names) only ever goes into the page as text nodes
+// (`textContent`), never as HTML.
+//
+// The address says what is shown: #/run/RUN_ID/state/STATE_ID, so a reload or a link keeps it.
+// When the page has drawn, <body data-state> is "ready" ("error" when a request failed).
+"use strict";
+
+const view = { runs: [], runId: null, stateId: null, run: null };
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (value === null || value === undefined || value === false) continue;
+    if (name === "class") node.className = value;
+    else if (name === "style") Object.assign(node.style, value);
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+async function getJSON(path) {
+  const response = await fetch(path, { cache: "no-store" });
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
+  return body;
+}
+
+// -- formatting --------------------------------------------------------------------------------
+
+const short = (id) => (id ? id.slice(0, 12) : "");
+const cost = (usage) => (usage.cost === null || usage.cost === undefined ? "-" : `$${usage.cost.toFixed(4)}`);
+const tokens = (usage) => `${usage.input_tokens.toLocaleString("en")}→${usage.output_tokens.toLocaleString("en")}`;
+
+function secs(value) {
+  if (value === null || value === undefined) return "-";
+  if (value === 0) return "0";
+  if (value < 1) return `${(value * 1000).toFixed(value < 0.01 ? 2 : 1)} ms`;
+  return `${value.toFixed(value < 10 ? 3 : 1)} s`;
+}
+
+function when(iso) {
+  if (!iso) return "-";
+  const date = new Date(iso);
+  const pad = (n) => String(n).padStart(2, "0");
+  return `${date.getFullYear()}-${pad(date.getMonth() + 1)}-${pad(date.getDate())} ` +
+    `${pad(date.getHours())}:${pad(date.getMinutes())}:${pad(date.getSeconds())}`;
+}
+
+function statusBadge(word) {
+  const kind = { answered: "ok", finished: "ok", open: "open", damaged: "bad" }[word] || "other";
+  return el("span", { class: `status status-${kind}` }, word);
+}
+
+function json(value) {
+  return typeof value === "string" ? value : JSON.stringify(value);
+}
+
+function argsText(args) {
+  return Object.entries(args || {}).map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(", ");
+}
+
+// -- routing -----------------------------------------------------------------------------------
+
+function parseHash() {
+  const match = /^#\/run\/([A-Za-z0-9_-]+)(?:\/state\/([A-Za-z0-9_-]+))?$/.exec(location.hash);
+  return match ? { run: match[1], state: match[2] || match[1] } : { run: null, state: null };
+}
+
+function go(runId, stateId) {
+  const hash = `#/run/${runId}` + (stateId && stateId !== runId ? `/state/${stateId}` : "");
+  if (location.hash === hash) route();
+  else location.hash = hash;
+}
+
+async function route() {
+  const { run, state } = parseHash();
+  const runId = run || (view.runs[0] && view.runs[0].id);
+  if (!runId) return;
+  await busy(async () => {
+    if (runId !== view.runId || !view.run) {
+      view.run = await getJSON(`/api/runs/${runId}`);
+      view.runId = runId;
+      drawRun(view.run);
+    }
+    view.stateId = state || runId;
+    markSelected();
+    drawState(await getJSON(`/api/states/${view.stateId}`));
+  });
+}
+
+async function busy(work) {
+  document.body.dataset.state = "loading";
+  try {
+    await work();
+    hideError();
+    document.body.dataset.state = "ready";
+  } catch (error) {
+    showError(error);
+    document.body.dataset.state = "error";
+  }
+}
+
+function showError(error) {
+  const box = document.getElementById("error");
+  box.textContent = String(error.message || error);
+  box.hidden = false;
+}
+
+function hideError() {
+  document.getElementById("error").hidden = true;
+}
+
+// -- the runs ----------------------------------------------------------------------------------
+
+async function loadRuns() {
+  const data = await getJSON("/api/runs");
+  view.runs = data.runs;
+  document.getElementById("store").textContent = `${data.store} · ${data.states} States`;
+  document.getElementById("run-count").textContent =
+    data.total > data.runs.length ? `${data.runs.length} of ${data.total}` : `${data.total}`;
+  const list = document.getElementById("run-list");
+  list.replaceChildren(...data.runs.map((run) =>
+    el("li", { class: "run", "data-id": run.id, onclick: () => go(run.id, run.id) },
+      el("div", { class: "run-head" },
+        el("strong", {}, run.agent || "(unnamed)"), " ", statusBadge(run.status)),
+      el("div", { class: "run-title" }, run.title || "(no title)"),
+      el("div", { class: "dim small" },
+        `${when(run.updated_at)} · ${tokens(run.usage)} tok · ${cost(run.usage)} · ${short(run.id)}`),
+    )));
+  if (!data.runs.length) list.append(el("li", { class: "dim" }, "No runs in this store."));
+}
+
+// -- the tree ----------------------------------------------------------------------------------
+
+function treeItem(node) {
+  const usage = node.usage;
+  const row = el("div", { class: "tree-node", "data-id": node.id, onclick: () => go(view.runId, node.id) },
+    el("strong", {}, node.agent || "(unnamed agent)"), " ",
+    el("span", { class: "dim mono" }, short(node.id)), " ",
+    statusBadge(node.status), " ",
+    el("span", { class: "small" },
+      `turn ${node.turn} · ${tokens(usage)} tok · ${usage.requests} req · ${cost(usage)}`),
+    node.call ? el("span", { class: "dim small" }, `  ← ${node.call.name} ${node.call.id}`) : null,
+    node.damage ? el("div", { class: "damage" }, node.damage) : null,
+  );
+  return el("li", {}, row,
+    node.children.length ? el("ul", {}, node.children.map(treeItem)) : null);
+}
+
+// -- the timeline ------------------------------------------------------------------------------
+
+function niceStep(total) {
+  const rough = total / 8;
+  const power = 10 ** Math.floor(Math.log10(rough));
+  for (const factor of [1, 2, 5, 10]) if (factor * power >= rough) return factor * power;
+  return 10 * power;
+}
+
+function timeline(data) {
+  const total = data.seconds > 0 ? data.seconds : 1e-3;
+  const at = (t) => `${(100 * t) / total}%`;
+  const width = (start, end) => `max(2px, ${(100 * (end - start)) / total}%)`;
+  const step = niceStep(total);
+  const ticks = [];
+  for (let t = 0; t <= total + step / 1000; t += step) {
+    ticks.push(el("span", { class: "tick", style: { left: at(t) } }, secs(Number(t.toFixed(9)))));
+  }
+  const rows = [el("div", { class: "tl-row tl-ruler" },
+    el("div", { class: "tl-label dim small" }, "from the run's first entry"),
+    el("div", { class: "tl-lane" }, ticks))];
+  for (const row of data.rows) {
+    const indent = { paddingLeft: `${row.depth * 14 + 4}px` };
+    if (row.kind === "state") {
+      const lane = el("div", { class: "tl-lane" });
+      if (row.start !== null) {
+        const took = row.end - row.start;
+        lane.append(el("div", {
+          class: "bar bar-state", style: { left: at(row.start), width: width(row.start, row.end) },
+          title: `${row.agent || "agent"} ${row.id}: ${secs(took)}, ${row.status}`,
+        }));
+        row.model.forEach((call, i) => lane.append(el("div", {
+          class: "bar bar-model" + (call.error ? " bar-error" : ""),
+          style: { left: at(call.start), width: width(call.start, call.end) },
+          title: `model request ${i + 1} (turn ${call.turn}): ${secs(call.end - call.start)}` +
+            (call.error ? `, ${call.error}` : ""),
+        })));
+      }
+      rows.push(el("div", {
+        class: "tl-row tl-state", "data-id": row.id, onclick: () => go(view.runId, row.id),
+      },
+        el("div", { class: "tl-label", style: indent, title: row.id },
+          el("strong", {}, row.agent || "(unnamed)"), " ", el("span", { class: "dim mono" }, short(row.id))),
+        lane));
+    } else {
+      const failed = row.outcome !== null && row.outcome !== "done";
+      const took = row.end - row.start;
+      const bar = el("div", {
+        class: "bar bar-call" + (failed ? " bar-error" : "") + (row.outcome === null ? " bar-open" : ""),
+        style: { left: at(row.start), width: width(row.start, row.end) },
+        title: `${row.name}(${argsText(row.args)}) ${row.id}: ${secs(took)}, ${row.outcome || "no result"}` +
+          (row.children.length ? `; started ${row.children.join(", ")}` : ""),
+      });
+      const label = el("span", { class: "bar-text", style: { left: `calc(${at(row.end)} + 4px)` } },
+        `${secs(took)}${row.outcome === "done" ? "" : ` ${row.outcome || "open"}`}`);
+      rows.push(el("div", { class: "tl-row tl-call", "data-id": row.id, "data-state": row.state_id },
+        el("div", { class: "tl-label small", style: indent, title: `${row.name}(${argsText(row.args)})` },
+          el("span", { class: "call-name" }, row.name), " ", el("span", { class: "dim" }, argsText(row.args))),
+        el("div", { class: "tl-lane" }, bar, label)));
+    }
+  }
+  return rows;
+}
+
+// -- a run -------------------------------------------------------------------------------------
+
+function drawRun(run) {
+  document.getElementById("placeholder").hidden = true;
+  document.getElementById("tree-panel").hidden = false;
+  document.getElementById("timeline-panel").hidden = false;
+  document.getElementById("tree").replaceChildren(el("ul", { class: "tree" }, treeItem(run.tree)));
+  const calls = run.timeline.rows.filter((row) => row.kind === "call").length;
+  const states = run.timeline.rows.filter((row) => row.kind === "state").length;
+  document.getElementById("timeline-total").textContent =
+    `${secs(run.timeline.seconds)} · ${states} States · ${calls} tool calls`;
+  document.getElementById("timeline").replaceChildren(...timeline(run.timeline));
+}
+
+function markSelected() {
+  for (const node of document.querySelectorAll(".run, .tree-node, .tl-state")) {
+    const id = node.dataset.id;
+    node.classList.toggle("selected",
+      node.classList.contains("run") ? id === view.runId : id === view.stateId);
+  }
+}
+
+// -- a State -----------------------------------------------------------------------------------
+
+function fact(name, ...value) {
+  return el("tr", {}, el("th", {}, name), el("td", {}, ...value));
+}
+
+function drawState(state) {
+  document.getElementById("state-panel").hidden = false;
+  document.getElementById("state-title").textContent = `${state.agent || "(unnamed agent)"} ${state.id}`;
+  const usage = state.usage;
+  const facts = [
+    fact("agent", `${state.agent || "(unnamed)"}, model ${state.model || "-"}, ${state.runs} run${state.runs === 1 ? "" : "s"}`),
+    fact("status", statusBadge(state.status), ` at turn ${state.turn}`),
+    fact("time", `${when(state.created_at)} → ${when(state.updated_at)} (${secs(state.seconds)})`),
+    fact("usage", `${usage.input_tokens.toLocaleString("en")} in, ${usage.output_tokens.toLocaleString("en")} out tokens; ` +
+      `${usage.requests} requests; cost ${cost(usage)} (subagents included)`),
+  ];
+  if (state.parent_id) {
+    facts.push(fact("parent", el("a", { href: `#/run/${state.run_id}/state/${state.parent_id}` }, state.parent_id),
+      ` (call ${state.parent_call_id})`));
+  }
+  if (state.answer !== null) facts.push(fact("answer", el("div", { class: "text" }, json(state.answer))));
+  document.getElementById("facts").replaceChildren(...facts);
+
+  const data = document.getElementById("data");
+  const keys = Object.keys(state.extra_data || {});
+  data.replaceChildren(...(keys.length ? [el("h3", {}, "Data"),
+    el("pre", { class: "data" }, JSON.stringify(state.extra_data, null, 2))] : []));
+
+  const children = {};
+  for (const call of state.tool_calls) children[call.id] = call.children;
+  const timing = {};
+  for (const call of state.tool_calls) timing[call.id] = call;
+  document.getElementById("messages").replaceChildren(...state.messages.map((message) =>
+    el("li", { class: `msg msg-${message.notice ? "notice" : message.role}` },
+      el("div", { class: "role" }, message.notice ? "notice" : message.role),
+      message.blocks.map((block) => drawBlock(block, children, timing, state)))));
+}
+
+function drawBlock(block, children, timing, state) {
+  if (block.kind === "text") return el("div", { class: "text" }, block.text);
+  if (block.kind === "tool_call") {
+    const started = children[block.id] || [];
+    return el("div", { class: "block-call" },
+      el("span", { class: "call-name" }, `→ ${block.name}`), `(${argsText(block.args)}) `,
+      el("span", { class: "dim mono small" }, block.id),
+      started.map((id) => el("a", { class: "child-link small", href: `#/run/${state.run_id}/state/${id}` },
+        ` subagent ${short(id)}`)));
+  }
+  if (block.kind === "tool_result") {
+    const call = timing[block.call_id];
+    const text = block.text;
+    const head = el("span", { class: block.is_error ? "result-error" : "result-ok" },
+      `← ${call ? call.name : "result"} ${call ? call.outcome : ""} `,
+      el("span", { class: "dim mono small" }, `${block.call_id}${call && call.seconds !== null ? ` · ${secs(call.seconds)}` : ""}`));
+    if (text.length <= 240) return el("div", { class: "block-result" }, head, el("div", { class: "text" }, text));
+    return el("details", { class: "block-result" }, el("summary", {}, head, ` ${text.slice(0, 120)}…`),
+      el("div", { class: "text" }, text));
+  }
+  if (block.kind === "image") return el("div", { class: "dim" }, `(image, ${block.media_type}, ${block.bytes} bytes)`);
+  return el("div", { class: "dim" }, `(${block.kind} block)`, block.text ? el("div", { class: "text" }, block.text) : null);
+}
+
+// -- start -------------------------------------------------------------------------------------
+
+async function start() {
+  await busy(loadRuns);
+  if (document.body.dataset.state === "ready") await route();
+}
+
+document.getElementById("reload").addEventListener("click", async () => {
+  view.run = null;
+  await start();
+});
+window.addEventListener("hashchange", route);
+start();
