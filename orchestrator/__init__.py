@@ -7,6 +7,7 @@ import typing as _typing
 
 from ._agent import Agent as Agent
 from ._errors import AuthError as AuthError
+from ._errors import ChildRunError as ChildRunError
 from ._errors import ContextTooLongError as ContextTooLongError
 from ._errors import Issue as Issue
 from ._errors import OrchestratorError as OrchestratorError
@@ -40,6 +41,7 @@ from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
 from ._json import JSONValue as JSONValue
 from ._json import thaw as thaw
+from ._link import Link as Link
 from ._loop import Loop as Loop
 from ._loop import loop as loop
 from ._loop import waiting_for_user as waiting_for_user
@@ -104,6 +106,7 @@ __all__ = (
     "AsyncStore",
     "AuthError",
     "Block",
+    "ChildRunError",
     "ConsoleReporter",
     "ContextChange",
     "ContextChangeEntry",
@@ -118,6 +121,7 @@ __all__ = (
     "Image",
     "Issue",
     "JSONValue",
+    "Link",
     "Loop",
     "Memory",
     "MemoryBackend",

@@ -13,6 +13,7 @@ PACKAGES = (
     "orchestrator",
     "orchestrator.models",
     "orchestrator.permissions",
+    "orchestrator.runners",
     "orchestrator.testing",
     "stores",
     "stores.backend",
