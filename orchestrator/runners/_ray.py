@@ -88,7 +88,7 @@ def load_registry(registry: str, store: Any) -> dict[str, Any]:
             f" `def {function_name}(store)` in {module_name} returning the agents."
         )
     built = cast("Callable[[Any], Any]", build)(store)
-    items = built.values() if isinstance(built, Mapping) else built
+    items: Any = cast("Mapping[str, Any]", built).values() if isinstance(built, Mapping) else built
     if isinstance(items, str | bytes) or not isinstance(items, Iterable):
         raise TypeError(f"The registry {registry!r} must return a list of Agents, got {built!r}.")
     agents: dict[str, Any] = {}
@@ -251,6 +251,7 @@ class RayRunner:
             address = self.address
             await anyio.to_thread.run_sync(lambda: ray.init(address=address))
         slot, actor = self._take(ray)
+        failed: str | None = None
         try:
             ref = actor.run.remote(remote)
             try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -25,8 +26,7 @@ def ray_cluster() -> Iterator[Any]:
             " scripts/in_netns.sh .venv/bin/python -m pytest -m ray tests/runners (make unit"
             " does)."
         )
-    import ray
-
+    ray: Any = importlib.import_module("ray")  # its stubs are partly untyped
     ray.init(
         num_cpus=2,
         include_dashboard=False,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import sqlite3
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -105,13 +104,14 @@ async def test_memory_effect_keys_are_the_ones_of_a_local_run(
 
 
 async def wait_for_file(path: Path) -> str:
-    """The text of `path` once it exists (polled, 60 s at most)."""
+    """The text of `path` once it exists (polled, 60 s at most).
+
+    Polled: another process writes it, so there is no event to wait on.
+    """
     with anyio.fail_after(60):
-        while not await anyio.Path(path).exists():
+        while not (await anyio.Path(path).exists() and await anyio.Path(path).read_text()):  # noqa: ASYNC110
             await anyio.sleep(0.05)
-        while not (text := await anyio.Path(path).read_text()):
-            await anyio.sleep(0.05)
-        return text
+        return await anyio.Path(path).read_text()
 
 
 async def test_cancelling_the_parent_stops_the_remote_child_which_records_interrupted(
@@ -171,7 +171,7 @@ def test_a_store_without_url_or_an_unknown_agent_is_refused_before_anything_is_s
         store=SQLiteStore(":memory:"),
         runner=runner,
     )
-    with pytest.raises(ValueError, match="registry 'tests.runners.ray_agents' has no agent"):
+    with pytest.raises(ValueError, match=r"registry 'tests\.runners\.ray_agents' has no agent"):
         boss.run("go")
 
 
@@ -203,18 +203,20 @@ async def test_a_killed_parent_leaves_children_that_stop_and_resume_from_the_sto
     ray_cluster: Any, tmp_path: Path
 ) -> None:
     db, marker = tmp_path / "runs.db", tmp_path / "waiting"
-    driver = subprocess.Popen(
+    driver = await anyio.open_process(
         [sys.executable, "-c", textwrap.dedent(DRIVER), str(db), str(marker)],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=None,
+        stderr=None,
     )
     try:
         worker_pid = int(await wait_for_file(marker))
     finally:
         driver.send_signal(signal.SIGKILL)
-        driver.wait()
-    with anyio.fail_after(60):  # Ray kills the actors of a dead owner
-        while pid_alive(worker_pid):
+        await driver.wait()
+    with anyio.fail_after(60):  # Ray kills the actors of a dead owner (polled: another process)
+        while pid_alive(worker_pid):  # noqa: ASYNC110
             await anyio.sleep(0.1)
     marker.unlink()
 

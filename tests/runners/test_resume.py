@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import Agent, State, ToolResultEntry, Usage, tool
+from orchestrator import Agent, State, Tool, ToolResultEntry, Usage, tool
 from orchestrator.runners import ChildJob, LocalRunner
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
@@ -24,7 +24,7 @@ class Searches:
         self.calls = 0
         self.started = anyio.Event()
 
-    def tool(self) -> object:
+    def tool(self) -> Tool:
         @tool
         async def search(query: str) -> str:
             """Search the notes.
