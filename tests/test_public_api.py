@@ -14,6 +14,7 @@ PACKAGES = (
     "orchestrator.models",
     "orchestrator.permissions",
     "orchestrator.runners",
+    "orchestrator.runners.contract",
     "orchestrator.testing",
     "stores",
     "stores.backend",

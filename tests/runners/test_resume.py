@@ -8,11 +8,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from orchestrator import Agent, State, Tool, ToolResultEntry, Usage, tool
+from orchestrator import Agent, Message, State, Tool, ToolResultEntry, Usage, tool
 from orchestrator.runners import ChildJob, LocalRunner
+from orchestrator.runners.contract import crash_during
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
-from tests.runners.crash import crash_during
 
 pytestmark = pytest.mark.anyio
 
@@ -58,9 +58,10 @@ async def crashed(tmp_path: Path) -> tuple[SQLiteStore, str]:
     lead_model = FakeModel([tool_call("researcher", task="Find the cause")])
     store = SQLiteStore(db)
     lead = Agent(lead_model, name="lead", tools=[researcher(child_model, searches)], store=store)
-    lead_id = await crash_during(lead, "Why the outage?", db, after, searches.started.wait)
+    state = State(messages=[Message.user("Why the outage?")])
+    await crash_during(lead, state, db, after, searches.started.wait)
     store.close()
-    return SQLiteStore(after), lead_id
+    return SQLiteStore(after), state.id
 
 
 def results(state: State) -> list[ToolResultEntry]:
@@ -127,7 +128,9 @@ async def test_a_finished_child_is_delivered_without_any_model_request(tmp_path:
         tools=[child.as_tool(runner=EndsThenHangs())],
         store=store,
     )
-    lead_id = await crash_during(lead, "Why?", db, after, ended.wait)
+    state = State(messages=[Message.user("Why?")])
+    await crash_during(lead, state, db, after, ended.wait)
+    lead_id = state.id
     store.close()
 
     store = SQLiteStore(after)
