@@ -36,7 +36,7 @@ import anyio.to_thread
 
 from .._errors import ChildRunError, error_text
 from .._link import Link
-from .._state import State
+from .._state import State, bind_state
 from ._base import ChildJob, load_state, save_state
 
 __all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry")
@@ -135,7 +135,7 @@ class ChildWorker:
         )
         state = await child.open_state()
         if job.task is not None and agent.store is None:
-            await save_state(store, state)  # binds it: the run saves it in the shared store
+            bind_state(state, store)  # the run saves it in the shared store (no write before)
         left = None if job.deadline is None else job.deadline - time.time()
         try:
             with anyio.move_on_after(left if left is None or left > 0 else 0):
@@ -249,7 +249,9 @@ class RayRunner:
         )
         if not ray.is_initialized():
             address = self.address
-            await anyio.to_thread.run_sync(lambda: ray.init(address=address))
+            await anyio.to_thread.run_sync(
+                lambda: ray.init(address=address, configure_logging=False)  # the app's logging
+            )
         slot, actor = self._take(ray)
         failed: str | None = None
         try:
