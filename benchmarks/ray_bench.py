@@ -20,6 +20,7 @@ namespace). The children are the contract's agents (`orchestrator.runners.contra
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import statistics
 import subprocess
@@ -154,7 +155,7 @@ async def _resume(runner: Runner, folder: Path, children: int) -> tuple[int, int
 
 def measure(quick: bool) -> list[dict[str, Any]]:
     """Start a local cluster, run each benchmark, return the rows (inside the namespace)."""
-    import ray
+    ray: Any = importlib.import_module("ray")  # its stubs are partly untyped
 
     dispatches, children, crash = (10, 20, 2) if quick else (200, 100, 5)
     ray.init(

@@ -13,6 +13,8 @@ driver's ``sys.path``). The models are `FakeModel`s, so it runs offline.
 from __future__ import annotations
 
 import argparse
+import importlib
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -77,25 +79,24 @@ def summarize(request: Request) -> str:
 
 def main() -> None:
     """Start (or join) a cluster, run the lead, print the answer and the tree."""
-    import ray
-
     from orchestrator.runners import RayRunner
     from stores import open_store
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ray: Any = importlib.import_module("ray")  # `import ray`, typed loosely: its stubs are partial
+    parser = argparse.ArgumentParser(description="Children on a cluster (Ray).")
     parser.add_argument("--address", help="a Ray cluster to join (e.g. auto); default: local")
     parser.add_argument("--store", help="the shared store's URL; default: an SQLite file")
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="distributed-")
     url = args.store or f"sqlite:///{Path(folder, 'runs.db')}"
     if args.address:
-        ray.init(address=args.address, logging_level="ERROR", log_to_driver=False)
+        ray.init(address=args.address, logging_level=logging.ERROR, log_to_driver=False)
     else:
         ray.init(
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=80 * 1024 * 1024,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
             log_to_driver=False,
         )
     store = open_store(url)

@@ -186,10 +186,10 @@ class RayRunner:
             raise ValueError(f"actors must be an int >= 1, got {actors!r}.")
         if isinstance(cancel_grace, bool) or not isinstance(cancel_grace, int | float):
             raise TypeError(f"cancel_grace must be a number of seconds, got {cancel_grace!r}.")
-        self.registry = registry
-        self.actors = actors
-        self.address = address
-        self.cancel_grace = float(cancel_grace)
+        self.registry: str = registry
+        self.actors: int = actors
+        self.address: str | None = address
+        self.cancel_grace: float = float(cancel_grace)
         self._names: frozenset[str] | None = None
         self._lock = threading.Lock()  # the pool is used from any event loop or thread
         self._pool: list[Any] = []  # actor handles
