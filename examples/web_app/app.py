@@ -25,7 +25,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import anyio.abc
@@ -188,7 +188,9 @@ def create_app(
 
     async def start(request: Request) -> Response:
         body: Any = await request.json()
-        prompt: object = body.get("prompt") if isinstance(body, dict) else None
+        prompt: Any = None
+        if isinstance(body, dict):
+            prompt = cast("dict[str, Any]", body).get("prompt")
         if not isinstance(prompt, str) or not prompt.strip():
             return JSONResponse({"error": 'send {"prompt": "..."}'}, status_code=400)
         run_id = await runs_of(request).start(prompt)
