@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias
 
 import anyio
 import anyio.lowlevel
@@ -61,7 +61,7 @@ DEFAULT_BUFFER = 256
 class _EventBase(pydantic.BaseModel):
     """What every event has: its place, its time, and the State and call it is about."""
 
-    model_config = pydantic.ConfigDict(frozen=True)
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
 
     seq: int = 0
     at: datetime
@@ -73,7 +73,7 @@ class _EventBase(pydantic.BaseModel):
 class CallInfo(pydantic.BaseModel):
     """A tool call as events show it: its id, tool name and arguments (JSON)."""
 
-    model_config = pydantic.ConfigDict(frozen=True)
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
 
     id: str
     name: str
@@ -83,7 +83,7 @@ class CallInfo(pydantic.BaseModel):
 class AwaitingInfo(pydantic.BaseModel):
     """A call that waits for a person's decision, in the State `state_id` (the root or a child)."""
 
-    model_config = pydantic.ConfigDict(frozen=True)
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
 
     state_id: str
     call: CallInfo
