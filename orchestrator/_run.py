@@ -37,6 +37,7 @@ from ._recording import (
     store_of,
     value_of,
 )
+from ._reporting import Pacer
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
 
@@ -144,7 +145,7 @@ class Run:
         self.writer: Writer | None = None  # writes marked save points: this run's, its children's
         self.reporters = reporters
         # The reporters the run waits for at each step (an events stream with a full buffer).
-        self.pacers = tuple(reporter for reporter in reporters if hasattr(reporter, "pace"))
+        self.pacers = tuple(reporter for reporter in reporters if isinstance(reporter, Pacer))
         self.link: CallContext | None = None  # the call to link the State to, when it starts
         self.parent: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
@@ -162,7 +163,7 @@ class Run:
     async def pace(self) -> None:
         """Wait until every reporter that paces the run has room: called at each step."""
         for reporter in self.pacers:
-            await reporter.pace()  # type: ignore[attr-defined]
+            await reporter.pace()
 
     def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
         """The limiter of the sync tools' worker threads, for a turn of `calls` calls.

@@ -111,11 +111,12 @@ async def test_concurrent_runs_stream_events_and_wait_for_approval(app: App) -> 
 async def test_a_run_from_before_a_restart_is_approved_after_it(app: App) -> None:
     first = app.start()
     async with httpx.AsyncClient(timeout=30) as client:
-        run_id, _ = await _run_until_waiting(client, first.url)
+        run_id, events = await _run_until_waiting(client, first.url)
+        assert events[-1]["data"] == {"status": "waiting"}, events[-3:]
         first.stop()
         second = app.start()
         tree = (await client.get(f"{second.url}/runs/{run_id}")).json()
-        assert tree["status"] == "waiting"
+        assert tree["status"] == "waiting", tree
         call_id = tree["awaiting"][0]["call_id"]
         denied = await client.post(
             f"{second.url}/runs/{run_id}/calls/{call_id}/deny", json={"by": "ann", "reason": "no"}
