@@ -42,7 +42,9 @@ from ._recording import (
     store_of,
     value_of,
 )
+from ._reporting import Pacer
 from ._saver import Saver, Writer
+from ._stopped import StoppedByApproval
 from ._subagents import cut_off, resume_children
 
 if TYPE_CHECKING:
@@ -100,6 +102,10 @@ class CallContext:
     failures: list[BaseException] = field(default_factory=_new_list)  # of children
     # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
     ordinals: itertools.count[int] = field(default_factory=itertools.count)
+    # A subagent State this call started before and continues now (its calls were decided).
+    resume: State | None = None
+    # The approval stops of the subagents this call ran: the call waits with them.
+    suspended: list[StoppedByApproval] = field(default_factory=_new_list)
 
     def link_child(self, state_id: str) -> Link:
         """The link of a new child `state_id` of this call, listed now, before it runs anywhere.
@@ -141,6 +147,7 @@ class Run:
         "effect_scope",
         "given",
         "link",
+        "pacers",
         "parent",
         "reporters",
         "saver",
@@ -169,6 +176,8 @@ class Run:
         self.saver = Saver(store, state)
         self.writer: Writer | None = None  # writes marked save points: this run's, its children's
         self.reporters = reporters
+        # The reporters the run waits for at each step (an events stream with a full buffer).
+        self.pacers = tuple(reporter for reporter in reporters if isinstance(reporter, Pacer))
         self.link: CallContext | None = None  # the call to link the State to, when it starts
         self.given: Link | None = None  # the link `arun(link=)` gave, if any
         self.parent: CallContext | None = None  # that call, once linked
@@ -183,6 +192,11 @@ class Run:
         """Call `hook` of every reporter of the run with `args`."""
         for reporter in self.reporters:
             getattr(reporter, hook)(*args)
+
+    async def pace(self) -> None:
+        """Wait until every reporter that paces the run has room: called at each step."""
+        for reporter in self.pacers:
+            await reporter.pace()
 
     def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
         """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
@@ -318,6 +332,8 @@ def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
     """The tool call that `state` becomes a child of: the one executing, on its first run."""
     if frame is None or frame.call is None or frame.run.state is state:
         return None
+    if frame.call.resume is state:
+        return frame.call  # a subagent the call started before, continued
     return None if value_of(state).linked else frame.call
 
 
@@ -343,25 +359,40 @@ def _linked_call(frame: Frame | None, state: State, link: Link) -> CallContext |
 
 
 async def run_agent(
-    agent: Agent, settings: Settings, state: State, link: Link | None = None
+    agent: Agent,
+    settings: Settings,
+    state: State,
+    reporters: tuple[Reporter, ...] = (),
+    *,
+    link: Link | None = None,
 ) -> None:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
-    `link` runs it as the child of that call (a runner's child run); else a State started in a
-    tool call is the child of that call.
+    `reporters` see this run too (and its subagents'), beside the agent's own. `link` runs it
+    as the child of that call (a runner's child run); else a State started in a tool call is
+    the child of that call.
     """
     frame = current_frame()
     parent = _parent_of(frame, state) if link is None else _linked_call(frame, state, link)
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
-    run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    run = Run(
+        agent,
+        settings,
+        state,
+        store=store,
+        reporters=(*_reporters(settings.reporter, frame), *reporters),
+    )
     run.link = parent
     run.given = link
     begin_run(state)
     error: BaseException | None = None
     try:
         await within(run, _run_loop, _failed)
+        stopped = state.stopped
+        if run.parent is not None and isinstance(stopped, StoppedByApproval):
+            run.parent.suspended.append(stopped)  # the parent's call waits with it
     except BaseException as exc:
         error = exc
         raise
@@ -387,6 +418,11 @@ async def _run_loop(run: Run) -> None:
     _log.info("state.run.started", state_id=state.id, agent=settings.name)
     if cut_off(state):
         await resume_children(run)  # before the model starts that work over
+    if value_of(state).awaiting:
+        # Calls waited for a person: the decided ones run (or get their denial) first.
+        from ._execute import use_tools  # a low module: it imports this one
+
+        await use_tools(run)
     loop = settings.loop
     if isinstance(loop, Loop):
         await loop(run.agent, state)

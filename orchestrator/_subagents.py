@@ -33,6 +33,7 @@ from ._messages import Message, TextBlock, ToolResultBlock
 from ._recording import record_tool_result, value_of
 from ._reply import Usage
 from ._state import State
+from ._stopped import StoppedByApproval
 from ._tools import Tool
 from .runners._base import ChildJob, LocalRunner, Runner, load_state
 
@@ -59,7 +60,9 @@ class AgentTool(Tool):
     The child's answer is the result (a structured answer comes back as JSON). A child that
     fails gives the model an error result it can act on; a cancellation is re-raised. The
     child runs on `runner` (default: the parent agent's ``runner=``, else here); a child that a
-    crash cut off is continued when the parent runs again, unless `resume` is false.
+    crash cut off is continued when the parent runs again, unless `resume` is false. A child
+    that stopped for a person's decision (`StoppedByApproval`) is continued, not started again,
+    when its parent's call runs after the decision.
     """
 
     def __init__(
@@ -102,18 +105,25 @@ class AgentTool(Tool):
         context = None if frame is None else frame.call
         if context is None:  # called outside a run's tool call: a State of its own, here
             return await self._guarded(self.agent.arun(State(messages=[Message.user(task)])))
-        state_id = uuid.uuid4().hex
+        resume = context.resume  # a child that stopped for a person's decision, continued
+        state_id = uuid.uuid4().hex if resume is None else resume.id
         job = ChildJob(
             agent=self.agent,
             link=context.link_child(state_id),
             state_id=state_id,
-            task=task,
+            task=task if resume is None else None,
             store=context.run.store,
             deadline=deadline(),
+            state=resume,
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
         child = await self._guarded(runner.run(job), context)
+        stopped = child.stopped
+        if isinstance(stopped, StoppedByApproval) and all(
+            stopped is not known for known in context.suspended
+        ):
+            context.suspended.append(stopped)  # run elsewhere: the parent's call waits with it
         return child.answer
 
     async def _guarded(self, child_run: Any, context: CallContext | None = None) -> Any:

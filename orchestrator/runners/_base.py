@@ -36,6 +36,8 @@ class ChildJob:
         store: The parent's store, where the child is saved (None: not saved).
         deadline: When the child must stop, in `time.time()` seconds (the parent's
             deadline), or None.
+        state: The child State itself, when the parent has it in memory and continues it (a
+            runner here runs this object; a runner elsewhere loads `state_id`).
     """
 
     agent: Agent
@@ -44,17 +46,22 @@ class ChildJob:
     task: str | None
     store: Any = None
     deadline: float | None = None
+    state: State | None = None
 
     async def open_state(self, store: Any = None) -> State:
-        """The child's State: a new one with the task, or the stored one, to continue.
+        """The child's State: a new one with the task, or the one to continue.
 
         Args:
-            store: Where to load a stored child from (default: the job's store).
+            store: Where to load a stored child from (default: the job's `state` when it has
+                one, else the job's store).
 
         Raises:
             ValueError: The job continues a stored child, but there is no store.
             LookupError: The store has no State `state_id`.
         """
+        if self.state is not None and store is None:
+            await anyio.lowlevel.checkpoint()
+            return self.state
         store = self.store if store is None else store
         if self.task is not None:
             await anyio.lowlevel.checkpoint()
