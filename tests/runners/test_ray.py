@@ -60,7 +60,7 @@ async def test_children_are_linked_answer_and_roll_up_their_usage(
     store = SQLiteStore(tmp_path / "runs.db")
     state = State(messages=[Message.user("go")])
     await lead(store, runner, "turns 3", "turns 2").arun(state)
-    first, second = results(state)
+    first, second = sorted(results(state), key=lambda r: r.call.id)  # in request order
     assert [r.content.content[0].text for r in (first, second)] == [  # type: ignore[union-attr]
         "answer to turns 3",
         "answer to turns 2",
