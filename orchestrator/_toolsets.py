@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING
 
@@ -44,7 +44,7 @@ class Toolset(ABC):
 
 
 @asynccontextmanager
-async def open_toolsets(settings: Settings) -> AsyncIterator[Settings]:
+async def open_toolsets(settings: Settings) -> AsyncGenerator[Settings]:
     """Open the toolsets of `settings`; yield the settings with their tools added.
 
     Raises:

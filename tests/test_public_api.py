@@ -11,6 +11,7 @@ import pytest
 # Every public module: the two packages and their public submodules.
 PACKAGES = (
     "orchestrator",
+    "orchestrator.mcp",
     "orchestrator.models",
     "orchestrator.permissions",
     "orchestrator.testing",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
 import anyio
@@ -27,7 +27,7 @@ class Counted(Toolset):
         return self._open()
 
     @asynccontextmanager
-    async def _open(self) -> AsyncIterator[Sequence[Tool]]:
+    async def _open(self) -> AsyncGenerator[Sequence[Tool]]:
         log = self.log
 
         @tool
