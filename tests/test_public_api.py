@@ -13,6 +13,7 @@ PACKAGES = (
     "orchestrator",
     "orchestrator.mcp",
     "orchestrator.models",
+    "orchestrator.otel",
     "orchestrator.permissions",
     "orchestrator.testing",
     "stores",
