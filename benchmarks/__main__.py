@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
 from .inside_bench import bench_inside
+from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
 from .report import Metric, load_previous, render, save
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
@@ -117,6 +118,9 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_inside(
         config.inside_turns, config.repeats, config.rss_turns, config.fanout, _progress
     )
+    _progress("tracing reporter ...")
+    # Nine rounds in a full run: the idle reporter's few µs a turn are within the machine's noise.
+    metrics += bench_otel(config.inside_turns, config.repeats + 4)
     _progress("stores ...")
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd

@@ -30,7 +30,8 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
 from ._reporting import Reporter
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = ("OtelReporter",)
 
 _SCOPE = "orchestrator"
+_T = TypeVar("_T")
 
 
 class OtelReporter(Reporter):
@@ -132,13 +134,9 @@ class OtelReporter(Reporter):
 
     def on_think_start(self, state: State) -> None:
         """Start the model request's span under its run."""
-        model = _requested_model(state)
-        span = self.tracer.start_span(
-            f"chat {model}" if model else "chat",
-            context=self._context(state.id),
-            kind=trace.SpanKind.CLIENT,
-        )
+        span = self._start(state.id, trace.SpanKind.CLIENT, "chat", _requested_model, state)
         if span.is_recording():
+            model = _requested_model(state)
             span.set_attribute("gen_ai.operation.name", "chat")
             if model:
                 span.set_attribute("gen_ai.request.model", model)
@@ -178,11 +176,7 @@ class OtelReporter(Reporter):
 
     def on_tool_start(self, state: State, call: ToolCall) -> None:
         """Start the tool call's span under its run."""
-        span = self.tracer.start_span(
-            f"execute_tool {call.name}",
-            context=self._context(state.id),
-            kind=trace.SpanKind.INTERNAL,
-        )
+        span = self._start(state.id, trace.SpanKind.INTERNAL, "execute_tool", _name_of, call)
         if span.is_recording():
             span.set_attribute("gen_ai.operation.name", "execute_tool")
             span.set_attribute("gen_ai.tool.name", call.name)
@@ -217,10 +211,33 @@ class OtelReporter(Reporter):
 
     # -- helpers ---------------------------------------------------------------------------------
 
-    def _context(self, state_id: str) -> otel_context.Context | None:
-        """The context whose span is the run of `state_id`; None (the current) outside a run."""
-        span = self._runs.get(state_id)
-        return None if span is None else trace.set_span_in_context(span)
+    def _start(
+        self,
+        state_id: str,
+        kind: trace.SpanKind,
+        operation: str,
+        detail: Callable[[_T], str | None],
+        source: _T,
+    ) -> trace.Span:
+        """Start a span ``"{operation} {detail(source)}"`` under the run of `state_id`.
+
+        Outside a run it goes under the current span. Under a run whose span is the API's
+        no-op one (no tracer provider configured) it is that span: nothing records, so the
+        hooks skip making spans, contexts and names (a turn pays a few dict look-ups).
+        """
+        run = self._runs.get(state_id)
+        if run is not None and not run.get_span_context().is_valid:
+            return run
+        name = detail(source)
+        return self.tracer.start_span(
+            f"{operation} {name}" if name else operation,
+            context=None if run is None else trace.set_span_in_context(run),
+            kind=kind,
+        )
+
+
+def _name_of(call: ToolCall) -> str:
+    return call.name
 
 
 def _agent_name(state: State) -> str | None:
