@@ -59,12 +59,12 @@ try:
     import jsonschema
     import jsonschema.validators
     import mcp
-    import mcp.types
+    import mcp_types
     from mcp.client.streamable_http import streamable_http_client
-except ImportError as error:  # pragma: no cover - the message is the point
+except ImportError as _missing:  # pragma: no cover - the message is the point
     raise ImportError(
         "orchestrator.mcp needs the MCP SDK: pip install 'orchestrator[mcp]'"
-    ) from error
+    ) from _missing
 
 __all__ = ("MCPServerError", "MCPTool", "MCPToolset")
 
@@ -106,7 +106,7 @@ class MCPTool(Tool):
 
     def __init__(
         self,
-        listed: mcp.types.Tool,
+        listed: mcp_types.Tool,
         *,
         name: str,
         server: str,
@@ -117,7 +117,7 @@ class MCPTool(Tool):
         read_only = annotations is not None and annotations.read_only_hint is True
         description = listed.description or listed.title or ""
         super().__init__(name=name, description=description, timeout=timeout, read_only=read_only)
-        self.remote_name = listed.name
+        self.remote_name: str = listed.name
         self.server = server
         self._client = client
         self._schema: dict[str, Any] = dict(listed.input_schema)
@@ -188,7 +188,7 @@ def _error_path(error: Any) -> tuple[str | int, ...]:
     return tuple(cast("Iterable[str | int]", error.absolute_path))
 
 
-def _content(result: mcp.types.CallToolResult) -> list[TextBlock | Image]:
+def _content(result: mcp_types.CallToolResult) -> list[TextBlock | Image]:
     """The blocks the model reads for an MCP tool result."""
     blocks: list[TextBlock | Image] = [_block(item) for item in result.content]
     structured = result.structured_content
@@ -199,20 +199,20 @@ def _content(result: mcp.types.CallToolResult) -> list[TextBlock | Image]:
     return blocks or [TextBlock("(no content)")]
 
 
-def _block(item: mcp.types.ContentBlock) -> TextBlock | Image:
-    if isinstance(item, mcp.types.TextContent):
+def _block(item: mcp_types.ContentBlock) -> TextBlock | Image:
+    if isinstance(item, mcp_types.TextContent):
         return TextBlock(item.text)
-    if isinstance(item, mcp.types.ImageContent):
+    if isinstance(item, mcp_types.ImageContent):
         try:
             return Image(base64.b64decode(item.data, validate=True), item.mime_type)
         except (ValueError, binascii.Error):
             return TextBlock(f"(an image the model cannot be shown: {item.mime_type})")
-    if isinstance(item, mcp.types.AudioContent):
+    if isinstance(item, mcp_types.AudioContent):
         return TextBlock(f"(audio the model cannot be shown: {item.mime_type})")
-    if isinstance(item, mcp.types.ResourceLink):
+    if isinstance(item, mcp_types.ResourceLink):
         return TextBlock(f"(resource: {item.uri})")
     resource = item.resource
-    if isinstance(resource, mcp.types.TextResourceContents):
+    if isinstance(resource, mcp_types.TextResourceContents):
         return TextBlock(f"(resource {resource.uri})\n{resource.text}")
     return TextBlock(f"(resource {resource.uri}: {resource.mime_type or 'binary data'})")
 
@@ -281,8 +281,8 @@ class MCPToolset(Toolset):
         self.name = name
         self.only: tuple[str, ...] | None = None if tools is None else tuple(tools)
         self.prefix = prefix
-        self.timeout = _check_seconds("timeout", timeout, optional=True)
-        self.connect_timeout = cast(
+        self.timeout: float | None = _check_seconds("timeout", timeout, optional=True)
+        self.connect_timeout: float = cast(
             "float", _check_seconds("connect_timeout", connect_timeout, optional=False)
         )
         self._target = target
@@ -502,12 +502,12 @@ class MCPToolset(Toolset):
         target: Any = self._target
         if isinstance(target, str):
             target = await self._make_http(stack)
-        info = mcp.types.Implementation(name="orchestrator", version="0")
+        info = mcp_types.Implementation(name="orchestrator", version="0")
         return await stack.enter_async_context(mcp.Client(target, client_info=info))
 
     async def _list(self, client: mcp.Client) -> tuple[MCPTool, ...]:
         """The server's tools (the chosen ones), as `MCPTool` objects."""
-        listed: list[mcp.types.Tool] = []
+        listed: list[mcp_types.Tool] = []
         cursor: str | None = None
         for _ in range(_PAGES):
             page = await client.list_tools(cursor=cursor)

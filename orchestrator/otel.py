@@ -39,10 +39,10 @@ from ._reporting import Reporter
 try:
     from opentelemetry import context as otel_context
     from opentelemetry import trace
-except ImportError as error:  # pragma: no cover - the message is the point
+except ImportError as _missing:  # pragma: no cover - the message is the point
     raise ImportError(
         "orchestrator.otel needs the OpenTelemetry API: pip install 'orchestrator[otel]'"
-    ) from error
+    ) from _missing
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
