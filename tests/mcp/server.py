@@ -17,7 +17,16 @@ from typing import Any
 import anyio
 from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import (
+    AudioContent,
+    BlobResourceContents,
+    CallToolResult,
+    EmbeddedResource,
+    ImageContent,
+    ResourceLink,
+    TextResourceContents,
+    ToolAnnotations,
+)
 
 # A 1x1 PNG.
 PNG = base64.b64decode(
@@ -86,6 +95,38 @@ def crash() -> str:
 def files_read(path: str) -> str:
     """A tool whose name has a dot."""
     return f"contents of {path}"
+
+
+@server.tool(annotations=READ_ONLY)
+def assorted() -> CallToolResult:
+    """Content of the kinds a model cannot be shown as they are."""
+    blob = base64.b64encode(b"\x00\x01").decode()
+    return CallToolResult(
+        content=[
+            AudioContent(data=blob, mime_type="audio/wav"),
+            ResourceLink(name="report", uri="file:///report.pdf"),
+            EmbeddedResource(resource=TextResourceContents(uri="file:///a.txt", text="hello")),
+            EmbeddedResource(
+                resource=BlobResourceContents(
+                    uri="file:///b.bin", blob=blob, mime_type="application/octet-stream"
+                )
+            ),
+            ImageContent(data=base64.b64encode(PNG).decode(), mime_type="image/tiff"),
+            ImageContent(data="not base64!", mime_type="image/png"),
+        ]
+    )
+
+
+@server.tool(annotations=READ_ONLY)
+def structured_only() -> CallToolResult:
+    """Structured content without text."""
+    return CallToolResult(content=[], structured_content={"ok": True})
+
+
+@server.tool(annotations=READ_ONLY)
+def nothing() -> CallToolResult:
+    """No content at all."""
+    return CallToolResult(content=[])
 
 
 def main() -> None:

@@ -16,7 +16,7 @@ import anyio
 import mcp
 import pytest
 
-from orchestrator import Agent, Image, Message, State, ToolResultEntry, thaw, tool
+from orchestrator import Agent, Image, Message, State, TextBlock, ToolResultEntry, thaw, tool
 from orchestrator.mcp import MCPServerError, MCPToolset
 from orchestrator.permissions import AllowByReadOnly
 from orchestrator.testing import FakeModel, tool_call
@@ -97,6 +97,8 @@ async def test_each_run_connects_unless_a_block_holds_one_connection(tmp_path: P
         await agent.arun("1 + 1?")
         assert int((tmp_path / "pid").read_text()) == shared
         assert not gone(shared)
+        with pytest.raises(RuntimeError, match="open already"):
+            await toolset.__aenter__()
     assert gone(shared)
     with pytest.raises(RuntimeError, match="not open"):
         _ = toolset.tools
@@ -147,6 +149,24 @@ async def test_results_map_text_images_structured_content_and_errors(tmp_path: P
     assert add.outcome == "input_error"
     assert "'b' is a required property" in add.content.text
     assert "a: 'two' is not of type 'integer'" in add.content.text
+
+
+async def test_content_a_model_cannot_be_shown_is_named(tmp_path: Path) -> None:
+    calls = [tool_call("assorted"), tool_call("structured_only"), tool_call("nothing")]
+    agent = Agent(FakeModel([calls, "seen"]), tools=[local(tmp_path)])
+    state = State(messages=[Message.user("go")])
+    await agent.arun(state)
+    assorted, structured, nothing = sorted(results(state), key=lambda e: calls.index(e.call))
+    assert [b.text if isinstance(b, TextBlock) else b for b in assorted.content.content] == [
+        "(audio the model cannot be shown: audio/wav)",
+        "(resource: file:///report.pdf)",
+        "(resource file:///a.txt)\nhello",
+        "(resource file:///b.bin: application/octet-stream)",
+        "(an image the model cannot be shown: image/tiff)",
+        "(an image the model cannot be shown: image/png)",
+    ]
+    assert structured.content.text == '{"ok": true}'
+    assert nothing.content.text == "(no content)"
 
 
 async def test_read_only_hints_feed_allow_by_read_only(tmp_path: Path) -> None:

@@ -16,9 +16,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestrator import (
     Agent,
+    Image,
     Message,
+    ReasoningBlock,
     Reply,
     State,
+    TextBlock,
     ToolError,
     ToolResultEntry,
     Usage,
@@ -275,3 +278,34 @@ async def test_nothing_is_recorded_without_a_configured_provider(
     assert await lead.arun(state) == "all done"
     assert exporter.get_finished_spans() == ()
     assert reporter.tracer.start_span("probe").is_recording() is False
+
+
+async def test_retries_and_blocks_of_every_kind(exporter: InMemorySpanExporter) -> None:
+    reporter = OtelReporter(tracer_provider=provider_for(exporter), capture_content=True)
+    png = Image(b"\x89PNG", "image/png")
+    state = State(messages=[Message.user("look", png)])
+    reporter.on_run_start(state)  # hooks called as a provider and the loop would
+    reporter.on_think_start(state)
+    reporter.on_retry(state, 1, 0.5, RuntimeError("busy"))
+    message = Message("assistant", (ReasoningBlock("hmm"), TextBlock("a cat")))
+    reporter.on_think_end(state, Reply(message))
+    reporter.on_run_end(state, None)
+    (chat,) = [s for s in exporter.get_finished_spans() if s.name == "chat"]
+    (retry,) = chat.events
+    assert retry.name == "retry"
+    assert dict(retry.attributes or {}) == {
+        "attempt": 1,
+        "delay_s": 0.5,
+        "error.type": "RuntimeError",
+    }
+    attributes = dict(chat.attributes or {})
+    sent = json.loads(str(attributes["gen_ai.input.messages"]))
+    assert sent[0]["parts"][1] == {"type": "blob", "modality": "image", "mime_type": "image/png"}
+    answer = json.loads(str(attributes["gen_ai.output.messages"]))
+    assert answer[0]["parts"][0] == {"type": "reasoning", "content": "hmm"}
+    # A step outside a run: its model request hangs under the current span, and ends.
+    exporter.clear()
+    reporter.on_think_start(state)
+    reporter.on_think_end(state, Reply(Message.assistant("ok")))
+    reporter.on_run_end(state, None)
+    assert [s.name for s in exporter.get_finished_spans()] == ["chat"]
