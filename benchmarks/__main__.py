@@ -119,8 +119,9 @@ def run(config: Config) -> list[Metric]:
         config.inside_turns, config.repeats, config.rss_turns, config.fanout, _progress
     )
     _progress("tracing reporter ...")
-    # Nine rounds in a full run: the idle reporter's few µs a turn are within the machine's noise.
-    metrics += bench_otel(config.inside_turns, config.repeats + 4)
+    # 21 rounds in a full run (a round is 4 runs of ~40 ms): with 7, the machine's noise moved
+    # the ratio between x1.12 and x1.24 while the reporter's hooks cost 3.7 µs of ~170 a turn.
+    metrics += bench_otel(config.inside_turns, config.repeats * 4 + 1)
     _progress("stores ...")
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd

@@ -120,7 +120,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.otel_bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="tiny sizes, to check that it runs")
     args = parser.parse_args(argv)
-    metrics = bench_otel(20, 2) if args.quick else bench_otel(200, 7)
+    metrics = bench_otel(20, 2) if args.quick else bench_otel(200, 21)
     print(render(metrics, None))
     return 0
 
