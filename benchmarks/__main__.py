@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
+from .events_bench import bench_events
 from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
@@ -113,6 +114,10 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_turns(config.turn_counts, config.repeats)
     _progress("agent loop: parallel tools ...")
     metrics += bench_parallel_tools(config.repeats)
+    _progress("events ...")
+    metrics += bench_events(
+        config.inside_turns, 1_000 if config.rss_turns > 100 else 50, config.repeats
+    )
     _progress("subagents ...")
     metrics += bench_subagents(config.repeats)
     metrics += bench_inside(

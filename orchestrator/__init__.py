@@ -6,6 +6,11 @@ An `Agent` runs a `State`, one conversation's record folded from an append-only 
 import typing as _typing
 
 from ._agent import Agent as Agent
+from ._approvals import aapprove as aapprove
+from ._approvals import adeny as adeny
+from ._approvals import approve as approve
+from ._approvals import awaiting as awaiting
+from ._approvals import deny as deny
 from ._errors import AuthError as AuthError
 from ._errors import ContextTooLongError as ContextTooLongError
 from ._errors import Issue as Issue
@@ -18,6 +23,22 @@ from ._errors import StoreDamagedError as StoreDamagedError
 from ._errors import StoreError as StoreError
 from ._errors import ToolError as ToolError
 from ._errors import ValidationError as ValidationError
+from ._events import EVENT_ADAPTER as EVENT_ADAPTER
+from ._events import ApprovalNeeded as ApprovalNeeded
+from ._events import AwaitingInfo as AwaitingInfo
+from ._events import CallInfo as CallInfo
+from ._events import ChildStarted as ChildStarted
+from ._events import Event as Event
+from ._events import Events as Events
+from ._events import ModelReplied as ModelReplied
+from ._events import Retrying as Retrying
+from ._events import RunEnded as RunEnded
+from ._events import RunStarted as RunStarted
+from ._events import TextDelta as TextDelta
+from ._events import ToolEnded as ToolEnded
+from ._events import ToolStarted as ToolStarted
+from ._history import ApprovalEntry as ApprovalEntry
+from ._history import ApprovalRecord as ApprovalRecord
 from ._history import AskEntry as AskEntry
 from ._history import AskRecord as AskRecord
 from ._history import ContextChange as ContextChange
@@ -61,7 +82,9 @@ from ._state import bind_state as bind_state
 from ._state import recover_state as recover_state
 from ._state import storage_view as storage_view
 from ._state import validate_id as validate_id
+from ._stopped import AwaitingCall as AwaitingCall
 from ._stopped import Stopped as Stopped
+from ._stopped import StoppedByApproval as StoppedByApproval
 from ._stopped import StoppedByFinish as StoppedByFinish
 from ._stopped import StoppedByLimit as StoppedByLimit
 from ._stopped import StoppedByPermission as StoppedByPermission
@@ -98,18 +121,28 @@ def __getattr__(name: str) -> _typing.Any:
 
 
 __all__ = (
+    "EVENT_ADAPTER",
     "Agent",
+    "ApprovalEntry",
+    "ApprovalNeeded",
+    "ApprovalRecord",
     "AskEntry",
     "AskRecord",
     "AsyncMemoryBackend",
     "AsyncStore",
     "AuthError",
+    "AwaitingCall",
+    "AwaitingInfo",
     "Block",
+    "CallInfo",
+    "ChildStarted",
     "ConsoleReporter",
     "ContextChange",
     "ContextChangeEntry",
     "ContextTooLongError",
     "ErrorEntry",
+    "Event",
+    "Events",
     "ExtraDataChange",
     "ExtraDataEntry",
     "FrozenDict",
@@ -123,6 +156,7 @@ __all__ = (
     "Memory",
     "MemoryBackend",
     "Message",
+    "ModelReplied",
     "ModelReplyEntry",
     "ModelRequest",
     "ModelRequestEntry",
@@ -137,14 +171,18 @@ __all__ = (
     "ReasoningBlock",
     "Reply",
     "Reporter",
+    "Retrying",
+    "RunEnded",
     "RunStart",
     "RunStartEntry",
+    "RunStarted",
     "SchemaSource",
     "State",
     "StateInfo",
     "StateSnapshot",
     "StopEntry",
     "Stopped",
+    "StoppedByApproval",
     "StoppedByFinish",
     "StoppedByLimit",
     "StoppedByPermission",
@@ -155,19 +193,27 @@ __all__ = (
     "StoreDamagedError",
     "StoreError",
     "TextBlock",
+    "TextDelta",
     "Tool",
     "ToolCall",
+    "ToolEnded",
     "ToolError",
     "ToolInputError",
     "ToolResult",
     "ToolResultBlock",
     "ToolResultEntry",
     "ToolSpec",
+    "ToolStarted",
     "Toolset",
     "Usage",
     "UserEntry",
     "ValidationError",
+    "aapprove",
+    "adeny",
+    "approve",
+    "awaiting",
     "bind_state",
+    "deny",
     "loop",
     "merge_lists",
     "recover_state",

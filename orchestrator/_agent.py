@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar, cast, overload
 
 import pydantic
 
 from ._ask import ask, compact
+from ._events import DEFAULT_BUFFER, Events, open_events
 from ._execute import use_tools
 from ._json import JSONValue
 from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop
@@ -341,6 +343,42 @@ class Agent:
         self._require_unfinished(state, "run")
         await run_agent(self, self._settings, state)
         return state.answer
+
+    def events(
+        self, state: State | str, *, buffer: int = DEFAULT_BUFFER
+    ) -> AbstractAsyncContextManager[Events]:
+        """Run `state` (a `str` starts a new State) in the block and stream its events.
+
+        The events cover the run and every subagent it starts: run start and end, text as it
+        streams, model replies, tool calls starting and ending, children starting, calls that
+        wait for a person (`ApprovalNeeded`) and retries. Each is a frozen pydantic model with
+        a `kind`, the State's id and parent's id, the call's id, a time and a `seq`; JSON with
+        ``event.model_dump_json()``. The agent's own reporter keeps seeing the run too.
+
+        At most `buffer` events wait for the consumer: then the run waits at its next step, so
+        a slow consumer slows the run and memory stays bounded. Leaving the block before the
+        run ends cancels it (its pending calls are closed, the State saved). When the run
+        fails, the iteration raises its exception after the last event.
+
+        Example:
+            ```python
+            async with agent.events("Plan the release") as events:
+                async for event in events:
+                    if event.kind == "text":
+                        print(event.text, end="")
+            ```
+
+        Raises:
+            ValueError: The State is finished, or `buffer` is not an integer >= 1.
+        """
+        state = self._as_state(state)
+        self._require_unfinished(state, "run")
+        settings = self._settings
+
+        async def start(reporter: Reporter) -> None:
+            await run_agent(self, settings, state, (reporter,))
+
+        return open_events(state, start, buffer=buffer)
 
     def run(self, state: State | str) -> JSONValue:
         """The sync twin of `arun`."""

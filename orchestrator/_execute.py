@@ -6,6 +6,12 @@ request order. Each result is recorded as it finishes and written while the othe
 the State puts them into `messages` together, in request order, once the last call has a
 result. The State is stored before any tool runs.
 
+A call a permission defers to a person (`Deferred`) gets no result: it stays pending, the turn's
+other calls run, and the turn ends with a `StoppedByApproval` stop listing it, with the calls of
+subagents that stopped the same way. The next run carries out the decisions recorded meanwhile:
+an approved call runs, a denied one gets an error result, and a subagent call continues its
+child State.
+
 Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
 not JSON become error results the model can act on. Any other exception waits for the calls
 still running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes
@@ -29,10 +35,12 @@ from ._frame import Frame, enter, leave
 from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
-from ._permissions import Allowed, Denied, decide
+from ._permissions import Allowed, Decision, Deferred, Denied, decide
 from ._recording import (
     check_update,
+    child_store,
     close_pending,
+    known_child,
     merge_turn,
     record_stop,
     record_tool_result,
@@ -40,11 +48,13 @@ from ._recording import (
 )
 from ._reply import NO_USAGE, Usage
 from ._run import CallContext
-from ._stopped import StoppedByPermission
+from ._stopped import AwaitingCall, StoppedByApproval, StoppedByPermission
+from ._sync import call_twin
 from ._tools import Tool, ToolInputError
 
 if TYPE_CHECKING:
     from ._run import Run
+    from ._state import State
 
 __all__ = ("use_tools",)
 
@@ -71,6 +81,7 @@ class _Turn:
         self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
         self.stopped = False
         self.scope: anyio.CancelScope | None = None
+        self.awaiting: dict[str, tuple[AwaitingCall, ...]] = {}  # by call id: for a person
 
     async def run_calls(self, calls: tuple[ToolCall, ...]) -> None:
         self.calls = max(1, len(calls))
@@ -97,6 +108,9 @@ class _Turn:
                 self._close(error)
                 await saver.flush_after(error)
             raise
+        if self.awaiting and not self.stopped and self.fatal is None:
+            waiting = tuple(item for call in calls for item in self.awaiting.get(call.id, ()))
+            record_stop(self.state, StoppedByApproval(waiting))
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
             self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
@@ -147,9 +161,33 @@ class _Turn:
             if not isinstance(error, Exception) and self.scope is not None:
                 self.scope.cancel()
 
+    async def _decide(self, call: ToolCall, tool: Tool, context: CallContext) -> Decision:
+        """Decide `call`: a person's recorded decision, a continued subagent, or permissions."""
+        run, state = self.run, self.state
+        value = value_of(state)
+        if value.awaiting:
+            record = value.decisions.get(call.id)
+            if record is not None:
+                if record.approved:
+                    return ALLOWED
+                by = f" by {record.by}" if record.by else ""
+                return Denied(f"a person denied it{by}: {record.reason or 'no reason given'}")
+            child_id = next((item.state_id for item in value.awaiting if item.via == call.id), None)
+            if child_id is not None:
+                context.resume = await _open_child(run, state, child_id)
+                return ALLOWED  # allowed when it first ran; its subagent's calls are decided
+        if run.settings.permissions is None:
+            return ALLOWED
+        decision, by = await decide(run.settings.permissions, call, tool, state)
+        if isinstance(decision, Denied) and decision.stop:
+            self._stop(call, by)
+        return decision
+
     async def _run_call(self, call: ToolCall) -> None:
         run, state = self.run, self.state
         settings = run.settings
+        if run.pacers:
+            await run.pace()  # a slow events consumer slows the run here
         run.report("on_tool_start", state, call)
         started = time.perf_counter() if _log.debugging else 0.0
         tool = self.tools.get(call.name)
@@ -160,20 +198,29 @@ class _Turn:
             if tool is None:
                 names = ", ".join(sorted(self.tools)) or "none"
                 raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
-            # No permissions configured: every call is allowed, with no await on the way.
-            if settings.permissions is not None:
-                decision, by = await decide(settings.permissions, call, tool, state)
+            # No permissions, nothing waiting: every call is allowed, with no await on the way.
+            if settings.permissions is not None or value_of(state).awaiting:
+                decision = await self._decide(call, tool, context)
             else:
-                decision, by = ALLOWED, None
+                decision = ALLOWED
+            if isinstance(decision, Deferred):
+                self.awaiting[call.id] = (AwaitingCall(state.id, call, decision.reason),)
+                return  # no result: the call waits for a person
             if isinstance(decision, Denied):
-                if decision.stop:
-                    self._stop(call, by)
                 raise _Result("denied", f"(denied: {decision.reason})")
             try:
                 kwargs = tool.bind(call.args, state, memory=settings.memory)
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
             value = await self._invoke(tool, kwargs, context)
+            if context.suspended:
+                # A subagent stopped for a person: this call waits with it, with no result.
+                self.awaiting[call.id] = tuple(
+                    AwaitingCall(item.state_id, item.call, item.reason, call.id)
+                    for stopped in context.suspended
+                    for item in stopped.calls
+                )
+                return
             try:
                 converted = tool.convert(value)
             except TypeError as error:
@@ -310,6 +357,24 @@ class _Turn:
         record_stop(self.state, StoppedByPermission(call, permission or "permissions"))
         if self.scope is not None:
             self.scope.cancel()
+
+
+async def _open_child(run: Run, state: State, child_id: str) -> State:
+    """The subagent State `child_id` of `state`: from the store, or in memory without one.
+
+    With a store, the stored State holds the decisions made since (`approve` saves them there).
+    """
+    store = child_store(state) or run.store
+    if store is not None:
+        loaded: State = await call_twin(store, "load", child_id)
+        return loaded
+    child = known_child(state, child_id)
+    if child is None:
+        raise ValueError(
+            f"State {state.id} waits on its subagent {child_id}, which is not in memory and"
+            " there is no store to load it from: run the State loaded from its store."
+        )
+    return child
 
 
 def _children_usage(context: CallContext) -> Usage:

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, TypeVar, cast, overload
 
 from ._history import (
     ENTRY_TYPES,
+    ApprovalEntry,
+    ApprovalRecord,
     ContextChangeEntry,
     ErrorEntry,
     ExtraDataEntry,
@@ -30,7 +32,7 @@ from ._json import FrozenDict, empty_dict
 from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from ._reply import Usage
 from ._snapshot import StateSnapshot, with_origin
-from ._stopped import Stopped, StoppedByFinish
+from ._stopped import AwaitingCall, Stopped, StoppedByApproval, StoppedByFinish
 
 __all__ = ("CLEARED", "Folded", "Inconsistent", "cleared_messages", "fold", "replay")
 
@@ -149,7 +151,10 @@ class Folded:
         "answer",
         "at_first",
         "at_last",
+        "awaiting",
         "calls",
+        "decided_now",
+        "decisions",
         "due",
         "entries",
         "extra_data",
@@ -190,6 +195,9 @@ class Folded:
     due: tuple[ToolResultEntry, ...]  # the closed turn's results whose updates wait to merge
     at_first: datetime | None
     at_last: datetime | None
+    awaiting: tuple[AwaitingCall, ...]  # the open turn's calls waiting for a person
+    decisions: dict[str, ApprovalRecord]  # decided ones of them, by call id (never changed)
+    decided_now: frozenset[str]  # decided since the latest run start: not run yet
 
     def copy(self) -> Folded:
         """A shallow copy, to be changed before anyone else sees it.
@@ -201,7 +209,10 @@ class Folded:
         new.answer = self.answer
         new.at_first = self.at_first
         new.at_last = self.at_last
+        new.awaiting = self.awaiting
         new.calls = self.calls
+        new.decided_now = self.decided_now
+        new.decisions = self.decisions
         new.due = self.due
         new.entries = self.entries
         new.extra_data = self.extra_data
@@ -268,6 +279,9 @@ def _empty() -> Folded:
     new.due = ()
     new.at_first = None
     new.at_last = None
+    new.awaiting = ()
+    new.decisions = {}
+    new.decided_now = frozenset()
     return new
 
 
@@ -385,6 +399,7 @@ def _run_start(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
         raise Inconsistent("a run started while the model is being waited on")
     assert entry.kind == "run_start"
     new.stopped = None
+    new.decided_now = frozenset()  # this run runs the decided calls
     if not new.linked:
         new.linked = True
         new.parent_id = entry.content.parent_id
@@ -434,7 +449,14 @@ def _tool_result(new: Folded, entry: ToolResultEntry, lookup: Lookup | None) -> 
     new.pending = new.pending[:index] + new.pending[index + 1 :]
     new.pending_ids = new.pending_ids[:index] + new.pending_ids[index + 1 :]
     new.results = new.results.append(entry)
+    if new.awaiting:
+        new.awaiting = tuple(
+            item for item in new.awaiting if item.call.id != call.id and item.via != call.id
+        )
     if not new.pending:
+        new.awaiting = ()
+        new.decisions = {}
+        new.decided_now = frozenset()
         by_id = {result.call.id: result for result in new.results.to_tuple()}
         ordered = tuple(by_id[item.id] for item in new.calls)
         new.messages = new.messages.append(Message("user", tuple(r.content for r in ordered)))
@@ -463,6 +485,16 @@ def _error(new: Folded, entry: ErrorEntry, lookup: Lookup | None) -> None:
 def _stop(new: Folded, entry: StopEntry, lookup: Lookup | None) -> None:
     stopped = entry.content
     new.stopped = stopped
+    if isinstance(stopped, StoppedByApproval):
+        for item in stopped.calls:
+            if (item.via or item.call.id) not in new.pending_ids:
+                raise Inconsistent(
+                    f"an approval stop for the call {item.via or item.call.id!r}, which is not"
+                    " pending"
+                )
+        new.awaiting = stopped.calls
+        ids = {item.call.id for item in stopped.calls}
+        new.decisions = {key: value for key, value in new.decisions.items() if key in ids}
     if isinstance(stopped, StoppedByFinish):
         new.finished = True
         if stopped.answer is not None:
@@ -472,6 +504,16 @@ def _stop(new: Folded, entry: StopEntry, lookup: Lookup | None) -> None:
 def _ask(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
     assert entry.kind == "ask"
     new.usage = new.usage + entry.content.usage
+
+
+def _approval(new: Folded, entry: ApprovalEntry, lookup: Lookup | None) -> None:
+    record = entry.content
+    if not any(item.call.id == record.call_id for item in new.awaiting):
+        raise Inconsistent(f"a decision on the call {record.call_id!r}, which waits for none")
+    if record.call_id in new.decisions:
+        raise Inconsistent(f"a second decision on the call {record.call_id!r}")
+    new.decisions = {**new.decisions, record.call_id: record}
+    new.decided_now = new.decided_now | {record.call_id}
 
 
 _STEPS: dict[str, Callable[[Folded, Any, Lookup | None], None]] = {
@@ -486,6 +528,7 @@ _STEPS: dict[str, Callable[[Folded, Any, Lookup | None], None]] = {
     "error": _error,
     "stop": _stop,
     "ask": _ask,
+    "approval": _approval,
 }
 
 

@@ -17,6 +17,8 @@ from ._reply import Reply, Usage
 from ._stopped import AnyStopped
 
 __all__ = (
+    "ApprovalEntry",
+    "ApprovalRecord",
     "AskEntry",
     "AskRecord",
     "ContextChange",
@@ -103,6 +105,20 @@ class AskRecord:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "answer", freeze(self.answer, "the answer"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRecord:
+    """A person's decision on a call that waited for one: who (`by`), why (`reason`).
+
+    `approved` True lets the call run (once, at the next run); False gives it an error result
+    the model reads. When: the entry's `at`.
+    """
+
+    call_id: str
+    approved: bool
+    by: str | None = None
+    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -240,6 +256,14 @@ class AskEntry(_Entry):
     kind: Literal["ask"] = field(default="ask", init=False)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalEntry(_Entry):
+    """A person approved or denied a call that waited for a decision."""
+
+    content: ApprovalRecord
+    kind: Literal["approval"] = field(default="approval", init=False)
+
+
 HistoryEntry: TypeAlias = (
     ContextChangeEntry
     | ExtraDataEntry
@@ -252,6 +276,7 @@ HistoryEntry: TypeAlias = (
     | ErrorEntry
     | StopEntry
     | AskEntry
+    | ApprovalEntry
 )
 ENTRY_TYPES: tuple[type[HistoryEntry], ...] = HistoryEntry.__args__  # type: ignore[attr-defined]
 KIND_OF: dict[type[HistoryEntry], str] = {

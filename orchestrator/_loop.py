@@ -17,7 +17,13 @@ import anyio.to_thread
 
 from ._logs import get_log
 from ._recording import record_stop, value_of
-from ._stopped import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
+from ._stopped import (
+    StoppedByApproval,
+    StoppedByFinish,
+    StoppedByLimit,
+    StoppedByPermission,
+    StoppedByUntil,
+)
 from ._sync import is_async_callable
 
 if TYPE_CHECKING:
@@ -115,7 +121,10 @@ class Loop:
     def _should_continue(self, state: State, turns: int) -> bool:
         # A decided stop ends the loop. An until/limit reason left by an earlier @loop call does
         # not: this call checks its own until functions and limit again.
-        if state.finished or isinstance(state.stopped, StoppedByFinish | StoppedByPermission):
+        stopped = state.stopped
+        if state.finished or isinstance(
+            stopped, StoppedByFinish | StoppedByPermission | StoppedByApproval
+        ):
             return False
         for fn in self.until:
             if fn(state):

@@ -7,6 +7,9 @@ permission decides is denied: the list fails closed.
 
 A `Denied` decision becomes an error result the model reads. ``Denied(reason, stop=True)`` also
 cancels the turn's other calls and stops the run with `StoppedByPermission(call, permission)`.
+A `Deferred` decision leaves the call to a person: the turn's other calls run, then the run stops
+with `StoppedByApproval` and the State is saved; `orchestrator.approve` / `orchestrator.deny`
+record the person's decision (in any process), and the next run carries it out.
 """
 
 from __future__ import annotations
@@ -32,8 +35,10 @@ __all__ = (
     "AllowByReadOnly",
     "Allowed",
     "ApprovalCallback",
+    "ApproveLater",
     "AskApproval",
     "Decision",
+    "Deferred",
     "Denied",
     "DenyByName",
     "Permission",
@@ -79,7 +84,22 @@ class Denied:
             raise TypeError(f"Denied.stop must be a bool, got {type(self.stop).__name__}.")
 
 
-Decision: TypeAlias = Allowed | Denied
+@dataclass(frozen=True, slots=True)
+class Deferred:
+    """A person decides the call later: the run stops with `StoppedByApproval` until then.
+
+    `reason` (optional) tells the person why they are asked.
+    """
+
+    reason: str | None = None
+    kind: Literal["deferred"] = field(default="deferred", init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.reason is not None and not isinstance(self.reason, str):
+            raise TypeError(f"Deferred.reason must be a str, got {type(self.reason).__name__}.")
+
+
+Decision: TypeAlias = Allowed | Denied | Deferred
 """What a permission decides about one call."""
 
 
@@ -447,6 +467,56 @@ class AskApproval(Permission):
         return hash(("AskApproval", self._deny_stop))
 
 
+class ApproveLater(Permission):
+    """Leave the calls to tools matching `patterns` to a person, who decides later.
+
+    The run does not wait in memory: it stops with `StoppedByApproval` once the turn's other
+    calls are done, and the State is saved. Someone then records a decision with
+    `orchestrator.approve` or `orchestrator.deny` (any process, any time) and runs the State
+    again. Put it after the rules that allow safe calls: ``[AllowByReadOnly(), ApproveLater()]``.
+
+    Example:
+        ```python
+        agent = Agent(model, tools=tools, store=store, permissions=[ApproveLater("send_*")])
+        ```
+
+    Raises:
+        TypeError: `patterns` is not a str or a list of str, or `reason` is not a str.
+        ValueError: `patterns` is empty or holds an empty string.
+    """
+
+    __slots__ = ("_patterns", "_reason", "name")
+
+    def __init__(self, patterns: Iterable[str] | str = "*", *, reason: str | None = None) -> None:
+        self._patterns = _patterns("ApproveLater", patterns)
+        Deferred(reason)  # the same checks as the decision it becomes
+        self._reason = reason
+        self.name: str = repr(self)
+
+    @property
+    def patterns(self) -> tuple[str, ...]:
+        """The globs, in the order given."""
+        return self._patterns
+
+    async def check(self, call: ToolCall, tool: Any | None, state: State) -> Decision | None:
+        """Defer `call` to a person when its tool name matches a pattern."""
+        await anyio.lowlevel.checkpoint()
+        return Deferred(self._reason) if _matches(self._patterns, call.name) else None
+
+    def __repr__(self) -> str:
+        extra = "" if self._reason is None else f", reason={self._reason!r}"
+        return f"ApproveLater({list(self._patterns)!r}{extra})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ApproveLater) and (other._patterns, other._reason) == (
+            self._patterns,
+            self._reason,
+        )
+
+    def __hash__(self) -> int:
+        return hash(("ApproveLater", self._patterns, self._reason))
+
+
 def _ordered(permissions: Sequence[Permission]) -> list[Permission]:
     first = [permission for permission in permissions if permission.deny_first]
     return first + [permission for permission in permissions if not permission.deny_first]
@@ -480,11 +550,11 @@ async def decide(
         decision: object = await permission.check(call, tool, state)
         if decision is None:
             continue
-        if not isinstance(decision, Allowed | Denied):
+        if not isinstance(decision, Allowed | Denied | Deferred):
             raise TypeError(
                 f"The permission {permission.name} returned {type(decision).__name__}"
                 f" {decision!r} for the call {call.name} ({call.id}): check() returns Allowed(),"
-                " Denied(reason) or None (no opinion)."
+                " Denied(reason), Deferred() or None (no opinion)."
             )
         return decision, permission.name
     return (

@@ -23,6 +23,8 @@ from ._errors import error_text, is_interruption
 from ._fold import Folded, Inconsistent, Lookup, entry_turn, fold
 from ._history import (
     KIND_OF,
+    ApprovalEntry,
+    ApprovalRecord,
     AskEntry,
     AskRecord,
     ContextChange,
@@ -65,10 +67,12 @@ __all__ = (
     "compacting",
     "compaction",
     "end_run",
+    "held_for_decision",
     "init_state",
     "known_child",
     "merge_turn",
     "record",
+    "record_approval",
     "record_ask",
     "record_compact",
     "record_error",
@@ -316,6 +320,30 @@ def record_stop(state: StateParts, stopped: Stopped) -> StopEntry:
     return cast("StopEntry", record(state, StopEntry, stopped))
 
 
+def record_approval(state: StateParts, decision: ApprovalRecord) -> ApprovalEntry:
+    """Record a person's decision on a call that waits for one.
+
+    Raises:
+        ValueError: The call waits for no decision, or it is decided already.
+    """
+    return cast("ApprovalEntry", record(state, ApprovalEntry, decision))
+
+
+def held_for_decision(value: Folded) -> frozenset[str]:
+    """The pending calls of `value` that wait for a person: not to be closed on a load.
+
+    A call waits while one of the calls it leads to (itself, or a subagent's call) has no
+    decision, or was decided after the latest run start (no run has taken it up yet). Once a
+    run has started with the decision, the call may have run: a load closes it as ``unknown``.
+    """
+    held: set[str] = set()
+    for item in value.awaiting:
+        call_id = item.call.id
+        if call_id not in value.decisions or call_id in value.decided_now:
+            held.add(item.via or call_id)
+    return frozenset(held)
+
+
 def record_run_start(state: StateParts, start: RunStart) -> RunStartEntry:
     """Record a run's start; the first one sets the State's parent links."""
     return cast("RunStartEntry", record(state, RunStartEntry, start))
@@ -366,15 +394,19 @@ def close_pending(
     outcome: Outcome,
     text: str,
     links: Mapping[str, tuple[Iterable[str], Usage]] | None = None,
+    keep: frozenset[str] = frozenset(),
 ) -> tuple[ToolResultEntry, ...]:
     """Give every pending call an error result `text` with `outcome`; return the entries.
 
-    `links` gives, by call id, the subagent States a call started and what they spent.
+    `links` gives, by call id, the subagent States a call started and what they spent. The
+    calls whose ids are in `keep` stay pending.
     """
     links = links or {}
     with state._lock:
         entries: list[ToolResultEntry] = []
         for call in state._folded.pending:
+            if call.id in keep:
+                continue
             child_ids, usage = links.get(call.id, ((), None))
             entries.append(
                 record_tool_result(
@@ -585,5 +617,6 @@ def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[His
                 "(unknown: the process stopped while this call was open; the tool may or may"
                 " not have run. Check its effects before running it again.)",
                 links,
+                keep=held_for_decision(state._folded),  # they wait for a person, not a tool
             )
         return state._folded.entries.after(start)

@@ -8,7 +8,7 @@ before the model is asked, a tool runs, or the run returns): read the State it i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._frame import current_frame
 
@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ._reply import Reply
     from ._state import State
 
-__all__ = ("Reporter", "report_retry")
+__all__ = ("Pacer", "Reporter", "report_retry")
 
 
 def report_retry(attempt: int, delay: float, error: BaseException) -> None:
@@ -32,6 +32,15 @@ def report_retry(attempt: int, delay: float, error: BaseException) -> None:
         run = frame.run
         for reporter in run.reporters:
             reporter.on_retry(run.state, attempt, delay, error)
+
+
+@runtime_checkable
+class Pacer(Protocol):
+    """A reporter the run waits for at each step: an events stream whose consumer fell behind."""
+
+    async def pace(self) -> None:
+        """Return once the reporter has room for the run's next events."""
+        ...
 
 
 class Reporter:

@@ -38,7 +38,9 @@ from ._recording import (
     store_of,
     value_of,
 )
+from ._reporting import Pacer
 from ._saver import Saver, Writer
+from ._stopped import StoppedByApproval
 from ._toolsets import open_toolsets
 
 if TYPE_CHECKING:
@@ -97,6 +99,10 @@ class CallContext:
     failures: list[BaseException] = field(default_factory=_new_list)  # of children
     # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
     ordinals: itertools.count[int] = field(default_factory=itertools.count)
+    # A subagent State this call started before and continues now (its calls were decided).
+    resume: State | None = None
+    # The approval stops of the subagents this call ran: the call waits with them.
+    suspended: list[StoppedByApproval] = field(default_factory=_new_list)
 
 
 class Run:
@@ -113,6 +119,7 @@ class Run:
         "agent",
         "effect_scope",
         "link",
+        "pacers",
         "parent",
         "reporters",
         "saver",
@@ -141,6 +148,8 @@ class Run:
         self.saver = Saver(store, state)
         self.writer: Writer | None = None  # writes marked save points: this run's, its children's
         self.reporters = reporters
+        # The reporters the run waits for at each step (an events stream with a full buffer).
+        self.pacers = tuple(reporter for reporter in reporters if isinstance(reporter, Pacer))
         self.link: CallContext | None = None  # the call to link the State to, when it starts
         self.parent: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
@@ -154,6 +163,11 @@ class Run:
         """Call `hook` of every reporter of the run with `args`."""
         for reporter in self.reporters:
             getattr(reporter, hook)(*args)
+
+    async def pace(self) -> None:
+        """Wait until every reporter that paces the run has room: called at each step."""
+        for reporter in self.pacers:
+            await reporter.pace()
 
     def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
         """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
@@ -291,6 +305,8 @@ def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
     """The tool call that `state` becomes a child of: the one executing, on its first run."""
     if frame is None or frame.call is None or frame.run.state is state:
         return None
+    if frame.call.resume is state:
+        return frame.call  # a subagent the call started before, continued
     return None if value_of(state).linked else frame.call
 
 
@@ -302,29 +318,43 @@ async def _with_toolsets(
         return await function(agent, dataclasses.replace(opened, toolsets=()), *args)
 
 
-def run_agent(agent: Agent, settings: Settings, state: State) -> Awaitable[None]:
+def run_agent(
+    agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...] = ()
+) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
-    An agent with toolsets opens them first, for the run. Await the result (a plain function:
-    a run without toolsets adds no coroutine of its own).
+    `reporters` see this run too (and its subagents'), beside the agent's own. An agent with
+    toolsets opens them first, for the run. Await the result (a plain function: a run without
+    toolsets adds no coroutine of its own).
     """
     if settings.toolsets:
-        return _with_toolsets(run_agent, agent, settings, state)
-    return _run_agent(agent, settings, state)
+        return _with_toolsets(run_agent, agent, settings, state, reporters)
+    return _run_agent(agent, settings, state, reporters)
 
 
-async def _run_agent(agent: Agent, settings: Settings, state: State) -> None:
+async def _run_agent(
+    agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...]
+) -> None:
     frame = current_frame()
     parent = _parent_of(frame, state)
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
-    run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    run = Run(
+        agent,
+        settings,
+        state,
+        store=store,
+        reporters=(*_reporters(settings.reporter, frame), *reporters),
+    )
     run.link = parent
     begin_run(state)
     error: BaseException | None = None
     try:
         await within(run, _run_loop, _failed)
+        stopped = state.stopped
+        if run.parent is not None and isinstance(stopped, StoppedByApproval):
+            run.parent.suspended.append(stopped)  # the parent's call waits with it
     except BaseException as exc:
         error = exc
         raise
@@ -348,6 +378,11 @@ async def _run_loop(run: Run) -> None:
     run.saver.mark()  # written with the first request, or the run's end
     run.report("on_run_start", state)
     _log.info("state.run.started", state_id=state.id, agent=settings.name)
+    if value_of(state).awaiting:
+        # Calls waited for a person: the decided ones run (or get their denial) first.
+        from ._execute import use_tools  # a low module: it imports this one
+
+        await use_tools(run)
     loop = settings.loop
     if isinstance(loop, Loop):
         await loop(run.agent, state)

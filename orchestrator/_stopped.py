@@ -12,7 +12,9 @@ from ._json import freeze
 from ._messages import ToolCall
 
 __all__ = (
+    "AwaitingCall",
     "Stopped",
+    "StoppedByApproval",
     "StoppedByFinish",
     "StoppedByLimit",
     "StoppedByPermission",
@@ -78,5 +80,39 @@ class StoppedByPermission:
         return f"stopped: {self.permission} denied the call {self.call.name} ({self.call.id})"
 
 
-Stopped: TypeAlias = StoppedByFinish | StoppedByUntil | StoppedByLimit | StoppedByPermission
+@dataclass(frozen=True, slots=True)
+class AwaitingCall:
+    """A tool call that waits for a person to approve or deny it.
+
+    `call` belongs to the State `state_id`: this State, or a subagent below it. `via` is the
+    call of this State that leads there (the subagent's call), None for a call of this State.
+    `reason` is what the permission that deferred it said.
+    """
+
+    state_id: str
+    call: ToolCall
+    reason: str | None = None
+    via: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedByApproval:
+    """A permission deferred `calls` to a person: the run stopped until they are decided.
+
+    Decide each with `orchestrator.approve` or `orchestrator.deny` (in any process, on the
+    State loaded from its store), then run the State again: approved calls run, denied ones get
+    error results. A subagent's waiting calls are listed at its parent too (`via`).
+    """
+
+    calls: tuple[AwaitingCall, ...]
+    kind: Literal["approval"] = field(default="approval", init=False, repr=False)
+
+    def __str__(self) -> str:
+        names = ", ".join(f"{item.call.name} ({item.call.id})" for item in self.calls)
+        return f"stopped: waiting for a decision on {names}"
+
+
+Stopped: TypeAlias = (
+    StoppedByFinish | StoppedByUntil | StoppedByLimit | StoppedByPermission | StoppedByApproval
+)
 AnyStopped: TypeAlias = Annotated[Stopped, Field(discriminator="kind")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ToolError, error_text, is_interruption
+from ._frame import current_frame
 from ._messages import Message
 from ._state import State
 from ._tools import Tool
@@ -26,7 +27,9 @@ class AgentTool(Tool):
     """An agent as a tool: the model passes a task and a new child State runs it.
 
     The child's answer is the result (a structured answer comes back as JSON). A child that
-    fails gives the model an error result it can act on; a cancellation is re-raised.
+    fails gives the model an error result it can act on; a cancellation is re-raised. A child
+    that stopped for a person's decision (`StoppedByApproval`) is continued, not started again,
+    when its parent's call runs after the decision.
     """
 
     def __init__(self, agent: Agent, *, name: str | None = None, description: str | None = None):
@@ -47,7 +50,9 @@ class AgentTool(Tool):
         Args:
             task: The whole task for the subagent: it sees only this message.
         """
-        state = State(messages=[Message.user(task)])
+        frame = current_frame()
+        resume = frame.call.resume if frame is not None and frame.call is not None else None
+        state = resume if resume is not None else State(messages=[Message.user(task)])
         try:
             return await self.agent.arun(state)
         except Exception as error:

@@ -20,8 +20,10 @@ from ._permissions import AllowByName as AllowByName
 from ._permissions import AllowByReadOnly as AllowByReadOnly
 from ._permissions import Allowed as Allowed
 from ._permissions import ApprovalCallback as ApprovalCallback
+from ._permissions import ApproveLater as ApproveLater
 from ._permissions import AskApproval as AskApproval
 from ._permissions import Decision as Decision
+from ._permissions import Deferred as Deferred
 from ._permissions import Denied as Denied
 from ._permissions import DenyByName as DenyByName
 from ._permissions import Permission as Permission
@@ -33,8 +35,10 @@ __all__ = (
     "AllowByReadOnly",
     "Allowed",
     "ApprovalCallback",
+    "ApproveLater",
     "AskApproval",
     "Decision",
+    "Deferred",
     "Denied",
     "DenyByName",
     "Permission",

@@ -1,0 +1,1 @@
+"""An agent web app: runs per request, events as server-sent events, approvals over HTTP."""

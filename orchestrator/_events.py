@@ -1,0 +1,452 @@
+"""Events: a run and its whole subagent tree as a stream of typed, JSON-ready values.
+
+``async with agent.events(state) as events: async for event in events: ...`` runs the agent in a
+task of the block and gives its events in order. Each event is a frozen pydantic model with a
+`kind` discriminator, the State it is about (`state_id`, `parent_id`), the tool call when there is
+one (`call_id`), when it happened (`at`) and its place in the stream (`seq`, from 0). Parse one
+back with ``EVENT_ADAPTER.validate_json(text)``.
+
+The stream is a reporter the run feeds, so it sees what every `Reporter` sees and the app's own
+reporter keeps working beside it. The buffer is bounded: at each step (a model request, a tool
+call) the run waits while the consumer is `buffer` events behind, so a slow consumer slows the
+run and memory stays bounded. Text deltas that arrive while the buffer is full are joined into
+the last one. Leaving the block before the run ends cancels the run: its pending calls are
+closed as interrupted and the State is saved, as for any cancelled run.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeAlias
+
+import anyio
+import anyio.lowlevel
+import pydantic
+
+from ._json import thaw
+from ._reporting import Reporter
+from ._stopped import StoppedByApproval
+
+if TYPE_CHECKING:
+    from ._history import ToolResultEntry
+    from ._messages import ToolCall
+    from ._reply import Reply, Usage
+    from ._state import State
+
+__all__ = (
+    "EVENT_ADAPTER",
+    "ApprovalNeeded",
+    "AwaitingInfo",
+    "CallInfo",
+    "ChildStarted",
+    "Event",
+    "Events",
+    "ModelReplied",
+    "Retrying",
+    "RunEnded",
+    "RunStarted",
+    "TextDelta",
+    "ToolEnded",
+    "ToolStarted",
+    "open_events",
+)
+
+DEFAULT_BUFFER = 256
+"""Events a consumer may be behind before the run waits for it."""
+
+
+class _EventBase(pydantic.BaseModel):
+    """What every event has: its place, its time, and the State and call it is about."""
+
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
+
+    seq: int = 0
+    at: datetime
+    state_id: str
+    parent_id: str | None = None
+    call_id: str | None = None
+
+
+class CallInfo(pydantic.BaseModel):
+    """A tool call as events show it: its id, tool name and arguments (JSON)."""
+
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    args: dict[str, Any]
+
+
+class AwaitingInfo(pydantic.BaseModel):
+    """A call that waits for a person's decision, in the State `state_id` (the root or a child)."""
+
+    model_config: ClassVar[pydantic.ConfigDict] = pydantic.ConfigDict(frozen=True)
+
+    state_id: str
+    call: CallInfo
+    reason: str | None = None
+
+
+class RunStarted(_EventBase):
+    """A run of the State began (the root's, or a subagent's)."""
+
+    kind: Literal["run_start"] = "run_start"
+    agent: str | None = None
+
+
+class RunEnded(_EventBase):
+    """A run ended: its answer, why it stopped (`stopped`, `stop_kind`), or its `error`."""
+
+    kind: Literal["run_end"] = "run_end"
+    answer: Any = None
+    stopped: str | None = None
+    stop_kind: str | None = None
+    error: str | None = None
+    usage: dict[str, Any] = pydantic.Field(default_factory=dict[str, Any])
+
+
+class TextDelta(_EventBase):
+    """A chunk of a reply's text, as the model streams it."""
+
+    kind: Literal["text"] = "text"
+    text: str
+
+
+class ModelReplied(_EventBase):
+    """The model replied (recorded): its text, the calls it asks for, what it cost."""
+
+    kind: Literal["model_reply"] = "model_reply"
+    text: str
+    tool_calls: list[CallInfo] = pydantic.Field(default_factory=list[CallInfo])
+    usage: dict[str, Any] = pydantic.Field(default_factory=dict[str, Any])
+
+
+class ToolStarted(_EventBase):
+    """A tool call is about to run (`call_id`)."""
+
+    kind: Literal["tool_start"] = "tool_start"
+    name: str
+    args: dict[str, Any]
+
+
+class ToolEnded(_EventBase):
+    """A tool call's result is recorded: how it ended, its text, the subagents it started."""
+
+    kind: Literal["tool_end"] = "tool_end"
+    name: str
+    outcome: str
+    result: str
+    is_error: bool = False
+    child_ids: list[str] = pydantic.Field(default_factory=list[str])
+
+
+class ChildStarted(_EventBase):
+    """A tool call (`call_id`) of `parent_id` started the subagent State `state_id`."""
+
+    kind: Literal["child_start"] = "child_start"
+    agent: str | None = None
+
+
+class ApprovalNeeded(_EventBase):
+    """The run stopped: these calls wait for a person to approve or deny them."""
+
+    kind: Literal["approval_needed"] = "approval_needed"
+    calls: list[AwaitingInfo]
+
+
+class Retrying(_EventBase):
+    """The model request failed with `error` and is tried again after `delay` seconds."""
+
+    kind: Literal["retry"] = "retry"
+    attempt: int
+    delay: float
+    error: str
+
+
+Event: TypeAlias = Annotated[
+    RunStarted
+    | RunEnded
+    | TextDelta
+    | ModelReplied
+    | ToolStarted
+    | ToolEnded
+    | ChildStarted
+    | ApprovalNeeded
+    | Retrying,
+    pydantic.Field(discriminator="kind"),
+]
+"""One event of a run: check `kind` to know which."""
+
+EVENT_ADAPTER: pydantic.TypeAdapter[Event] = pydantic.TypeAdapter(Event)
+"""Reads an event back from JSON (``EVENT_ADAPTER.validate_json(text)``) and writes it."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _usage(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "requests": usage.requests,
+        "cost": usage.cost,
+    }
+
+
+def call_info(call: ToolCall) -> CallInfo:
+    """`call` as events show it."""
+    return CallInfo(id=call.id, name=call.name, args=thaw(call.args))
+
+
+def awaiting_infos(stopped: StoppedByApproval) -> list[AwaitingInfo]:
+    """The calls of an approval stop, as events show them."""
+    return [
+        AwaitingInfo(state_id=item.state_id, call=call_info(item.call), reason=item.reason)
+        for item in stopped.calls
+    ]
+
+
+class Events:
+    """The events of one run and its subagents: iterate with ``async for``.
+
+    `state` is the State being run (a prompt given to `agent.events` starts a new one: read its
+    id here). The iteration ends after the root run's `RunEnded`; if the run failed, the
+    iteration then raises the run's exception.
+    """
+
+    def __init__(self, state: State, buffer: int) -> None:
+        if isinstance(buffer, bool) or not isinstance(buffer, int) or buffer < 1:
+            raise ValueError(f"events(buffer=...) must be an integer >= 1, got {buffer!r}.")
+        self._state = state
+        self._limit = buffer
+        self._queue: deque[Event] = deque()
+        self._seq = 0
+        self._done = False
+        self._error: BaseException | None = None
+        self._wake: anyio.Event | None = None  # set when an event arrives or the run ends
+        self._room: anyio.Event | None = None  # set when the consumer takes one
+
+    @property
+    def state(self) -> State:
+        """The State this stream runs."""
+        return self._state
+
+    def __aiter__(self) -> Events:
+        return self
+
+    async def __anext__(self) -> Event:
+        while not self._queue:
+            if self._done:
+                error, self._error = self._error, None
+                if error is not None:
+                    raise error
+                raise StopAsyncIteration
+            wake = self._wake = anyio.Event()
+            await wake.wait()
+        event = self._queue.popleft()
+        room = self._room
+        if room is not None and len(self._queue) < self._limit:
+            self._room = None
+            room.set()
+        return event
+
+    def push(self, event: Event) -> None:
+        """Add `event` (its `seq` set here); join a text delta into the last one when full."""
+        queue = self._queue
+        if (
+            isinstance(event, TextDelta)
+            and len(queue) >= self._limit
+            and isinstance(last := queue[-1], TextDelta)
+            and last.state_id == event.state_id
+        ):
+            queue[-1] = last.model_copy(update={"text": last.text + event.text})
+            return
+        queue.append(event.model_copy(update={"seq": self._seq}))
+        self._seq += 1
+        self._notify()
+
+    def _notify(self) -> None:
+        wake = self._wake
+        if wake is not None:
+            self._wake = None
+            wake.set()
+
+    async def pace(self) -> None:
+        """Wait while the consumer is a full buffer behind: how a slow consumer slows the run."""
+        while len(self._queue) >= self._limit and not self._done:
+            room = self._room
+            if room is None:
+                room = self._room = anyio.Event()
+            await room.wait()
+        await anyio.lowlevel.checkpoint()
+
+    def end(self, error: BaseException | None) -> None:
+        """The run is over (with `error`, raised after the last event): the iteration ends."""
+        self._done = True
+        self._error = error
+        self._notify()
+        room = self._room
+        if room is not None:
+            self._room = None
+            room.set()
+
+
+class _Sink(Reporter):
+    """The reporter that turns a run's hooks into events of `events`."""
+
+    def __init__(self, events: Events) -> None:
+        self.events = events
+
+    async def pace(self) -> None:
+        """Let the run wait for the consumer (the run calls it at each step)."""
+        await self.events.pace()
+
+    def on_run_start(self, state: State) -> None:
+        self.events.push(
+            RunStarted(
+                at=_now(), state_id=state.id, parent_id=state.parent_id, agent=_agent_of(state)
+            )
+        )
+
+    def on_text(self, state: State, chunk: str) -> None:
+        self.events.push(
+            TextDelta(at=_now(), state_id=state.id, parent_id=state.parent_id, text=chunk)
+        )
+
+    def on_think_end(self, state: State, reply: Reply) -> None:
+        message = reply.message
+        self.events.push(
+            ModelReplied(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                text=message.text,
+                tool_calls=[call_info(call) for call in message.tool_calls],
+                usage=_usage(reply.usage),
+            )
+        )
+
+    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
+        self.events.push(
+            Retrying(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                attempt=attempt,
+                delay=delay,
+                error=f"{type(error).__name__}: {error}",
+            )
+        )
+
+    def on_tool_start(self, state: State, call: ToolCall) -> None:
+        self.events.push(
+            ToolStarted(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                call_id=call.id,
+                name=call.name,
+                args=thaw(call.args),
+            )
+        )
+
+    def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
+        self.events.push(
+            ToolEnded(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                call_id=call.id,
+                name=call.name,
+                outcome=entry.outcome,
+                result=entry.content.text,
+                is_error=entry.content.is_error,
+                child_ids=list(entry.child_ids),
+            )
+        )
+
+    def on_child_start(self, parent: State, call: ToolCall, child: State) -> None:
+        self.events.push(
+            ChildStarted(
+                at=_now(),
+                state_id=child.id,
+                parent_id=parent.id,
+                call_id=call.id,
+                agent=_agent_of(child),
+            )
+        )
+
+    def on_run_end(self, state: State, error: BaseException | None) -> None:
+        stopped = None if error is not None else state.stopped
+        if isinstance(stopped, StoppedByApproval):
+            self.events.push(
+                ApprovalNeeded(
+                    at=_now(),
+                    state_id=state.id,
+                    parent_id=state.parent_id,
+                    calls=awaiting_infos(stopped),
+                )
+            )
+        self.events.push(
+            RunEnded(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                answer=thaw(state.answer) if error is None else None,
+                stopped=None if stopped is None else str(stopped),
+                stop_kind=None if stopped is None else stopped.kind,
+                error=None if error is None else f"{type(error).__name__}: {error}",
+                usage=_usage(state.usage),
+            )
+        )
+
+
+def _agent_of(state: State) -> str | None:
+    """The agent name of the State's latest run start."""
+    for entry in reversed(state.history):
+        if entry.kind == "run_start":
+            return entry.content.agent
+    return None
+
+
+@asynccontextmanager
+async def open_events(
+    state: State, start: Callable[[Reporter], Awaitable[object]], *, buffer: int = DEFAULT_BUFFER
+) -> AsyncGenerator[Events]:
+    """Run ``start(reporter)`` in a task of the block; yield the stream its reporter feeds.
+
+    What `Agent.events` returns. The task group is the block's: when the block ends before the
+    run, the run is cancelled (and saves itself, as every cancelled run does); nothing keeps
+    running after the block.
+    """
+    events = Events(state, buffer)
+    sink = _Sink(events)
+
+    async def drive() -> None:
+        try:
+            await start(sink)
+        except Exception as error:
+            events.end(error)
+        except BaseException:
+            events.end(None)
+            raise
+        else:
+            events.end(None)
+
+    error: BaseException | None = None
+    with anyio.CancelScope() as ending:
+        async with anyio.create_task_group() as group:
+            group.start_soon(drive, name=f"events of State {state.id}")
+            try:
+                yield events
+            except BaseException as exc:  # re-raised below, not in an exception group
+                error = exc
+                ending.shield = True  # ending the group must not raise in its place
+            finally:
+                group.cancel_scope.cancel()
+    if error is not None:
+        raise error

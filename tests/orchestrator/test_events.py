@@ -1,0 +1,202 @@
+"""`agent.events`: typed JSON events of a run and its subagents, bounded, cancelled on leave."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import (
+    EVENT_ADAPTER,
+    Agent,
+    Message,
+    Reporter,
+    State,
+    tool,
+)
+from orchestrator.models import Model, Request
+from orchestrator.testing import FakeModel, tool_call
+from stores import MemoryStore
+
+pytestmark = pytest.mark.anyio
+
+
+@tool
+def look(where: str) -> str:
+    """Look somewhere."""
+    return f"saw {where}"
+
+
+class _Streaming(Model):
+    """A model that streams its reply in three chunks."""
+
+    @property
+    def name(self) -> str:
+        return "streaming"
+
+    @property
+    def context_window(self) -> int:
+        return 1000
+
+    def __init__(self) -> None:
+        self.inner = FakeModel(["Hello there friend"])
+
+    async def respond(self, request: Request, *, on_text: Any = None) -> Any:
+        if on_text is not None:
+            for chunk in ("Hello ", "there ", "friend"):
+                on_text(chunk)
+        return await self.inner.respond(request)
+
+
+async def test_events_cover_the_run_in_order_as_json() -> None:
+    agent = Agent(FakeModel([tool_call("look", where="attic"), "found it"]), tools=[look])
+    async with agent.events("search") as events:
+        seen = [event async for event in events]
+    kinds = [event.kind for event in seen]
+    assert kinds == [
+        "run_start",
+        "model_reply",
+        "tool_start",
+        "tool_end",
+        "text",
+        "model_reply",
+        "run_end",
+    ]
+    assert [event.seq for event in seen] == list(range(len(seen)))
+    state_id = events.state.id
+    assert {event.state_id for event in seen} == {state_id}
+    start, end = seen[2], seen[3]
+    assert start.kind == "tool_start"
+    assert start.args == {"where": "attic"}
+    assert end.kind == "tool_end"
+    assert end.result == "saw attic"
+    assert end.outcome == "done"
+    assert start.call_id == end.call_id is not None
+    assert seen[-1].kind == "run_end"
+    assert seen[-1].answer == "found it"
+    for event in seen:  # every event goes to JSON and back unchanged
+        assert EVENT_ADAPTER.validate_json(event.model_dump_json()) == event
+        json.loads(event.model_dump_json())
+
+
+async def test_text_deltas_stream() -> None:
+    agent = Agent(_Streaming())
+    async with agent.events("hi") as events:
+        texts = [event.text async for event in events if event.kind == "text"]
+    assert texts == ["Hello ", "there ", "friend"]
+
+
+async def test_subagent_events_carry_their_links() -> None:
+    child = Agent(FakeModel(["child answer"]), name="helper", description="Helps")
+    root = Agent(FakeModel([tool_call("helper", task="help"), "root answer"]), tools=[child])
+    async with root.events("go") as events:
+        seen = [event async for event in events]
+    root_id = events.state.id
+    started = [event for event in seen if event.kind == "child_start"]
+    assert len(started) == 1
+    child_id = started[0].state_id
+    assert started[0].parent_id == root_id
+    assert started[0].agent == "helper"
+    child_events = [event for event in seen if event.state_id == child_id]
+    assert [event.kind for event in child_events] == [
+        "child_start",
+        "run_start",
+        "text",
+        "model_reply",
+        "run_end",
+    ]
+    assert all(event.parent_id == root_id for event in child_events)
+    assert started[0].call_id == next(e.call_id for e in seen if e.kind == "tool_start")
+
+
+async def test_the_agents_own_reporter_keeps_working() -> None:
+    calls: list[str] = []
+
+    class Recorder(Reporter):
+        def on_run_start(self, state: State) -> None:
+            calls.append("start")
+
+        def on_run_end(self, state: State, error: BaseException | None) -> None:
+            calls.append("end")
+
+    agent = Agent(FakeModel(["hi"]), reporter=Recorder())
+    async with agent.events("hello") as events:
+        kinds = [event.kind async for event in events]
+    assert calls == ["start", "end"]
+    assert kinds[0] == "run_start"
+    assert kinds[-1] == "run_end"
+
+
+async def test_a_consumer_that_reads_nothing_holds_the_run_at_the_buffer() -> None:
+    """The run waits once `buffer` events are unread: the buffer never grows past a step."""
+    turns = 40
+    replies: list[Any] = [tool_call("look", where=str(i)) for i in range(turns)] + ["done"]
+    agent = Agent(FakeModel(replies), tools=[look], max_turns=turns + 5)
+    async with agent.events("go", buffer=4) as events:
+        await anyio.wait_all_tasks_blocked()
+        held = events.state.turn
+        first = [await events.__anext__() for _ in range(3)]
+        rest = [event async for event in events]
+    assert held < 5  # without a reader, the run stopped within a few turns
+    assert first[0].kind == "run_start"
+    assert rest[-1].kind == "run_end"
+    assert rest[-1].answer == "done"
+    assert events.state.turn == turns + 1
+
+
+async def test_text_joins_when_the_buffer_is_full() -> None:
+    agent = Agent(_Streaming())
+    async with agent.events("hi", buffer=1) as events:
+        await anyio.wait_all_tasks_blocked()
+        seen = [event async for event in events]
+    text = "".join(event.text for event in seen if event.kind == "text")
+    assert text == "Hello there friend"
+    assert len([event for event in seen if event.kind == "text"]) < 3
+
+
+async def test_leaving_early_cancels_closes_and_saves_the_run() -> None:
+    started = anyio.Event()
+
+    @tool
+    async def slow() -> str:
+        """Take forever."""
+        started.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    store = MemoryStore()
+    agent = Agent(FakeModel([tool_call("slow")]), tools=[slow], store=store)
+    state = State(id="left-early", messages=[Message.user("go")])
+    async with agent.events(state) as events:
+        async for event in events:
+            if event.kind == "tool_start":
+                await started.wait()
+                break
+    assert state.pending_calls == ()
+    result = next(entry for entry in state.history if entry.kind == "tool_result")
+    assert result.outcome == "interrupted"
+    stored = store.load("left-early")
+    assert stored.history == state.history
+
+
+async def test_a_failed_run_raises_after_its_last_event() -> None:
+    agent = Agent(FakeModel([RuntimeError("model down")]))
+    seen: list[str] = []
+
+    async def consume() -> None:
+        async with agent.events("go") as events:
+            async for event in events:
+                seen.append(event.kind)
+
+    with pytest.raises(RuntimeError, match="model down"):
+        await consume()
+    assert seen[-1] == "run_end"
+
+
+async def test_buffer_must_be_positive() -> None:
+    agent = Agent(FakeModel(["hi"]))
+    with pytest.raises(ValueError, match="buffer"):
+        async with agent.events("go", buffer=0):
+            pass
