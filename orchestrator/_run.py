@@ -10,6 +10,7 @@ current frame (`orchestrator._frame`).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -40,6 +41,7 @@ from ._recording import (
 from ._reporting import Pacer
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
+from ._toolsets import open_toolsets
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from ._reporting import Reporter
     from ._state import State
     from ._tools import Tool, ToolSpec
+    from ._toolsets import Toolset
     from ._typed import Handler, Schema
     from .models import Model
 
@@ -76,6 +79,7 @@ class Settings:
     loop: Loop | LoopBody
     max_concurrency: int | None
     tool_timeout: float | None
+    toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
 def _new_list() -> list[Any]:
@@ -287,9 +291,11 @@ def step(
         frame is not None
         and frame.call is None
         and frame.run.state is state
-        and frame.run.settings is settings
+        and frame.run.agent is agent  # its settings, with the tools of its opened toolsets
     ):
         return action(frame.run)
+    if settings.toolsets:
+        return _with_toolsets(step, agent, settings, state, action)
     store = settings.store if settings.store is not None else store_of(state)
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
     return within(run, action)
@@ -304,13 +310,31 @@ def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
     return None if value_of(state).linked else frame.call
 
 
-async def run_agent(
+async def _with_toolsets(
+    function: Callable[..., Awaitable[_T]], agent: Agent, settings: Settings, *args: Any
+) -> _T:
+    """`function(agent, settings, *args)` with the toolsets of `settings` open around it."""
+    async with open_toolsets(settings) as opened:
+        return await function(agent, dataclasses.replace(opened, toolsets=()), *args)
+
+
+def run_agent(
     agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...] = ()
-) -> None:
+) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
-    `reporters` see this run too (and its subagents'), beside the agent's own.
+    `reporters` see this run too (and its subagents'), beside the agent's own. An agent with
+    toolsets opens them first, for the run. Await the result (a plain function: a run without
+    toolsets adds no coroutine of its own).
     """
+    if settings.toolsets:
+        return _with_toolsets(run_agent, agent, settings, state, reporters)
+    return _run_agent(agent, settings, state, reporters)
+
+
+async def _run_agent(
+    agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...]
+) -> None:
     frame = current_frame()
     parent = _parent_of(frame, state)
     store = settings.store if settings.store is not None else store_of(state)
