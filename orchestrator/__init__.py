@@ -104,6 +104,7 @@ from ._tools import ToolInputError as ToolInputError
 from ._tools import ToolResult as ToolResult
 from ._tools import ToolSpec as ToolSpec
 from ._tools import tool as tool
+from ._toolsets import Toolset as Toolset
 from ._typed import SchemaSource as SchemaSource
 from ._typed import merge_lists as merge_lists
 from ._typed import replace_values as replace_values
@@ -207,6 +208,7 @@ __all__ = (
     "ToolResultEntry",
     "ToolSpec",
     "ToolStarted",
+    "Toolset",
     "Usage",
     "UserEntry",
     "ValidationError",

@@ -33,6 +33,7 @@ from ._subagents import AgentTool, check_runner
 from ._sync import run_sync
 from ._think import think
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
+from ._toolsets import Toolset
 from ._typed import Schema, SchemaSource
 from .models import Model
 from .models._base import resolve_model
@@ -110,7 +111,7 @@ class Agent:
         model: Model | str,
         *,
         instructions: str | None = None,
-        tools: Iterable[Tool | Agent | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Agent | Toolset | Callable[..., Any]] = (),
         name: str | None = None,
         description: str | None = None,
         store: Store | AsyncStore | None = None,
@@ -151,8 +152,12 @@ class Agent:
         if description is not None and not isinstance(description, str):
             raise TypeError(f"description must be a str, got {type(description).__name__}.")
         self._description = description
+        items = list(_as_iterable(tools))
+        toolsets = tuple(item for item in items if isinstance(item, Toolset))
         own = as_tool_list(
-            AgentTool(item) if isinstance(item, Agent) else item for item in _as_iterable(tools)
+            AgentTool(item) if isinstance(item, Agent) else item
+            for item in items
+            if not isinstance(item, Toolset)
         )
         memory = agent_memory(name, store, collections)
         self._tools = collection_tools(memory, own)  # own tools win a name clash
@@ -196,6 +201,7 @@ class Agent:
             max_concurrency=max_concurrency,
             tool_timeout=None if tool_timeout is None else float(tool_timeout),
             runner=runner,
+            toolsets=toolsets,
         )
 
     def __repr__(self) -> str:
@@ -217,8 +223,13 @@ class Agent:
 
     @property
     def tools(self) -> tuple[Tool, ...]:
-        """The tools the model may call."""
+        """The tools the model may call, but for those of the toolsets (known once opened)."""
         return self._tools
+
+    @property
+    def toolsets(self) -> tuple[Toolset, ...]:
+        """The toolsets each run opens, whose tools join `tools` for that run."""
+        return self._settings.toolsets
 
     @property
     def name(self) -> str | None:

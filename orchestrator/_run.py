@@ -14,6 +14,7 @@ does, here or on another machine.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
@@ -46,6 +47,7 @@ from ._reporting import Pacer
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
 from ._subagents import cut_off, resume_children
+from ._toolsets import open_toolsets
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -55,6 +57,7 @@ if TYPE_CHECKING:
     from ._reporting import Reporter
     from ._state import State
     from ._tools import Tool, ToolSpec
+    from ._toolsets import Toolset
     from ._typed import Handler, Schema
     from .models import Model
 
@@ -83,6 +86,7 @@ class Settings:
     max_concurrency: int | None
     tool_timeout: float | None
     runner: Any = None  # where the children of its subagent tools run (None: here)
+    toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
 def _new_list() -> list[Any]:
@@ -320,9 +324,11 @@ def step(
         frame is not None
         and frame.call is None
         and frame.run.state is state
-        and frame.run.settings is settings
+        and frame.run.agent is agent  # its settings, with the tools of its opened toolsets
     ):
         return action(frame.run)
+    if settings.toolsets:
+        return _with_toolsets(step, agent, settings, state, action)
     store = settings.store if settings.store is not None else store_of(state)
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
     return within(run, action)
@@ -358,20 +364,41 @@ def _linked_call(frame: Frame | None, state: State, link: Link) -> CallContext |
     return None
 
 
-async def run_agent(
+async def _with_toolsets(
+    function: Callable[..., Awaitable[_T]], agent: Agent, settings: Settings, *args: Any
+) -> _T:
+    """`function(agent, settings, *args)` with the toolsets of `settings` open around it."""
+    async with open_toolsets(settings) as opened:
+        return await function(agent, dataclasses.replace(opened, toolsets=()), *args)
+
+
+def run_agent(
     agent: Agent,
     settings: Settings,
     state: State,
     reporters: tuple[Reporter, ...] = (),
     *,
     link: Link | None = None,
-) -> None:
+) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
     `reporters` see this run too (and its subagents'), beside the agent's own. `link` runs it
     as the child of that call (a runner's child run); else a State started in a tool call is
-    the child of that call.
+    the child of that call. An agent with toolsets opens them first, for the run. Await the
+    result (a plain function: a run without toolsets adds no coroutine of its own).
     """
+    if settings.toolsets:
+        return _with_toolsets(_run_agent, agent, settings, state, reporters, link)
+    return _run_agent(agent, settings, state, reporters, link)
+
+
+async def _run_agent(
+    agent: Agent,
+    settings: Settings,
+    state: State,
+    reporters: tuple[Reporter, ...],
+    link: Link | None,
+) -> None:
     frame = current_frame()
     parent = _parent_of(frame, state) if link is None else _linked_call(frame, state, link)
     store = settings.store if settings.store is not None else store_of(state)

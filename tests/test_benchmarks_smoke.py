@@ -19,6 +19,7 @@ from benchmarks import __main__ as cli
 from benchmarks import peak_rss
 from benchmarks.exchange import Counter, agent_seconds, floor_seconds
 from benchmarks.inside_bench import SQLiteFloor, bench_inside, paired, save_points
+from benchmarks.otel_bench import bench_otel
 from benchmarks.report import Metric, Previous, format_change, load_previous, render, save
 from benchmarks.state_bench import (
     bench_materialize,
@@ -328,3 +329,18 @@ def test_bench_inside() -> None:
     assert by_key["turn.none.floor.us"].target is None
     # A process that imports the library holds more than one that does not.
     assert by_key["rss.import.mb"].value > by_key["rss.5.floor.mb"].value
+
+
+def test_bench_otel() -> None:
+    by_key = check(
+        bench_otel(5, 1),
+        {
+            "otel.none.us",
+            "otel.noop.us",
+            "otel.idle.us",
+            "otel.idle.ratio",
+            "otel.recording.us",
+            "otel.recording.ratio",
+        },
+    )
+    assert by_key["otel.idle.ratio"].target == "≤ 1.2x"

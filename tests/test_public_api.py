@@ -11,7 +11,9 @@ import pytest
 # Every public module: the two packages and their public submodules.
 PACKAGES = (
     "orchestrator",
+    "orchestrator.mcp",
     "orchestrator.models",
+    "orchestrator.otel",
     "orchestrator.permissions",
     "orchestrator.runners",
     "orchestrator.runners.contract",
