@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ._history import ApprovalRecord
 from ._recording import child_store, known_child, record_approval, store_of, value_of
 from ._stopped import AwaitingCall
-from ._sync import call_twin
+from ._sync import call_twin, run_sync
 
 if TYPE_CHECKING:
     from ._state import State
@@ -87,30 +87,10 @@ def _no_owner(state: State, item: AwaitingCall) -> ValueError:
     )
 
 
-def _decide(state: State, call_id: str, approved: bool, by: str | None, reason: str | None) -> None:
-    plan = _plan(state, call_id, approved, by, reason)
-    if plan is None:
-        return
-    item, record = plan
-    store: Any = child_store(state)
-    if item.state_id != state.id:
-        if store is not None:
-            owner: State = store.load(item.state_id)
-            record_approval(owner, record)
-            store.save(owner)
-        else:
-            found = _owner_in_memory(state, item)
-            if found is None:
-                raise _no_owner(state, item)
-            record_approval(found, record)
-    record_approval(state, record)
-    if store_of(state) is not None:
-        store_of(state).save(state)
-
-
-async def _adecide(
+async def _decide(
     state: State, call_id: str, approved: bool, by: str | None, reason: str | None
 ) -> None:
+    """Record the decision in `state` and in the State the call belongs to; save both."""
     plan = _plan(state, call_id, approved, by, reason)
     if plan is None:
         return
@@ -149,9 +129,9 @@ def approve(
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was denied already.
-        TypeError: The store works only asynchronously (use `aapprove`).
+        TypeError: Called on a thread that runs an event loop (use `aapprove` there).
     """
-    _decide(state, call_id, True, by, reason)
+    run_sync(_decide, state, call_id, True, by, reason, name="approve")
 
 
 def deny(state: State, call_id: str, *, by: str | None = None, reason: str | None = None) -> None:
@@ -162,20 +142,20 @@ def deny(state: State, call_id: str, *, by: str | None = None, reason: str | Non
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was approved already.
-        TypeError: The store works only asynchronously (use `adeny`).
+        TypeError: Called on a thread that runs an event loop (use `adeny` there).
     """
-    _decide(state, call_id, False, by, reason)
+    run_sync(_decide, state, call_id, False, by, reason, name="deny")
 
 
 async def aapprove(
     state: State, call_id: str, *, by: str | None = None, reason: str | None = None
 ) -> None:
     """The async twin of `approve` (a sync store is used from a worker thread)."""
-    await _adecide(state, call_id, True, by, reason)
+    await _decide(state, call_id, True, by, reason)
 
 
 async def adeny(
     state: State, call_id: str, *, by: str | None = None, reason: str | None = None
 ) -> None:
     """The async twin of `deny`."""
-    await _adecide(state, call_id, False, by, reason)
+    await _decide(state, call_id, False, by, reason)

@@ -21,7 +21,6 @@ from orchestrator import (
     adeny,
     approve,
     awaiting,
-    deny,
     tool,
 )
 from orchestrator.permissions import AllowByName, ApproveLater, Deferred
@@ -87,8 +86,8 @@ async def test_approved_runs_once_in_a_later_run_recorded_with_who_and_why() -> 
     await agent.arun(state)
     call_id = awaiting(state)[0].call.id
     loaded = store.load("s2")
-    approve(loaded, call_id, by="ann", reason="fine")
-    approve(loaded, call_id, by="ann", reason="fine")  # twice: harmless
+    await aapprove(loaded, call_id, by="ann", reason="fine")
+    await aapprove(loaded, call_id, by="ann", reason="fine")  # twice: harmless
     assert awaiting(loaded) == ()
     again = store.load("s2")  # the decision was saved
     decisions = [e for e in again.history if isinstance(e, ApprovalEntry)]
@@ -134,10 +133,10 @@ async def test_unknown_call_names_the_waiting_ones_and_a_flip_is_refused() -> No
     await _mailer().arun(state)
     call_id = awaiting(state)[0].call.id
     with pytest.raises(KeyError, match=call_id):
-        approve(state, "no-such-call")
+        await aapprove(state, "no-such-call")
     await aapprove(state, call_id, by="ann")
     with pytest.raises(ValueError, match="approved by ann already"):
-        deny(state, call_id)
+        await adeny(state, call_id)
 
 
 async def test_running_again_without_a_decision_stops_again() -> None:
@@ -182,8 +181,8 @@ async def test_a_subagents_waiting_call_stops_the_root_and_the_decision_reaches_
     assert isinstance(child.stopped, StoppedByApproval)
 
     loaded = store.load("root")
-    approve(loaded, waiting[0].call.id, by="ann")
-    deny(loaded, waiting[1].call.id, by="ann", reason="not eve")
+    await aapprove(loaded, waiting[0].call.id, by="ann")
+    await adeny(loaded, waiting[1].call.id, by="ann", reason="not eve")
     stored_child = store.load(child_id)  # the decisions reached the child, saved
     assert len([e for e in stored_child.history if e.kind == "approval"]) == 2
 
