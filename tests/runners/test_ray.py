@@ -175,19 +175,19 @@ def test_a_store_without_url_or_an_unknown_agent_is_refused_before_anything_is_s
         boss.run("go")
 
 
+# The parent process: its RayRunner joins the running cluster itself (`address="auto"`).
 DRIVER = """
 import sys
 import anyio
-import ray
 from orchestrator import Message, State
 from orchestrator.runners import RayRunner
 from stores import SQLiteStore
 from tests.runners.test_ray import lead
 
-ray.init(address="auto", log_to_driver=False)
 state = State(id="lead", messages=[Message.user("go")])
 store = SQLiteStore(sys.argv[1])
-anyio.run(lead(store, RayRunner("tests.runners.ray_agents"), "wait " + sys.argv[2]).arun, state)
+runner = RayRunner("tests.runners.ray_agents", address="auto")
+anyio.run(lead(store, runner, "wait " + sys.argv[2]).arun, state)
 """
 
 
