@@ -39,9 +39,13 @@ typecheck: $(VENV)/.dev
 # PostgreSQL tests run against a throwaway server the script starts (installing Debian's
 # postgresql package if it is missing) and stops; they are required, never skipped. The
 # viewer's browser tests need Debian's chromium, installed here if missing.
+# The Ray tests (marker `ray`) run apart, inside a private network namespace with only the
+# loopback up (scripts/in_netns.sh): Ray binds to the external interface even when told
+# 127.0.0.1, and no test may reach outside 127.0.0.0/8. The first run deselects them.
 unit: $(VENV)/.dev chromium
 	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
 		$(BIN)/python -m coverage run -m pytest
+	scripts/in_netns.sh $(BIN)/python -m coverage run --append -m pytest -m ray
 	$(BIN)/python -m coverage report
 
 test: lint typecheck unit

@@ -1,7 +1,8 @@
 """Run the benchmarks: ``python -m benchmarks`` (or ``make bench``).
 
 Prints a table of the results next to the previous run's (``benchmarks/results/latest.json``),
-then saves this run there. ``--quick`` runs everything at a tiny size, to check that it works.
+then saves this run there. ``--quick`` runs everything at a tiny size, to check that it works,
+except the runner rows (a local Ray cluster in a network namespace: the Ray tests check those).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .events_bench import bench_events
 from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
+from .ray_bench import bench_ray
 from .report import Metric, load_previous, render, save
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
@@ -45,6 +47,7 @@ class Config:
     store_crowd: int = 10_000
     inside_turns: int = 200
     rss_turns: int = 2_000
+    ray: bool = True  # the runner rows: a local Ray cluster, in a loopback-only namespace
 
     @property
     def history_size(self) -> int:
@@ -75,6 +78,7 @@ QUICK = Config(
     store_crowd=100,
     inside_turns=20,
     rss_turns=50,
+    ray=False,
 )
 
 
@@ -141,6 +145,8 @@ def run(config: Config) -> list[Metric]:
         repeats=1 if quick else config.repeats,
         progress=_progress,
     )
+    if config.ray:
+        metrics += bench_ray(quick=False, progress=_progress)
     return metrics
 
 

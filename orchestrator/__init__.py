@@ -12,6 +12,7 @@ from ._approvals import approve as approve
 from ._approvals import awaiting as awaiting
 from ._approvals import deny as deny
 from ._errors import AuthError as AuthError
+from ._errors import ChildRunError as ChildRunError
 from ._errors import ContextTooLongError as ContextTooLongError
 from ._errors import Issue as Issue
 from ._errors import OrchestratorError as OrchestratorError
@@ -61,6 +62,7 @@ from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
 from ._json import JSONValue as JSONValue
 from ._json import thaw as thaw
+from ._link import Link as Link
 from ._loop import Loop as Loop
 from ._loop import loop as loop
 from ._loop import waiting_for_user as waiting_for_user
@@ -135,6 +137,7 @@ __all__ = (
     "AwaitingInfo",
     "Block",
     "CallInfo",
+    "ChildRunError",
     "ChildStarted",
     "ConsoleReporter",
     "ContextChange",
@@ -152,6 +155,7 @@ __all__ = (
     "Image",
     "Issue",
     "JSONValue",
+    "Link",
     "Loop",
     "Memory",
     "MemoryBackend",

@@ -18,6 +18,7 @@ from ._ask import ask, compact
 from ._events import DEFAULT_BUFFER, Events, open_events
 from ._execute import use_tools
 from ._json import JSONValue
+from ._link import Link
 from ._loop import Loop, LoopBody, default_loop, default_loop_with, is_default_loop
 from ._memory import Memory
 from ._memory_tools import agent_memory, collection_tools, memory_required
@@ -28,7 +29,7 @@ from ._reporting import Reporter
 from ._run import Run, Settings, run_agent, step
 from ._state import RESERVED, State
 from ._storage import AsyncStore, Store
-from ._subagents import AgentTool
+from ._subagents import AgentTool, check_runner
 from ._sync import run_sync
 from ._think import think
 from ._tools import Tool, as_tool_list, check_outputs_against_schema
@@ -36,6 +37,7 @@ from ._toolsets import Toolset
 from ._typed import Schema, SchemaSource
 from .models import Model
 from .models._base import resolve_model
+from .runners._base import Runner
 
 __all__ = ("Agent",)
 
@@ -121,6 +123,7 @@ class Agent:
         max_concurrency: int | None = None,
         tool_timeout: float | None = None,
         max_turns: int | None = None,
+        runner: Runner | None = None,
     ) -> None:
         self._given: dict[str, Any] = {
             "model": model,
@@ -137,6 +140,7 @@ class Agent:
             "max_concurrency": max_concurrency,
             "tool_timeout": tool_timeout,
             "max_turns": max_turns,
+            "runner": runner,
         }
         resolved = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
@@ -180,6 +184,7 @@ class Agent:
             or tool_timeout <= 0
         ):
             raise ValueError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
+        check_runner(runner)
         self._settings = Settings(
             model=resolved,
             instructions=instructions,
@@ -195,6 +200,7 @@ class Agent:
             loop=_loop_for(loop, max_turns),
             max_concurrency=max_concurrency,
             tool_timeout=None if tool_timeout is None else float(tool_timeout),
+            runner=runner,
             toolsets=toolsets,
         )
 
@@ -293,6 +299,14 @@ class Agent:
         """The default time limit of a tool call in seconds (a tool's own `timeout` wins)."""
         return self._settings.tool_timeout
 
+    @property
+    def runner(self) -> Runner | None:
+        """Where the children of this agent's subagent tools run (None: here, `LocalRunner`).
+
+        A tool's own ``agent.as_tool(runner=...)`` wins.
+        """
+        return self._settings.runner
+
     def copy(self, **changes: Any) -> Agent:
         """A new Agent with these settings changed, e.g. ``agent.copy(instructions="...")``."""
         unknown = set(changes) - set(self._given)
@@ -327,8 +341,12 @@ class Agent:
                 " taken before finish(), or start a new State from state.messages."
             )
 
-    async def arun(self, state: State | str) -> JSONValue:
+    async def arun(self, state: State | str, *, link: Link | None = None) -> JSONValue:
         """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
+
+        `link` runs it as the child of that tool call (`parent_id`, `parent_call_id`, memory
+        effect keys scoped to its place), wherever the parent runs: what a runner's worker
+        does. Without it, a State first run inside a tool call is that call's child.
 
         The run ends when the model answers, a stop is decided, or at the turn limit
         (`max_turns`; ``state.stopped`` says which, and names the setting to raise).
@@ -337,11 +355,14 @@ class Agent:
         calls are closed, the State is saved, and the exception is re-raised unchanged.
 
         Raises:
-            ValueError: The State is finished or already running.
+            ValueError: The State is finished or already running, or it is the child of
+                another call than `link`'s.
         """
         state = self._as_state(state)
         self._require_unfinished(state, "run")
-        await run_agent(self, self._settings, state)
+        if link is not None and not isinstance(link, Link):
+            raise TypeError(f"link must be a Link, got {type(link).__name__}.")
+        await run_agent(self, self._settings, state, link=link)
         return state.answer
 
     def events(
@@ -380,9 +401,13 @@ class Agent:
 
         return open_events(state, start, buffer=buffer)
 
-    def run(self, state: State | str) -> JSONValue:
+    def run(self, state: State | str, *, link: Link | None = None) -> JSONValue:
         """The sync twin of `arun`."""
-        return run_sync(self.arun, state, name="run")
+
+        async def call() -> JSONValue:
+            return await self.arun(state, link=link)
+
+        return run_sync(call, name="run")
 
     async def athink(self, state: State) -> Reply:
         """Send one model request with `state.messages` and record the reply.
@@ -451,10 +476,20 @@ class Agent:
         """The sync twin of `acompact`."""
         run_sync(self.acompact, state, name="compact")
 
-    def as_tool(self, name: str | None = None, description: str | None = None) -> Tool:
+    def as_tool(
+        self,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        runner: Runner | None = None,
+        resume: bool = True,
+    ) -> Tool:
         """This agent as a tool: the model passes a task, a child State runs it.
 
         The tool's result is the child's answer. `name` and `description` default to the
-        agent's own, and one of each is needed.
+        agent's own, and one of each is needed. `runner` is where its children run (default:
+        the parent agent's ``runner=``, else here). With `resume` (the default), a child that
+        a crash cut off continues from its stored history when the parent runs again, and
+        its answer reaches the parent.
         """
-        return AgentTool(self, name=name, description=description)
+        return AgentTool(self, name=name, description=description, runner=runner, resume=resume)

@@ -10,10 +10,11 @@ The tree::
     │   ├── RateLimitError       the provider asked us to slow down
     │   ├── AuthError            the key is missing or refused
     │   └── ContextTooLongError  the request does not fit the model's window
-    └── StoreError               a store's backend failed (its own error is the cause)
-        ├── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
-        └── StoreConflictError   a save does not continue the stored history (also a
-                                 `ValueError`): another writer, an older copy, another State
+    ├── StoreError               a store's backend failed (its own error is the cause)
+    │   ├── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
+    │   └── StoreConflictError   a save does not continue the stored history (also a
+    │                            `ValueError`): another writer, an older copy, another State
+    └── ChildRunError            a child run elsewhere failed or was lost (`.state_id`, `.state`)
     ToolError                    raised by tools: the model sees the message as an error result
 
 Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
@@ -29,6 +30,7 @@ from typing import Any
 
 __all__ = (
     "AuthError",
+    "ChildRunError",
     "ContextTooLongError",
     "Issue",
     "OrchestratorError",
@@ -47,6 +49,19 @@ __all__ = (
 
 class OrchestratorError(Exception):
     """Base class of the errors the library raises on its own."""
+
+
+class ChildRunError(OrchestratorError):
+    """A child run that a runner sent elsewhere failed, or its worker was lost.
+
+    `state_id` names the child; `state` is the child as stored (its open calls closed), when
+    it could be loaded, so its usage still rolls up to the parent.
+    """
+
+    def __init__(self, message: str, *, state_id: str, state: Any = None) -> None:
+        super().__init__(message)
+        self.state_id = state_id
+        self.state = state
 
 
 class OutputError(OrchestratorError):

@@ -6,6 +6,10 @@ explicitly to the loop's steps, tool execution, `ask` and subagent linking; none
 back into the Agent. A step called on its own (``await agent.athink(state)`` outside a run) gets
 a run of its own for the call (`step`); called from a loop body, it finds its run through the
 current frame (`orchestrator._frame`).
+
+A child run's place (the tool call it hangs under) comes from the frame when a tool runs
+another agent here, or explicitly as a `Link` (``agent.arun(state, link=...)``): what a runner
+does, here or on another machine.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import anyio.to_thread
 from ._errors import is_interruption
 from ._frame import Frame, current_frame, enter, leave
 from ._history import RunStart
+from ._link import Link, child_scope
 from ._logs import get_log
 from ._loop import Loop, LoopBody, run_body
 from ._recording import (
@@ -41,6 +46,7 @@ from ._recording import (
 from ._reporting import Pacer
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
+from ._subagents import cut_off, resume_children
 from ._toolsets import open_toolsets
 
 if TYPE_CHECKING:
@@ -79,6 +85,7 @@ class Settings:
     loop: Loop | LoopBody
     max_concurrency: int | None
     tool_timeout: float | None
+    runner: Any = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
@@ -104,6 +111,30 @@ class CallContext:
     # The approval stops of the subagents this call ran: the call waits with them.
     suspended: list[StoppedByApproval] = field(default_factory=_new_list)
 
+    def link_child(self, state_id: str) -> Link:
+        """The link of a new child `state_id` of this call, listed now, before it runs anywhere.
+
+        Its scope (the prefix of its memory effect keys) is its place in the call, the same
+        whether it runs here or elsewhere.
+        """
+        owner = self.run.state
+        scope = _scope(self.run, owner.turn, self.call.id, len(self.child_ids))
+        self.child_ids.append(state_id)
+        return Link(parent_id=owner.id, call_id=self.call.id, scope=scope)
+
+    def adopt(self, child: State) -> None:
+        """Keep `child`, run elsewhere, as this call's: its usage rolls up, `child()` finds it."""
+        if child.id not in self.child_ids:
+            self.child_ids.append(child.id)
+        if all(known.id != child.id for known in self.children):
+            self.children.append(child)
+            add_child(self.run.state, child)
+
+
+def _scope(run: Run, turn: int, call_id: str, index: int) -> str:
+    """The effect scope of the child number `index` of call `call_id` of `run`'s State."""
+    return child_scope(run.effect_scope or run.state.id, turn, call_id, index)
+
 
 class Run:
     """One run of an Agent's settings on a State: what its loop, tools and ask work with.
@@ -118,6 +149,7 @@ class Run:
     __slots__ = (
         "agent",
         "effect_scope",
+        "given",
         "link",
         "pacers",
         "parent",
@@ -151,6 +183,7 @@ class Run:
         # The reporters the run waits for at each step (an events stream with a full buffer).
         self.pacers = tuple(reporter for reporter in reporters if isinstance(reporter, Pacer))
         self.link: CallContext | None = None  # the call to link the State to, when it starts
+        self.given: Link | None = None  # the link `arun(link=)` gave, if any
         self.parent: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
         self.stragglers: list[threading.Event] = []
@@ -310,6 +343,27 @@ def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
     return None if value_of(state).linked else frame.call
 
 
+def _linked_call(frame: Frame | None, state: State, link: Link) -> CallContext | None:
+    """The call executing here that `link` names, or None (the call is elsewhere).
+
+    Raises:
+        ValueError: `state` already hangs under another call than `link`'s.
+    """
+    value = value_of(state)
+    if value.linked and (value.parent_id, value.parent_call_id) != (link.parent_id, link.call_id):
+        raise ValueError(
+            f"State {state.id} is the child of call {value.parent_call_id!r} of State"
+            f" {value.parent_id!r}, so it cannot run linked to call {link.call_id!r} of State"
+            f" {link.parent_id!r}: give the link it was started with, or none."
+        )
+    if frame is None or frame.call is None:
+        return None
+    call = frame.call
+    if call.run.state.id == link.parent_id and call.call.id == link.call_id:
+        return call
+    return None
+
+
 async def _with_toolsets(
     function: Callable[..., Awaitable[_T]], agent: Agent, settings: Settings, *args: Any
 ) -> _T:
@@ -319,24 +373,34 @@ async def _with_toolsets(
 
 
 def run_agent(
-    agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...] = ()
+    agent: Agent,
+    settings: Settings,
+    state: State,
+    reporters: tuple[Reporter, ...] = (),
+    *,
+    link: Link | None = None,
 ) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
-    `reporters` see this run too (and its subagents'), beside the agent's own. An agent with
-    toolsets opens them first, for the run. Await the result (a plain function: a run without
-    toolsets adds no coroutine of its own).
+    `reporters` see this run too (and its subagents'), beside the agent's own. `link` runs it
+    as the child of that call (a runner's child run); else a State started in a tool call is
+    the child of that call. An agent with toolsets opens them first, for the run. Await the
+    result (a plain function: a run without toolsets adds no coroutine of its own).
     """
     if settings.toolsets:
-        return _with_toolsets(run_agent, agent, settings, state, reporters)
-    return _run_agent(agent, settings, state, reporters)
+        return _with_toolsets(_run_agent, agent, settings, state, reporters, link)
+    return _run_agent(agent, settings, state, reporters, link)
 
 
 async def _run_agent(
-    agent: Agent, settings: Settings, state: State, reporters: tuple[Reporter, ...]
+    agent: Agent,
+    settings: Settings,
+    state: State,
+    reporters: tuple[Reporter, ...],
+    link: Link | None,
 ) -> None:
     frame = current_frame()
-    parent = _parent_of(frame, state)
+    parent = _parent_of(frame, state) if link is None else _linked_call(frame, state, link)
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
@@ -348,6 +412,7 @@ async def _run_agent(
         reporters=(*_reporters(settings.reporter, frame), *reporters),
     )
     run.link = parent
+    run.given = link
     begin_run(state)
     error: BaseException | None = None
     try:
@@ -373,11 +438,13 @@ async def _run_loop(run: Run) -> None:
     state, settings = run.state, run.settings
     if settings.schema is not None:
         bind_schema(state, settings.schema)
-    _start(run, run.link)
+    _start(run, run.link, run.given)
     merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
     run.saver.mark()  # written with the first request, or the run's end
     run.report("on_run_start", state)
     _log.info("state.run.started", state_id=state.id, agent=settings.name)
+    if cut_off(state):
+        await resume_children(run)  # before the model starts that work over
     if value_of(state).awaiting:
         # Calls waited for a person: the decided ones run (or get their denial) first.
         from ._execute import use_tools  # a low module: it imports this one
@@ -403,24 +470,38 @@ def _failed(run: Run, error: BaseException) -> None:
     record_error(state, error)
 
 
-def _start(run: Run, parent: CallContext | None) -> None:
-    """Record the run's start; link its State to the tool call `parent`, if any."""
+def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
+    """Record the run's start; link its State to the tool call `parent` or `link`, if any.
+
+    With a `link` whose call executes elsewhere, only the State records it: the parent's call
+    lists the child itself.
+    """
     state, settings = run.state, run.settings
+    if link is not None:
+        parent_id, parent_call_id = link.parent_id, link.call_id
+    elif parent is not None:
+        parent_id, parent_call_id = parent.run.state.id, parent.call.id
+    else:
+        parent_id = parent_call_id = None
     start = RunStart(
-        parent_id=parent.run.state.id if parent is not None else None,
-        parent_call_id=parent.call.id if parent is not None else None,
+        parent_id=parent_id,
+        parent_call_id=parent_call_id,
         agent=settings.name,
         model=settings.model.name,
         tools=tuple(settings.tools),
     )
     record_run_start(state, start)
+    if link is not None:
+        run.effect_scope = link.scope
     if parent is None:
         return
     owner = parent.run.state
-    place = f"{owner.turn}:{parent.call.id}/{len(parent.child_ids)}"
-    run.effect_scope = f"{parent.run.effect_scope or owner.id}:{place}"
+    if link is None:
+        run.effect_scope = _scope(parent.run, owner.turn, parent.call.id, len(parent.child_ids))
+        parent.child_ids.append(state.id)
+    elif state.id not in parent.child_ids:
+        parent.child_ids.append(state.id)
     run.parent = parent
-    parent.child_ids.append(state.id)
     parent.children.append(state)
     add_child(owner, state)
     if settings.store is None and store_of(state) is None and run.store is not None:

@@ -1,38 +1,79 @@
-"""Subagents: an Agent used as a tool, and the context that links child States to a call.
+"""Subagents: an Agent used as a tool, and the children a crash cut off.
 
 A tool call links every new State that an agent runs while the call executes (from an async
 tool, or from a sync tool in a worker thread: the current frame, `orchestrator._frame`, follows
-both). The link is
-recorded in the child's first `run_start` (`parent_id`, `parent_call_id`); the parent's
-`tool_result` lists the `child_ids` and adds their usage when the call closes.
+both). The link is recorded in the child's first `run_start` (`parent_id`, `parent_call_id`);
+the parent's `tool_result` lists the `child_ids` and adds their usage when the call closes.
+
+An `AgentTool` hands its child run to a runner (`orchestrator.runners`) as a `ChildJob` with an
+explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`).
+
+Resume: when a crash cut off a subagent call, the loaded parent shows the call closed
+``unknown`` with its children listed. Running the parent again first continues each child that
+had not ended, from its own stored history (its own cut-off calls are closed ``unknown`` too,
+never re-run), and delivers each child's answer to the parent: a ``late`` result for the call
+(with the usage the child spent since) and a notice the model reads, so it does not start that
+work over. ``agent.as_tool(resume=False)`` turns it off for a tool.
 """
 
 from __future__ import annotations
 
+import math
+import time
+import uuid
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from ._errors import ToolError, error_text, is_interruption
 from ._frame import current_frame
-from ._messages import Message
+from ._history import ToolResultEntry
+from ._link import Link, child_scope
+from ._messages import Message, TextBlock, ToolResultBlock
+from ._recording import record_tool_result, value_of
+from ._reply import Usage
 from ._state import State
+from ._stopped import StoppedByApproval
 from ._tools import Tool
+from .runners._base import ChildJob, LocalRunner, Runner, load_state
 
 if TYPE_CHECKING:
     from ._agent import Agent
+    from ._run import CallContext, Run
 
-__all__ = ("AgentTool",)
+__all__ = ("AgentTool", "cut_off", "resume_children")
+
+LOCAL = LocalRunner()
+
+
+def deadline() -> float | None:
+    """The caller's deadline as a `time.time()` value (what another process can use), or None."""
+    left = anyio.current_effective_deadline()
+    if math.isinf(left):
+        return None
+    return time.time() + (left - anyio.current_time())
 
 
 class AgentTool(Tool):
     """An agent as a tool: the model passes a task and a new child State runs it.
 
     The child's answer is the result (a structured answer comes back as JSON). A child that
-    fails gives the model an error result it can act on; a cancellation is re-raised. A child
+    fails gives the model an error result it can act on; a cancellation is re-raised. The
+    child runs on `runner` (default: the parent agent's ``runner=``, else here); a child that a
+    crash cut off is continued when the parent runs again, unless `resume` is false. A child
     that stopped for a person's decision (`StoppedByApproval`) is continued, not started again,
     when its parent's call runs after the decision.
     """
 
-    def __init__(self, agent: Agent, *, name: str | None = None, description: str | None = None):
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        runner: Runner | None = None,
+        resume: bool = True,
+    ):
         name = name or agent.name
         description = description or agent.description
         if not name or not description:
@@ -41,8 +82,18 @@ class AgentTool(Tool):
                 " name='coder', description='Writes and fixes code'), or"
                 " agent.as_tool(name=..., description=...)."
             )
+        check_runner(runner)
+        if not isinstance(resume, bool):
+            raise TypeError(f"resume must be True or False, got {resume!r}.")
         super().__init__(name=name, description=description)
         self.agent = agent
+        self.runner = runner
+        self.resume = resume
+
+    def runner_for(self, run: Run) -> Runner:
+        """The runner of this tool's children in `run`: its own, the run's agent's, or here."""
+        runner: Runner | None = self.runner or run.settings.runner
+        return LOCAL if runner is None else runner
 
     async def arun(self, task: str) -> Any:
         """Run the subagent on a new State.
@@ -51,11 +102,162 @@ class AgentTool(Tool):
             task: The whole task for the subagent: it sees only this message.
         """
         frame = current_frame()
-        resume = frame.call.resume if frame is not None and frame.call is not None else None
-        state = resume if resume is not None else State(messages=[Message.user(task)])
+        context = None if frame is None else frame.call
+        if context is None:  # called outside a run's tool call: a State of its own, here
+            return await self._guarded(self.agent.arun(State(messages=[Message.user(task)])))
+        resume = context.resume  # a child that stopped for a person's decision, continued
+        state_id = uuid.uuid4().hex if resume is None else resume.id
+        job = ChildJob(
+            agent=self.agent,
+            link=context.link_child(state_id),
+            state_id=state_id,
+            task=task if resume is None else None,
+            store=context.run.store,
+            deadline=deadline(),
+            state=resume,
+        )
+        runner = self.runner_for(context.run)
+        runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
+        child = await self._guarded(runner.run(job), context)
+        stopped = child.stopped
+        if isinstance(stopped, StoppedByApproval) and all(
+            stopped is not known for known in context.suspended
+        ):
+            context.suspended.append(stopped)  # run elsewhere: the parent's call waits with it
+        return child.answer
+
+    async def _guarded(self, child_run: Any, context: CallContext | None = None) -> Any:
+        """Await `child_run`; a failure becomes a `ToolError` for the model (its State kept)."""
         try:
-            return await self.agent.arun(state)
+            result = await child_run
         except Exception as error:
             if is_interruption(error):
                 raise
+            state = getattr(error, "state", None)
+            if context is not None and isinstance(state, State):
+                context.adopt(state)  # a remote child's usage rolls up even when it failed
             raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
+        if context is not None and isinstance(result, State):
+            context.adopt(result)
+        return result
+
+    async def resume_call(self, run: Run, entry: ToolResultEntry) -> None:
+        """Continue the children of the cut-off call `entry` and deliver their answers."""
+        store = run.store
+        parent = run.state
+        answers: list[str] = []
+        spent = Usage()
+        failed = False
+        for index, child_id in enumerate(entry.child_ids):
+            child = await (load_state(store, child_id) if store else parent.achild(child_id))
+            before = child.usage
+            if not child.finished and child.stopped is None:  # it had not ended: continue it
+                job = ChildJob(
+                    agent=self.agent,
+                    link=Link(
+                        parent_id=parent.id,
+                        call_id=entry.call.id,
+                        scope=child_scope(
+                            run.effect_scope or parent.id, entry.turn, entry.call.id, index
+                        ),
+                    ),
+                    state_id=child_id,
+                    task=None,
+                    store=store,
+                    deadline=deadline(),
+                )
+                runner = self.runner_for(run)
+                runner.check(job)
+                try:
+                    child = await runner.run(job)
+                except Exception as error:
+                    if is_interruption(error):
+                        raise
+                    failed = True
+                    answers.append(f"(the subagent failed: {error_text(error)})")
+                    state = getattr(error, "state", None)
+                    if isinstance(state, State):
+                        spent = spent + _spent(state.usage, before)
+                    continue
+            spent = spent + _spent(child.usage, before)
+            converted = self.convert(child.answer)
+            answers.append(_text(converted.content))
+            failed = failed or converted.is_error
+        text = "\n".join(answers)
+        record_tool_result(
+            parent,
+            entry.call,
+            ToolResultBlock(entry.call.id, (TextBlock(text),), is_error=failed),
+            outcome="error" if failed else "done",
+            child_ids=entry.child_ids,
+            usage=spent,
+        )
+        parent.add_message(
+            Message.notice(
+                f"The call {entry.call.id} ({entry.call.name}) was cut off when the process"
+                f" stopped; its subagent went on from where it was and returned:\n{text}"
+            )
+        )
+
+
+def _text(content: tuple[Any, ...]) -> str:
+    return "\n".join(block.text for block in content if isinstance(block, TextBlock))
+
+
+def _spent(after: Usage, before: Usage) -> Usage:
+    """What was spent between two readings of one State's usage."""
+    cost = None if after.cost is None or before.cost is None else after.cost - before.cost
+    return Usage(
+        input_tokens=after.input_tokens - before.input_tokens,
+        output_tokens=after.output_tokens - before.output_tokens,
+        cache_read_tokens=after.cache_read_tokens - before.cache_read_tokens,
+        cache_write_tokens=after.cache_write_tokens - before.cache_write_tokens,
+        requests=after.requests - before.requests,
+        cost=cost,
+    )
+
+
+def check_runner(runner: object) -> None:
+    """Refuse anything but a `Runner` (or None)."""
+    if runner is not None and not isinstance(runner, Runner):
+        raise TypeError(
+            f"runner must be a Runner (LocalRunner, RayRunner, or an object with"
+            f" `async def run(job)`), got {type(runner).__name__}."
+        )
+
+
+def cut_off(state: State) -> list[ToolResultEntry]:
+    """The subagent calls of `state` a crash cut off, not delivered yet, the model unaware.
+
+    They are the results closed ``unknown`` (on load) that list children, after the last
+    model reply and without a ``late`` result since.
+    """
+    entries = value_of(state).entries
+    delivered: set[str] = set()
+    found: list[ToolResultEntry] = []
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries.get(index)
+        if entry.kind == "model_reply" or entry.kind == "model_request":
+            break
+        if entry.kind == "tool_result":
+            if entry.late:
+                delivered.add(entry.call.id)
+            elif entry.outcome == "unknown" and entry.child_ids and entry.call.id not in delivered:
+                found.append(entry)
+    found.reverse()
+    return found
+
+
+async def resume_children(run: Run) -> None:
+    """Continue the children of the run's cut-off subagent calls, each call's at once."""
+    calls: list[tuple[AgentTool, ToolResultEntry]] = []
+    for entry in cut_off(run.state):
+        tool = run.settings.tools.get(entry.call.name)
+        if isinstance(tool, AgentTool) and tool.resume:
+            calls.append((tool, entry))
+    if len(calls) == 1:
+        await calls[0][0].resume_call(run, calls[0][1])
+    elif calls:
+        async with anyio.create_task_group() as group:
+            for tool, entry in calls:
+                group.start_soon(tool.resume_call, run, entry)

@@ -11,6 +11,7 @@ import builtins
 import os
 import sqlite3
 import threading
+import urllib.parse
 from types import TracebackType
 from typing import Any, ClassVar, NoReturn, Self, TypeVar
 
@@ -88,6 +89,11 @@ class AioSQLiteStore:
     def path(self) -> str:
         """The path of the SQLite file."""
         return self._path
+
+    @property
+    def url(self) -> str:
+        """The URL `stores.open_store` opens this file with (absolute), e.g. for a runner."""
+        return "sqlite:///" + urllib.parse.quote(os.path.abspath(self._path))
 
     # -- the AsyncStore methods ---------------------------------------------------------------
 

@@ -279,6 +279,11 @@ class FileStore(ThreadedAsync):
         """The folder the States are kept in."""
         return self._root
 
+    @property
+    def url(self) -> str:
+        """The URL `stores.open_store` opens this folder with (absolute), e.g. for a runner."""
+        return self._root.absolute().as_uri()
+
     def _lock_for(self, state_id: str) -> threading.Lock:
         return self._locks[hash(state_id) % _STRIPES]
 

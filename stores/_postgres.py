@@ -146,6 +146,21 @@ class PostgresStore(ThreadedAsync):
         """The PostgreSQL schema that holds the store's tables."""
         return self._sql.schema
 
+    @property
+    def url(self) -> str | None:
+        """The URL `stores.open_store` opens this store with, e.g. for a runner's workers.
+
+        None when the store was made from a pool or a ``key=value`` DSN. It holds the
+        password: pass it only to what must connect, never log it.
+        """
+        dsn = self._dsn
+        if dsn is None or not dsn.lower().startswith(("postgresql://", "postgres://")):
+            return None
+        schema = self._sql.schema
+        if schema == DEFAULT_SCHEMA:
+            return dsn
+        return f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+
     # -- the Store methods --------------------------------------------------------------------
 
     def save(self, state: State) -> None:

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from types import TracebackType
 from typing import Any, Self
 from weakref import WeakKeyDictionary
@@ -95,6 +96,11 @@ class SQLiteStore(ThreadedAsync):
     def path(self) -> str:
         """The path of the SQLite file."""
         return self._path
+
+    @property
+    def url(self) -> str:
+        """The URL `stores.open_store` opens this file with (absolute), e.g. for a runner."""
+        return "sqlite:///" + urllib.parse.quote(os.path.abspath(self._path))
 
     # -- the Store methods --------------------------------------------------------------------
 

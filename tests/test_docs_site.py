@@ -18,6 +18,8 @@ API = {
     "orchestrator": "api/orchestrator",
     "orchestrator.models": "api/models",
     "orchestrator.permissions": "api/permissions",
+    "orchestrator.runners": "api/runners",
+    "orchestrator.runners.contract": "api/runners-contract",
     "orchestrator.testing": "api/testing",
     "stores": "api/stores",
     "stores.backend": "api/stores-backend",

@@ -15,6 +15,8 @@ PACKAGES = (
     "orchestrator.models",
     "orchestrator.otel",
     "orchestrator.permissions",
+    "orchestrator.runners",
+    "orchestrator.runners.contract",
     "orchestrator.testing",
     "stores",
     "stores.backend",

@@ -613,6 +613,7 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("max_concurrency", None),
             ("tool_timeout", None),
             ("max_turns", None),  # issue 12: the default loop's limit
+            ("runner", None),  # issue 15: where the subagent tools' children run
         ]
     ]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [

@@ -193,7 +193,10 @@ async def _check(store: Any, backend: str, records: list[tuple[str, int, str]], 
     lead = states.get(LEAD)
     if lead is not None and waiting_for_user(lead):
         lead.add_message(Message.user("One more time."))
-    for state in states.values():
+    for state_id, loaded in states.items():
+        # Read again: a parent that ran before may have continued this child (resume), and a
+        # copy read before that would be an older one.
+        state = loaded if state_id == LEAD else await store.aload(state_id)
         if waiting_for_user(state):
             continue
         await agents.by_name[agent_of(state)].arun(state)

@@ -1,0 +1,94 @@
+"""The agents the Ray tests' workers rebuild by name (the registry ``tests.runners.ray_agents``).
+
+The researcher's model decides each reply from its task, so any number of children run on one
+registry: ``"turns N"`` takes N turns, ``"remember KEY"`` writes memory, ``"wait PATH"`` touches
+PATH and waits, ``"die PATH"`` touches PATH and kills its worker with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from orchestrator import Agent, Memory, ToolCall, tool
+from orchestrator.models import Request
+from orchestrator.testing import FakeModel
+
+__all__ = ("agents", "decide", "researcher")
+
+
+def decide(request: Request) -> Any:
+    """The researcher's next reply, from its task and how many turns it took."""
+    task = request.messages[0].text
+    turns = sum(1 for message in request.messages if message.role == "assistant")
+    verb, _, arg = task.partition(" ")
+    if verb == "turns" and turns + 1 < int(arg):
+        return ToolCall(f"call_{turns}", "note", {"text": f"step {turns}"})
+    if verb in ("remember", "wait", "die") and turns == 0:
+        return ToolCall(f"call_{verb}", verb, {"arg": arg})
+    return f"answer to {task}"
+
+
+@tool
+def note(text: str) -> str:
+    """Take a note.
+
+    Args:
+        text: The note.
+    """
+    return f"noted {text}"
+
+
+@tool
+def remember(arg: str, memory: Memory) -> str:
+    """Remember a key.
+
+    Args:
+        arg: The key.
+    """
+    memory.set(arg, True)
+    return "remembered"
+
+
+@tool
+async def wait(arg: str) -> str:
+    """Touch a file, then wait (until cancelled).
+
+    Args:
+        arg: The file to touch.
+    """
+    await anyio.Path(arg).write_text(str(os.getpid()))
+    await anyio.sleep(120)
+    return "waited"
+
+
+@tool
+def die(arg: str) -> str:
+    """Touch a file, then kill this process.
+
+    Args:
+        arg: The file to touch.
+    """
+    Path(arg).touch()
+    os.kill(os.getpid(), signal.SIGKILL)
+    return "unreachable"
+
+
+def researcher(store: Any = None) -> Agent:
+    """The researcher, saving in `store` (its memory is kept there too)."""
+    return Agent(
+        FakeModel([decide] * 10_000),
+        name="researcher",
+        description="Researches one question",
+        tools=[note, remember, wait, die],
+        store=store,
+    )
+
+
+def agents(store: Any) -> list[Agent]:
+    """The registry: the agents a worker can run, built on the worker's store."""
+    return [researcher(store)]
