@@ -71,6 +71,11 @@ class Person(pydantic.BaseModel):
     tags: list[str] = []
 
 
+def assert_replays(state: State) -> None:
+    """The replay invariant: a State rebuilt from the history has the same value."""
+    assert State(history=state.history).snapshot() == state.snapshot()
+
+
 def results(state: State) -> list[ToolResultEntry]:
     """The `tool_result` entries of `state`, in order."""
     return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator import (
+    Agent,
     Message,
     Reply,
     RunStart,
@@ -38,6 +41,8 @@ from orchestrator._recording import (
     record_stop,
     record_tool_result,
 )
+from orchestrator.models import Request, TextCallback
+from tests.doubles import assert_replays
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -61,11 +66,6 @@ def assert_unchanged(state: State, before: StateSnapshot) -> None:
     """The State has exactly the value it had before a rejected call."""
     assert state.snapshot() == before
     assert len(state.history) == len(before.history)
-
-
-def assert_replays(state: State) -> None:
-    """A State rebuilt from the history has the same value."""
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def texts(state: State) -> list[str]:
@@ -254,6 +254,59 @@ def test_messages_added_while_waiting_go_in_after_all_the_results(state: State) 
     kinds = [entry.kind for entry in state.history]
     assert kinds.count("user") == 2
     assert kinds.count("notice") == 1
+
+
+class GateModel:
+    """Replies "ok" once `release` is set; `entered` is set when the request arrives."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    @property
+    def name(self) -> str:
+        return "gate"
+
+    @property
+    def context_window(self) -> int | None:
+        return None
+
+    async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
+        self.entered.set()
+        await self.release.wait()
+        return Reply(Message.assistant("ok"))
+
+
+@pytest.mark.anyio
+async def test_messages_added_from_threads_while_the_model_is_waited_on_keep_order() -> None:
+    # Seed 004: methods are "thread-safe, so tools may call them from worker threads";
+    # add_message: "while think waits on the model, the message is held and goes into messages
+    # right after ... the reply".
+    model = GateModel()
+    agent = Agent(model)
+    state = State(messages=[Message.user("start")])
+    threads, per_thread = 8, 50
+
+    def add_many(tag: str) -> None:
+        for i in range(per_thread):
+            state.add_message(Message.user(f"{tag}-{i}"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent.athink, state)
+        await model.entered.wait()
+        async with anyio.create_task_group() as adders:
+            for t in range(threads):
+                adders.start_soon(anyio.to_thread.run_sync, add_many, f"t{t}")
+        assert [m.text for m in state.messages] == ["start"]  # held while waiting
+        model.release.set()
+
+    seen = [m.text for m in state.messages]
+    assert seen[:2] == ["start", "ok"]
+    assert len(seen) == 2 + threads * per_thread
+    for t in range(threads):
+        mine = [text for text in seen if text.startswith(f"t{t}-")]
+        assert mine == [f"t{t}-{i}" for i in range(per_thread)]
+    assert_replays(state)
 
 
 def test_messages_between_turns_go_in_at_once(state: State) -> None:
