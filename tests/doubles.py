@@ -10,8 +10,7 @@ from typing import Any, Literal
 
 import pydantic
 
-from orchestrator import State, StateInfo, ToolResultEntry
-from orchestrator._recording import bind_state
+from orchestrator import State, StateInfo, ToolResultEntry, bind_state
 from stores import MemoryStore, chain_digests, first_digest
 
 
@@ -53,6 +52,30 @@ class ThreadCheckedStore:
     def delete(self, state_id: str) -> None:
         self._note("delete")
         self.inner.delete(state_id)
+
+
+class AsyncOnlyStore:
+    """An `orchestrator.AsyncStore` as a third party writes it: the ``a``-methods, nothing else."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    async def asave(self, state: State) -> None:
+        await self.inner.asave(state)
+        bind_state(state, self)
+
+    async def aload(self, state_id: str) -> State:
+        loaded = await self.inner.aload(state_id)
+        bind_state(loaded, self)
+        return loaded
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        return await self.inner.alist(parent_id=parent_id, limit=limit)
+
+    async def adelete(self, state_id: str) -> None:
+        await self.inner.adelete(state_id)
 
 
 class Loop(pydantic.BaseModel):

@@ -8,6 +8,7 @@ object on the same path, as another process would.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -28,7 +29,7 @@ from orchestrator import (
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-from tests.doubles import results
+from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, results
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -315,6 +316,43 @@ def test_a_sync_run_saves_the_tree_and_it_reopens_from_the_file_store(tmp_path: 
     loaded = FileStore(tmp_path / "runs").load(lead.id)
     assert_same(loaded, lead)
     assert_same(loaded.child(mid.id).child(leaf.id), leaf)
+
+
+async def run_with_one_child(store: Any) -> tuple[State, str]:
+    """Run a lead (saved to `store`) whose call starts one helper child; the lead and its id."""
+    helper = Agent(FakeModel(["helped"]), name="helper", description="Helps.")
+    lead = Agent(FakeModel([tool_call("helper", task="help"), "ok"]), tools=[helper], store=store)
+    state = State(messages=[Message.user("Go")])
+    assert await lead.arun(state) == "ok"
+    (kid,) = child_ids(state)
+    return state, kid
+
+
+@pytest.mark.anyio
+async def test_achild_opens_a_child_from_a_sync_store_off_the_loop_thread() -> None:
+    # Seed 004, achild: "The async version of child: the same lookup and the same errors";
+    # issue 4: sync stores are "called from worker threads inside async runs".
+    store = ThreadCheckedStore(threading.get_ident())
+    state, kid = await run_with_one_child(store)
+    loaded = store.load(state.id)
+    assert loaded.child(kid).answer == "helped"  # the sync lookup works
+    store.on_loop.clear()
+    opened = await loaded.achild(kid)
+    assert opened.answer == "helped"
+    assert opened.parent_id == state.id
+    assert store.on_loop == []
+
+
+@pytest.mark.anyio
+async def test_child_of_a_state_bound_to_a_third_party_async_only_store_raises_type_error() -> None:
+    # Seed 004, child raises "TypeError: The store works only asynchronously. Use achild.",
+    # also for a store that only has the a-methods (no capability flag).
+    store = AsyncOnlyStore()
+    state, kid = await run_with_one_child(store)
+    loaded = await store.aload(state.id)
+    assert (await loaded.achild(kid)).answer == "helped"
+    with pytest.raises(TypeError, match="achild"):
+        loaded.child(kid)
 
 
 # AioSQLiteStore: async only --------------------------------------------------------------------
