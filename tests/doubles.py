@@ -10,7 +10,8 @@ from typing import Any, Literal
 
 import pydantic
 
-from orchestrator import State, StateInfo, ToolResultEntry, bind_state
+from orchestrator import Message, Reporter, State, StateInfo, ToolResultEntry, bind_state
+from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
 
 
@@ -76,6 +77,29 @@ class AsyncOnlyStore:
 
     async def adelete(self, state_id: str) -> None:
         await self.inner.adelete(state_id)
+
+
+# Retries in the provider model tests: three, without waiting long.
+FAST_RETRY = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
+
+
+def hello_request() -> Request:
+    """A model request holding one user message, "Hi"."""
+    return Request(system=None, messages=(Message.user("Hi"),))
+
+
+class StreamRecorder(Reporter):
+    """Notes each retry (attempt, delay, error) and each streamed text chunk of a run."""
+
+    def __init__(self) -> None:
+        self.retries: builtins.list[tuple[int, float, BaseException]] = []
+        self.text: builtins.list[str] = []
+
+    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
+        self.retries.append((attempt, delay, error))
+
+    def on_text(self, state: State, chunk: str) -> None:
+        self.text.append(chunk)
 
 
 class Loop(pydantic.BaseModel):
