@@ -424,6 +424,27 @@ async def test_a_stream_cut_after_a_tool_call_started_is_not_retried(
 
 
 @pytest.mark.anyio
+async def test_an_anthropic_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        start(),
+        block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "run"}),
+        delta(0, type="input_json_delta", partial_json='{"cmd": "rm -'),
+        delta(0, type="input_json_delta", partial_json='rf /tmp/x"}'),
+        named=True,
+    )
+    server.push(Scripted(events=events, cut_after=3), text_reply("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(make_model(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.anyio
 async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
     overloaded = {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
     before_text = Scripted(events=sse(start(), overloaded, named=True))

@@ -30,9 +30,16 @@ from orchestrator import (
 )
 from orchestrator.models import OpenAIModel, Price, Request, RetryPolicy
 from orchestrator.models._wire import INVALID_ARGUMENTS
-from tests.doubles import FAST_RETRY, StreamRecorder, hello_request
-from tests.models._server import Recorded, Scripted, ScriptedServer, sse
-from tests.models.wire_openai import calls_reply, chunk, error, text_reply, usage_chunk
+from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, results
+from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
+from tests.models.wire_openai import (
+    call_chunk,
+    calls_reply,
+    chunk,
+    error,
+    text_reply,
+    usage_chunk,
+)
 
 KEY = "sk-test-SECRET-0123456789abcdef"
 PNG = b"\x89PNG\r\n\x1a\n-not-really-a-png"
@@ -177,6 +184,36 @@ async def test_reasoning_goes_back_only_within_the_tool_loop(server: ScriptedSer
     await model.respond(Request(None, messages))
     assistant = server.requests[0].body["messages"][1]
     assert assistant == {"role": "assistant", "content": "A"}
+
+
+@pytest.mark.anyio
+async def test_reasoning_goes_back_to_the_same_server_only(server: ScriptedServer) -> None:
+    # Issue 7, item 3: "reasoning/thinking blocks kept and sent back only to the same provider".
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "Look first."}),
+        call_chunk(0, "call_1", "read_file", '{"path": "a.py"}'),
+        chunk(finish="tool_calls"),
+        "[DONE]",
+    )
+    server.push(Scripted(events=events), text_reply("same"))
+    agent = Agent(make_model(server), tools=[read_file])
+    state = State(messages=[Message.user("Check a.py")])
+    await agent.athink(state)
+    await agent.ause_tools(state)
+    before = state.snapshot()
+    with serve() as other:
+        other.push(text_reply("other"))
+        await agent.copy(model=make_model(other)).athink(state)
+        [to_other] = other.requests
+    state.restore(before)
+    await agent.athink(state)
+    to_same = server.requests[1]
+    assistant_same = to_same.body["messages"][1]
+    assistant_other = to_other.body["messages"][1]
+    assert assistant_same["reasoning_content"] == "Look first."
+    assert assistant_same["tool_calls"] == assistant_other["tool_calls"]
+    assert "reasoning_content" not in assistant_other
+    assert "reasoning" not in json.dumps(assistant_other)
 
 
 def thinking(text: str = "", signature: str | None = None) -> dict[str, Any]:
@@ -502,6 +539,25 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
 
 
 @pytest.mark.anyio
+async def test_an_openai_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "I will run it."}),
+        call_chunk(0, "call_1", "run", '{"cmd": "rm -'),
+        chunk({}),
+    )
+    server.push(Scripted(events=events, cut_after=2), text_reply("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(make_model(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.anyio
 async def test_a_stream_cut_before_any_text_is_retried(server: ScriptedServer) -> None:
     events = sse(chunk({"role": "assistant"}), chunk({"content": "late"}))
     server.push(Scripted(events=events, cut_after=1), text_reply("whole"))
@@ -720,6 +776,35 @@ async def test_an_agent_run_with_subagents(server: ScriptedServer) -> None:
     assert child_systems == {"Research."}
     assert state.usage.requests == 4
     assert state.usage.input_tokens == 20 + 7 + 7 + 10
+
+
+@pytest.mark.anyio
+async def test_a_subagent_whose_stream_breaks_becomes_the_parent_calls_error_result(
+    server: ScriptedServer,
+) -> None:
+    # DESIGN 8: "a child's failure becomes the parent call's error result unless it is a
+    # cancellation"; issue 7, item 5: a stream dropped mid-reply "raises ProviderError".
+    def script(request: Recorded) -> Scripted:
+        messages = request.body["messages"]
+        if messages[0]["content"] == "Delegate.":
+            if messages[-1]["role"] == "user":
+                return calls_reply(("call_a", "helper", '{"task": "A"}'))
+            return text_reply("Recovered.")
+        return Scripted(events=text_reply("Par", "tial").events, cut_after=3)
+
+    helper = Agent(make_model(server), name="helper", description="Helps.", instructions="Help.")
+    lead = Agent(make_model(server), instructions="Delegate.", tools=[helper])
+    server.push(script, script, script)
+    state = State(messages=[Message.user("Go")])
+    assert await lead.arun(state) == "Recovered."
+    [entry] = results(state)
+    assert entry.outcome == "error"
+    assert entry.content.is_error
+    assert "mid-stream" in entry.content.text
+    assert KEY not in entry.content.text
+    tool_message = server.requests[-1].body["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["content"].startswith("Error: ")
 
 
 @pytest.mark.anyio

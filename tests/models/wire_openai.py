@@ -35,22 +35,14 @@ def text_reply(*pieces: str, prompt: int = 10, completion: int = 5) -> Scripted:
     return Scripted(events=sse(*chunks, "[DONE]"))
 
 
+def call_chunk(index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    function = {"name": name, "arguments": arguments}
+    call = {"index": index, "id": call_id, "type": "function", "function": function}
+    return chunk({"tool_calls": [call]})
+
+
 def calls_reply(*calls: tuple[str, str, str]) -> Scripted:
-    deltas = [
-        chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                ]
-            }
-        )
-        for index, (call_id, name, arguments) in enumerate(calls)
-    ]
+    deltas = [call_chunk(index, *call) for index, call in enumerate(calls)]
     return Scripted(events=sse(*deltas, chunk(finish="tool_calls"), usage_chunk(20, 8), "[DONE]"))
 
 
