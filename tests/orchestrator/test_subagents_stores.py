@@ -20,14 +20,17 @@ from orchestrator import (
     Message,
     ModelReplyEntry,
     Reply,
+    RunStart,
     State,
     Tool,
     ToolCall,
+    ToolResultEntry,
     Usage,
     tool,
 )
+from orchestrator._recording import record_run_start
 from orchestrator.models import Request
-from orchestrator.testing import FakeModel, tool_call
+from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
 from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, results
 
@@ -353,6 +356,30 @@ async def test_child_of_a_state_bound_to_a_third_party_async_only_store_raises_t
     assert (await loaded.achild(kid)).answer == "helped"
     with pytest.raises(TypeError, match="achild"):
         loaded.child(kid)
+
+
+def test_a_cut_off_call_still_lists_the_child_it_started_after_load(sync_store: Any) -> None:
+    # DESIGN 8: "the parent's tool_result entry lists child_ids"; issue 5: "after a save and
+    # load, the tree reopens"; DESIGN 9: load closes a half-done turn with `unknown` results.
+    lead = State(id="lead", messages=[Message.user("Delegate the search")])
+    record_run_start(lead, RunStart(agent="lead", model="fake", tools=("helper",)))
+    begin_think(lead, model="fake")
+    call = ToolCall("c1", "helper", {"task": "search"})
+    record_reply(lead, Reply(Message.assistant("", [call]), Usage(requests=1)))
+    sync_store.save(lead)
+    kid = State(id="kid", messages=[Message.user("search")])
+    record_run_start(
+        kid, RunStart(parent_id="lead", parent_call_id="c1", agent="helper", model="fake")
+    )
+    begin_think(kid, model="fake")
+    record_reply(kid, Reply(Message.assistant("found it"), Usage(input_tokens=7, requests=1)))
+    sync_store.save(kid)
+    # The process stops here: the lead's call never got its result.
+    loaded = sync_store.load("lead")
+    (result,) = [e for e in loaded.history if isinstance(e, ToolResultEntry)]
+    assert result.outcome == "unknown"
+    assert result.child_ids == ("kid",)
+    assert loaded.child("kid").answer == "found it"
 
 
 # AioSQLiteStore: async only --------------------------------------------------------------------

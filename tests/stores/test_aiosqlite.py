@@ -236,6 +236,21 @@ async def test_another_format_version_is_refused_naming_both(path: Path, found: 
         assert_same(await store.aload(state.id), state)
 
 
+@pytest.mark.anyio
+@on_asyncio
+async def test_an_open_store_refuses_to_save_into_a_newer_format(path: Path) -> None:
+    # DESIGN 9: "a newer or older format is refused with a message naming both versions" - by
+    # a store that was open (and saved) before the format changed, too.
+    newer = FORMAT_VERSION + 1
+    async with AioSQLiteStore(path) as store:
+        state = State(id="versioned", messages=[Message.user("a")])
+        await store.asave(state)
+        write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", newer)
+        state.add_message(Message.user("b"))
+        with pytest.raises(ValueError, match=rf"version {newer}\b.*version {FORMAT_VERSION}\b"):
+            await store.asave(state)
+
+
 @on_asyncio
 async def test_a_file_that_is_not_a_database_is_refused(path: Path) -> None:
     await anyio.Path(path).write_bytes(b"not an SQLite file at all" * 100)

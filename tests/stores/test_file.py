@@ -329,6 +329,8 @@ def test_another_format_version_is_refused_naming_both(
     state.add_message(Message.user("more"))
     with pytest.raises(ValueError, match=pattern):
         FileStore(root).save(state)
+    with pytest.raises(ValueError, match=pattern):
+        store.save(state)  # the store that saved it before the change refuses too
     listed = {info.id: info.damage for info in FileStore(root).list()}
     assert listed["current"] is None
     assert re.search(pattern, listed["versioned"] or "")

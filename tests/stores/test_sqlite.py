@@ -428,6 +428,10 @@ def test_another_format_version_is_refused_naming_both(path: Path, found: int, h
         write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", found)
         with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
             store.load(state.id)  # an open store checks on each load
+        more = State(id=state.id, history=state.history)
+        more.add_message(Message.user("more"))
+        with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
+            store.save(more)  # and on each save, though it saved this State before
     message = rf"format version {found}, but this orchestrator reads version {FORMAT_VERSION}"
     with SQLiteStore(path) as store, pytest.raises(ValueError, match=message) as error:
         store.list()
