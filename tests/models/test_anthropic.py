@@ -25,11 +25,10 @@ from orchestrator import (
     ToolCall,
     ToolResultBlock,
     Usage,
-    tool,
 )
 from orchestrator.models import AnthropicModel, Price, Request, RetryPolicy
 from orchestrator.models._wire import INVALID_ARGUMENTS
-from tests.doubles import FAST_RETRY, StreamRecorder, hello_request
+from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file
 from tests.models._server import Recorded, Scripted, ScriptedServer, sse
 from tests.models.wire_anthropic import (
     block_start,
@@ -50,16 +49,6 @@ B64 = Image(PNG, "image/png").to_base64()
 def make_model(server: ScriptedServer, **options: Any) -> AnthropicModel:
     settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     return AnthropicModel("claude-test", base_url=server.url, **settings)
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file.
-
-    Args:
-        path: Where the file is.
-    """
-    return f"contents of {path}"
 
 
 # -- the request -----------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from orchestrator import (
 )
 from orchestrator.models import OpenAIModel, Price, Request, RetryPolicy
 from orchestrator.models._wire import INVALID_ARGUMENTS
-from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, results
+from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file, results
 from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
 from tests.models.wire_openai import (
     call_chunk,
@@ -51,16 +51,6 @@ def make_model(server: ScriptedServer, **options: Any) -> OpenAIModel:
 
 
 # -- the request -----------------------------------------------------------------------------------
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file.
-
-    Args:
-        path: Where the file is.
-    """
-    return f"contents of {path}"
 
 
 @tool

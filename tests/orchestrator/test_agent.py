@@ -6,7 +6,6 @@ same value (`State(history=s.history).snapshot() == s.snapshot()`).
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import threading
 from typing import Any
@@ -19,7 +18,6 @@ from orchestrator import (
     Agent,
     AskEntry,
     ContextChangeEntry,
-    ErrorEntry,
     Loop,
     Message,
     OutputError,
@@ -40,7 +38,7 @@ from orchestrator import (
 from orchestrator.models import Request
 from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, FakeModelExhausted, tool_call
-from tests.doubles import assert_replays, results
+from tests.doubles import Point, add, assert_replays, errors, results
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -49,29 +47,13 @@ def kinds(state: State) -> list[str]:
     return [entry.kind for entry in state.history]
 
 
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
-
-
 def user_state(text: str = "Find the bug") -> State:
     return State(messages=[Message.user(text)])
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 class Review(pydantic.BaseModel):
     verdict: str
     score: int
-
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: int
 
 
 # run / arun -----------------------------------------------------------------------------------

@@ -18,7 +18,6 @@ import pytest
 
 from orchestrator import (
     Agent,
-    ErrorEntry,
     Message,
     ModelReplyEntry,
     Reply,
@@ -33,18 +32,9 @@ from orchestrator import (
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AskApproval
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import errors, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
-
-
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
 
 
 def assert_consistent(state: State) -> None:

@@ -42,16 +42,11 @@ from orchestrator.permissions import (
     Permission,
 )
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import assert_replays, results
+from tests.doubles import assert_replays, read_file, result_of, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
 
 
 def assert_consistent(state: State) -> None:
@@ -314,12 +309,6 @@ def test_a_reporter_must_be_a_reporter() -> None:
 
 
 # permissions in the loop ----------------------------------------------------------------------
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
 
 
 @tool

@@ -34,7 +34,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import assert_replays, results
+from tests.doubles import add, assert_replays, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -52,11 +52,6 @@ def assert_consistent(state: State) -> None:
     assert sorted(answered) == sorted(requested)
     assert len(set(answered)) == len(answered)
     assert_replays(state)
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
 
 
 def user_state(text: str = "Go", schema: Any = None) -> State:
@@ -784,12 +779,6 @@ async def test_inputs_from_state_missing_without_default_is_an_input_error() -> 
 
 
 # bad input ------------------------------------------------------------------------------------
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 async def _run_one(

@@ -6,7 +6,6 @@ validation, where/limit and the refusals on `MemoryStore`, where nothing else ca
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +14,12 @@ import pytest
 
 from orchestrator import Issue, Memory, OrchestratorError, ValidationError
 from stores import AioSQLiteStore, MemoryStore
-from tests.doubles import Loop, Person
+from tests.doubles import Loop, Person, Point
 
 
 class Team(pydantic.BaseModel):
     lead: Person
     members: list[Person]
-
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: int
 
 
 COLLECTIONS: dict[str, type[pydantic.BaseModel]] = {"loops": Loop, "people": Person, "teams": Team}

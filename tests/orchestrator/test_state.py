@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import re
 from datetime import UTC, datetime
@@ -52,17 +51,12 @@ from orchestrator._recording import (
     record_tool_result,
 )
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import assert_replays
+from tests.doubles import Color, assert_replays, block, call
 
 CLEARED = "(cleared: kept in history)"
 PNG = Image(b"\x89PNG\r\n\x1a\n", "image/png")
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
 
 
 def assert_unchanged(state: State, before: StateSnapshot) -> None:
@@ -77,11 +71,6 @@ def open_turn(state: State, *calls: ToolCall, text: str = "") -> None:
     """A think whose reply requests `calls` (which stay pending)."""
     begin_think(state, model="fake")
     record_reply(state, Reply(Message.assistant(text, calls), Usage(input_tokens=1, requests=1)))
-
-
-def block(call_id: str, text: str) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),))
 
 
 def result(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
@@ -648,10 +637,6 @@ def test_finish_turns_dataclasses_models_and_tuples_into_json() -> None:
     state.finish((1, "two"))
     assert state.answer == [1, "two"]
     assert json.loads(json.dumps(state.answer)) == [1, "two"]
-
-
-class Color(enum.Enum):
-    RED = "red"
 
 
 @pytest.mark.parametrize(

@@ -37,9 +37,7 @@ from orchestrator import (
     State,
     StateSnapshot,
     StoppedByLimit,
-    TextBlock,
     ToolCall,
-    ToolResultBlock,
     ToolResultEntry,
     Usage,
     UserEntry,
@@ -58,18 +56,9 @@ from orchestrator._recording import (
     record_stop,
     record_tool_result,
 )
+from tests.doubles import block, call
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
-
-
-def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
 
 
 def replayed(history: tuple[HistoryEntry, ...]) -> StateSnapshot:

@@ -19,9 +19,7 @@ from orchestrator import (
     StoppedByLimit,
     StoppedByPermission,
     StoppedByUntil,
-    TextBlock,
     ToolCall,
-    ToolResultBlock,
     Usage,
 )
 from orchestrator._recording import (
@@ -42,19 +40,9 @@ from orchestrator._recording import (
     record_tool_result,
 )
 from orchestrator.models import Request, TextCallback
-from tests.doubles import assert_replays
+from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
-
-
-def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
 
 
 def done(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:

@@ -21,7 +21,6 @@ import pytest
 
 from orchestrator import (
     Agent,
-    ErrorEntry,
     Message,
     ModelReplyEntry,
     Reply,
@@ -40,7 +39,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import child_ids, errors, lookup, only_child, result_of, results
 
 How = Literal["as_tool", "agent_in_tools", "async_tool", "sync_tool"]
 HOWS: tuple[How, ...] = ("as_tool", "agent_in_tools", "async_tool", "sync_tool")
@@ -49,21 +48,8 @@ TIMEOUT = 20  # seconds; only reached when a regression makes something wait for
 # Helpers --------------------------------------------------------------------------------------
 
 
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
-
-
 def run_starts(state: State) -> list[RunStartEntry]:
     return [entry for entry in state.history if isinstance(entry, RunStartEntry)]
-
-
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
-
-
-def child_ids(state: State) -> list[str]:
-    return [child for entry in results(state) for child in entry.child_ids]
 
 
 def assert_consistent(state: State) -> None:
@@ -169,12 +155,6 @@ MID_USAGE = Usage(input_tokens=10, output_tokens=20, requests=1, cost=0.25)
 LEAF_USAGE = Usage(input_tokens=1, output_tokens=2, requests=1, cost=0.125)
 
 
-@tool
-def lookup() -> str:
-    """Look the bug up."""
-    return "b.py:12"
-
-
 def three_levels(
     lookup_tool: Tool = lookup,
     *,
@@ -201,11 +181,6 @@ def three_levels(
         ]
     )
     return Agent(lead_model, tools=[mid.as_tool()], name="lead", reporter=reporter)
-
-
-def only_child(state: State) -> State:
-    (child_id,) = child_ids(state)
-    return state.child(child_id)
 
 
 # as_tool and Agent in tools= -------------------------------------------------------------------

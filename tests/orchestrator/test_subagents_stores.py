@@ -32,21 +32,12 @@ from orchestrator._recording import record_run_start
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, results
+from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, child_ids, lookup, only_child
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def child_ids(state: State) -> list[str]:
-    return [child for entry in results(state) for child in entry.child_ids]
-
-
-def only_child(state: State) -> State:
-    (child_id,) = child_ids(state)
-    return state.child(child_id)
 
 
 def assert_same(loaded: State, state: State) -> None:
@@ -62,12 +53,6 @@ def text(value: str, cost: float) -> Reply:
 
 def ask_for(call: ToolCall, cost: float) -> Reply:
     return Reply(Message.assistant(tool_calls=[call]), Usage(requests=1, cost=cost))
-
-
-@tool
-def lookup() -> str:
-    """Look the bug up."""
-    return "b.py:12"
 
 
 def three_levels(

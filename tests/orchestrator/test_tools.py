@@ -37,13 +37,9 @@ from orchestrator._tools import (
     tool,
 )
 from orchestrator._typed import Schema
+from tests.doubles import Color
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-class Color(enum.Enum):
-    RED = "red"
-    BLUE = "blue"
 
 
 class Doc(pydantic.BaseModel):

@@ -24,34 +24,16 @@ from orchestrator import (
     StoreDamagedError,
     ToolResultEntry,
     storage_view,
-    tool,
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION
 from stores._aiosqlite import AioSQLiteStore
 from stores._sqlite import SQLiteStore
-from tests.doubles import reseal_sql, write_sql
+from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 pytestmark = pytest.mark.anyio
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-def assert_same(loaded: State, state: State) -> None:
-    assert loaded.id == state.id
-    assert loaded.snapshot() == state.snapshot()
-    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "states.db"
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import threading
 from pathlib import Path
 
@@ -20,11 +19,7 @@ from stores import FORMAT_VERSION, chain_digests, first_digest
 from stores._file import INFO, LOG, FileStore
 from stores._offload import ThreadedAsync
 from stores.contract import crashed_pending, rich_state
-from tests.doubles import results
-
-
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
+from tests.doubles import mode_of, results
 
 
 def lines_of(path: Path) -> list[bytes]:
@@ -63,11 +58,6 @@ def forge(root: Path, state_id: str, entries: list[bytes]) -> None:
     info = json.loads((root / state_id / INFO).read_bytes())
     info["entries"], info["head"] = len(entries), digests[-1].hex() if digests else None
     (root / state_id / INFO).write_text(json.dumps(info))
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "states"
 
 
 @pytest.fixture

@@ -36,24 +36,17 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     storage_view,
-    tool,
 )
 from orchestrator._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION
 from stores._sqlite import SQLiteStore
 from stores.backend import Tail, TailCache
-from tests.doubles import reseal_sql, write_sql
+from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 def run_agent(store: SQLiteStore, state: State, replies: list[Any], **settings: Any) -> Any:
@@ -82,17 +75,6 @@ def run_script(
         timeout=60,
         check=False,
     )
-
-
-def assert_same(loaded: State, state: State) -> None:
-    assert loaded.id == state.id
-    assert loaded.snapshot() == state.snapshot()
-    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "states.db"
 
 
 @pytest.fixture
