@@ -27,6 +27,8 @@ from orchestrator import (
     Usage,
 )
 from orchestrator.models import AnthropicModel, Price, Request, RetryPolicy
+
+# Private: the exact text a model is shown for arguments that are not JSON.
 from orchestrator.models._wire import INVALID_ARGUMENTS
 from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file
 from tests.models._server import Recorded, Scripted, ScriptedServer, sse

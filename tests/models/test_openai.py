@@ -29,6 +29,8 @@ from orchestrator import (
     tool,
 )
 from orchestrator.models import OpenAIModel, Price, Request, RetryPolicy
+
+# Private: the exact text a model is shown for arguments that are not JSON.
 from orchestrator.models._wire import INVALID_ARGUMENTS
 from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file, results
 from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse

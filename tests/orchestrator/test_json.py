@@ -20,6 +20,8 @@ from hypothesis import strategies as st
 
 import orchestrator
 from orchestrator import FrozenDict, FrozenList, State, thaw
+
+# Private: freeze is the unit under test here (the public thaw is its inverse).
 from orchestrator._json import freeze
 from tests.doubles import Color, is_a, type_of
 

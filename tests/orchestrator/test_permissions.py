@@ -13,6 +13,8 @@ import anyio.from_thread
 import pytest
 
 import orchestrator.permissions
+
+# Private: the terminal prompt's module and lock, to fake the terminal and see prompts queue.
 from orchestrator import State, ToolCall, _permissions
 from orchestrator._permissions import _terminal_lock
 from orchestrator.permissions import (

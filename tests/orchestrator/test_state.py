@@ -38,19 +38,15 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     UserEntry,
+    bind_state,
     tool,
 )
-from orchestrator._recording import (
-    add_child,
-    begin_think,
-    bind_state,
-    compaction,
-    record_reply,
-    record_run_start,
-    record_stop,
-    record_tool_result,
-)
-from orchestrator.testing import FakeModel, tool_call
+
+# Private: the recording functions an Agent records a turn with; these tests drive a State
+# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
+# the others have no public name.
+from orchestrator._recording import add_child, compaction, record_run_start, record_stop
+from orchestrator.testing import FakeModel, begin_think, record_reply, record_tool_result, tool_call
 from tests.doubles import Color, assert_replays, block, call
 
 CLEARED = "(cleared: kept in history)"

@@ -21,12 +21,15 @@ from orchestrator import (
     StoppedByUntil,
     ToolCall,
     Usage,
+    bind_state,
 )
+
+# Private: the recording functions an Agent records a turn with; these tests drive a State
+# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
+# the others have no public name.
 from orchestrator._recording import (
     add_child,
     begin_run,
-    begin_think,
-    bind_state,
     close_pending,
     compaction,
     end_run,
@@ -34,12 +37,11 @@ from orchestrator._recording import (
     record_ask,
     record_compact,
     record_error,
-    record_reply,
     record_run_start,
     record_stop,
-    record_tool_result,
 )
 from orchestrator.models import Request, TextCallback
+from orchestrator.testing import begin_think, record_reply, record_tool_result
 from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------
@@ -722,7 +724,10 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     # The turn closed: its updates are due until merged (an agent merges them at once, with
     # its tools' handlers), and a State replayed from here agrees.
     assert "winner" not in state.extra_data
-    assert [entry.call.id for entry in state._folded.due] == ["first", "second"]
+    assert [entry.call.id for entry in state._folded.due] == [
+        "first",
+        "second",
+    ]  # private: due updates have no public view
     assert_replays(state)
     with pytest.raises(ValueError, match=r"state updates of the last turn \(tool\)"):
         begin_think(state)
@@ -731,7 +736,7 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     assert state.extra_data == {"winner": "second", "a": [1]}
     assert state.history[-1].kind == "extra_data"
     assert state.history[-1].content.turn_merge
-    assert state._folded.due == ()
+    assert state._folded.due == ()  # private: due updates have no public view
     assert_replays(state)
 
 

@@ -28,6 +28,8 @@ from orchestrator import (
     Usage,
     tool,
 )
+
+# Private: record_run_start has no public name; a run cut off mid-call is built by hand.
 from orchestrator._recording import record_run_start
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call

@@ -26,9 +26,7 @@ from orchestrator import (
     storage_view,
 )
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION
-from stores._aiosqlite import AioSQLiteStore
-from stores._sqlite import SQLiteStore
+from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
 from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,7 +91,7 @@ async def test_a_run_round_trips_in_the_file_sqlite_store_reads(
     assert await Agent(model, tools=[add], store=store).arun(state) == "It is 3."
     loaded = await store.aload(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store
+    assert loaded._store is store  # private: the binding has no public accessor
     assert await store.alist() == [storage_view(state).info]
     with SQLiteStore(path) as sync_store:  # one format for both backends
         assert_same(await sync_store.aload(state.id), state)

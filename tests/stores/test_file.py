@@ -14,10 +14,11 @@ import anyio.to_thread
 import pytest
 
 from orchestrator import AsyncStore, Message, RunStart, State, Store, StoreDamagedError, StoreError
+
+# Private: record_run_start has no public name; INFO and LOG name the files on disk.
 from orchestrator._recording import record_run_start
-from stores import FORMAT_VERSION, chain_digests, first_digest
-from stores._file import INFO, LOG, FileStore
-from stores._offload import ThreadedAsync
+from stores import FORMAT_VERSION, FileStore, ThreadedAsync, chain_digests, first_digest
+from stores._file import INFO, LOG
 from stores.contract import crashed_pending, rich_state
 from tests.doubles import mode_of, results
 

@@ -12,6 +12,8 @@ import pytest
 
 from orchestrator import Memory, MemoryBackend, Message, State
 from stores import FileStore
+
+# Private: the memory log's file layout and its compaction threshold, checked on disk.
 from stores import _file as file_module
 from stores._file import LOG, MEMORY, MEMORY_FORMAT
 from tests.doubles import mode_of

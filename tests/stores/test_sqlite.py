@@ -37,10 +37,8 @@ from orchestrator import (
     Usage,
     storage_view,
 )
-from orchestrator._recording import begin_think, record_reply
-from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION
-from stores._sqlite import SQLiteStore
+from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
+from stores import FORMAT_VERSION, SQLiteStore
 from stores.backend import Tail, TailCache
 from tests.doubles import add, assert_same, reseal_sql, write_sql
 
@@ -92,7 +90,7 @@ def test_a_run_round_trips_and_the_loaded_state_is_bound(store: SQLiteStore) -> 
     assert answer == "It is 3."
     loaded = store.load(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store
+    assert loaded._store is store  # private: the binding has no public accessor
     loaded.add_message(Message.user("And now?"))
     with SQLiteStore(store.path) as other:  # a loaded State runs on, here with a second store
         run_agent(other, loaded, ["Still 3."])
