@@ -160,12 +160,12 @@ async def test_the_key_is_read_at_the_first_request(
     # Issue 7, item 1: "No ... key needed to construct one; a missing key fails at the first
     # request" - so a key set after construction is the one used.
     if provider == "openai":
-        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", api_key_env="REVIEW_KEY")
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", api_key_env="LATE_KEY")
         server.push(oa.text_reply("ok"))
     else:
-        model = AnthropicModel("claude-r", base_url=server.url, api_key_env="REVIEW_KEY")
+        model = AnthropicModel("claude-r", base_url=server.url, api_key_env="LATE_KEY")
         server.push(an.text_reply("ok"))
-    monkeypatch.setenv("REVIEW_KEY", "sk-set-later-123456")
+    monkeypatch.setenv("LATE_KEY", "sk-set-later-123456")
     reply = await Agent(model).athink(State(messages=[Message.user("Hi")]))
     assert reply.message.text == "ok"
     [sent] = server.requests
