@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import builtins
+import dataclasses
+import enum
 import sqlite3
+import stat
 import threading
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pydantic
 
-from orchestrator import State, StateInfo, ToolResultEntry
-from orchestrator._recording import bind_state
+from orchestrator import (
+    ErrorEntry,
+    Message,
+    Reporter,
+    State,
+    StateInfo,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+    ToolResultEntry,
+    bind_state,
+    tool,
+)
+from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
 
 
@@ -55,6 +70,53 @@ class ThreadCheckedStore:
         self.inner.delete(state_id)
 
 
+class AsyncOnlyStore:
+    """An `orchestrator.AsyncStore` as a third party writes it: the ``a``-methods, nothing else."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    async def asave(self, state: State) -> None:
+        await self.inner.asave(state)
+        bind_state(state, self)
+
+    async def aload(self, state_id: str) -> State:
+        loaded = await self.inner.aload(state_id)
+        bind_state(loaded, self)
+        return loaded
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        return await self.inner.alist(parent_id=parent_id, limit=limit)
+
+    async def adelete(self, state_id: str) -> None:
+        await self.inner.adelete(state_id)
+
+
+# Retries in the provider model tests: three, without waiting long.
+FAST_RETRY = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
+
+
+def hello_request() -> Request:
+    """A model request holding one user message, "Hi"."""
+    return Request(system=None, messages=(Message.user("Hi"),))
+
+
+class StreamRecorder(Reporter):
+    """Notes each retry (attempt, delay, error) and each streamed text chunk of a run."""
+
+    def __init__(self) -> None:
+        self.retries: builtins.list[tuple[int, float, BaseException]] = []
+        self.text: builtins.list[str] = []
+
+    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
+        self.retries.append((attempt, delay, error))
+
+    def on_text(self, state: State, chunk: str) -> None:
+        self.text.append(chunk)
+
+
 class Loop(pydantic.BaseModel):
     """An open loop: something to come back to."""
 
@@ -69,6 +131,11 @@ class Person(pydantic.BaseModel):
     name: str
     age: int = pydantic.Field(ge=0)
     tags: list[str] = []
+
+
+def assert_replays(state: State) -> None:
+    """The replay invariant: a State rebuilt from the history has the same value."""
+    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def results(state: State) -> list[ToolResultEntry]:
@@ -106,3 +173,106 @@ def reseal_sql(path: Path, state_id: str) -> None:
             "UPDATE states SET entries = ?, head = ? WHERE id = ?", (len(rows), head, state_id)
         )
     db.close()
+
+
+def mode_of(path: Path) -> int:
+    """The permission bits of `path` (``0o600``, ...)."""
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+# Values: calls, results and what the history tells ----------------------------------------------
+
+
+def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
+    """A tool call whose args go through the library's own freezing."""
+    return ToolCall(call_id, name, cast("Any", args))
+
+
+def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
+    """A text result for the call `call_id`."""
+    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
+
+
+def result_of(state: State, call: ToolCall) -> ToolResultEntry:
+    """The one (non-late) result entry of `call` in `state`."""
+    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
+    return entry
+
+
+def errors(state: State) -> list[str]:
+    """The text of each `error` entry of `state`, in order."""
+    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
+
+
+def child_ids(state: State) -> list[str]:
+    """The ids of the children the calls of `state` started, in order."""
+    return [child for entry in results(state) for child in entry.child_ids]
+
+
+def only_child(state: State) -> State:
+    """The one child State the calls of `state` started."""
+    (child_id,) = child_ids(state)
+    return state.child(child_id)
+
+
+def assert_same(loaded: State, state: State) -> None:
+    """A State loaded from a store is `state`: its id, value and entry times."""
+    assert loaded.id == state.id
+    assert loaded.snapshot() == state.snapshot()
+    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
+
+
+# Typing helpers: values the type checker must not narrow or check --------------------------------
+
+
+def is_a(value: object, cls: type[Any] | tuple[type[Any], ...]) -> bool:
+    """`isinstance` that does not narrow `value` (frozen values are typed `Any`)."""
+    return isinstance(value, cls)
+
+
+def type_of(value: object) -> type[Any]:
+    """`type(value)`, without narrowing `value` for the type checker."""
+    return type(value)
+
+
+def as_any(value: object) -> Any:
+    """Hide a deliberately wrong argument from the type checker."""
+    return value
+
+
+# Tools and documents --------------------------------------------------------------------------
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool
+def read_file(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: Where the file is.
+    """
+    return f"contents of {path}"
+
+
+@tool
+def lookup() -> str:
+    """Look the bug up."""
+    return "b.py:12"
+
+
+@dataclasses.dataclass
+class Point:
+    """A plain dataclass value."""
+
+    x: int
+    y: int
+
+
+class Color(enum.Enum):  # no docstring: JSON schemas of it would carry it
+    RED = "red"
+    BLUE = "blue"

@@ -5,8 +5,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import types
+from typing import Any
 
 import pytest
+
+import orchestrator
+from orchestrator import Agent, Message, Usage
+from orchestrator.testing import tool_call
 
 # Every public module: the two packages and their public submodules.
 PACKAGES = (
@@ -164,3 +169,98 @@ def test_orchestrator_exports_the_value_types() -> None:
         "replace_values",
     }
     assert expected <= names
+
+
+def test_the_public_api_has_the_design_names_and_signatures() -> None:
+    # DESIGN 3 (explicit __all__), 4 (Message/blocks/Reply/Usage), 6 (Agent), 7 (ToolSpec,
+    # ToolResult), 11 (FakeModel, tool_call(name, /, **args)).
+    names = set(orchestrator.__all__)
+    assert {
+        "Agent",
+        "ConsoleReporter",
+        "Image",
+        "Memory",
+        "Message",
+        "RawBlock",
+        "ReasoningBlock",
+        "Reply",
+        "Reporter",
+        "State",
+        "StateSnapshot",
+        "TextBlock",
+        "Tool",
+        "ToolCall",
+        "ToolError",
+        "ToolResult",
+        "ToolResultBlock",
+        "ToolSpec",
+        "Usage",
+        "loop",
+        "tool",
+        "waiting_for_user",
+    } <= names
+
+    def params(obj: Any) -> list[tuple[str, Any, Any]]:
+        return [(p.name, p.kind, p.default) for p in inspect.signature(obj).parameters.values()]
+
+    empty = inspect.Parameter.empty
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert [(n, k) for n, k, _ in params(orchestrator.Reply)] == [
+        ("message", positional),
+        ("usage", positional),
+        ("stop_reason", positional),
+        ("model", positional),
+    ]
+    assert [n for n, _, _ in params(orchestrator.Usage)] == [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "requests",
+        "cost",
+    ]
+    assert Usage() == Usage(0, 0, 0, 0, 0, None)
+    assert params(tool_call) == [
+        ("name", inspect.Parameter.POSITIONAL_ONLY, empty),
+        ("args", inspect.Parameter.VAR_KEYWORD, empty),
+    ]
+    assert tool_call("t", name="n").args == {"name": "n"}
+    agent = params(Agent)
+    assert agent[0][:2] == ("model", positional)
+    assert [(n, k, d) for n, k, d in agent[1:]] == [
+        (name, keyword, default)
+        for name, default in [
+            ("instructions", None),
+            ("tools", ()),
+            ("name", None),
+            ("description", None),
+            ("store", None),
+            ("state_schema", None),
+            ("collections", None),
+            ("permissions", None),
+            ("reporter", None),
+            ("loop", None),
+            ("max_concurrency", None),
+            ("tool_timeout", None),
+            ("max_turns", None),  # issue 12: the default loop's limit
+            ("runner", None),  # issue 15: where the subagent tools' children run
+        ]
+    ]
+    assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [
+        "name",
+        "description",
+        "input_schema",
+    ]
+    assert [(n, d) for n, _, d in params(orchestrator.ToolResult)] == [
+        ("message", None),
+        ("state", None),
+        ("is_error", False),
+    ]
+    for twin in ("run", "think", "use_tools", "ask", "compact"):
+        assert inspect.iscoroutinefunction(getattr(Agent, "a" + twin))
+        assert not inspect.iscoroutinefunction(getattr(Agent, twin))
+    assert callable(orchestrator.Image.from_path)
+    assert callable(orchestrator.Image.from_base64)
+    assert Message.notice("x").text == "[notice] x"
+    assert Message.notice("x").is_notice

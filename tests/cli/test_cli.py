@@ -16,6 +16,8 @@ import pytest
 from click.testing import CliRunner, Result
 
 from orchestrator import Message, State
+
+# Private: the CLI's entry point, called in-process (the command runs it the same way).
 from orchestrator._cli import cli
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, PostgresStore, SQLiteStore, decode_entry
@@ -527,7 +529,7 @@ def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
 
 def test_status_words() -> None:
     from orchestrator import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
-    from orchestrator._cli._views import status
+    from orchestrator._cli._views import status  # private: the view under test
 
     call = tool_call("rm", path="/")
     assert status(None, False) == "open"

@@ -16,10 +16,11 @@ import anyio
 import mcp
 import pytest
 
-from orchestrator import Agent, Image, Message, State, TextBlock, ToolResultEntry, thaw, tool
+from orchestrator import Agent, Image, Message, State, TextBlock, thaw, tool
 from orchestrator.mcp import MCPServerError, MCPToolset
 from orchestrator.permissions import AllowByReadOnly
 from orchestrator.testing import FakeModel, tool_call
+from tests.doubles import results
 
 pytestmark = pytest.mark.anyio
 
@@ -32,10 +33,6 @@ def local(tmp_path: Path, **options: Any) -> MCPToolset:
     return MCPToolset.stdio(
         sys.executable, [str(SERVER)], env={"MCP_TEST_DIR": str(tmp_path)}, **options
     )
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 def gone(pid: int) -> bool:

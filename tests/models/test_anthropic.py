@@ -20,116 +20,37 @@ from orchestrator import (
     RateLimitError,
     RawBlock,
     ReasoningBlock,
-    Reporter,
     State,
     TextBlock,
     ToolCall,
     ToolResultBlock,
     Usage,
-    tool,
 )
 from orchestrator.models import AnthropicModel, Price, Request, RetryPolicy
+
+# Private: the exact text a model is shown for arguments that are not JSON.
 from orchestrator.models._wire import INVALID_ARGUMENTS
+from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file
 from tests.models._server import Recorded, Scripted, ScriptedServer, sse
+from tests.models.wire_anthropic import (
+    block_start,
+    calls_reply,
+    delta,
+    end,
+    error,
+    start,
+    stop,
+    text_reply,
+)
 
 KEY = "sk-ant-test-SECRET-0123456789"
-FAST = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
 PNG = b"\x89PNG\r\n\x1a\n-not-really-a-png"
 B64 = Image(PNG, "image/png").to_base64()
 
 
 def make_model(server: ScriptedServer, **options: Any) -> AnthropicModel:
-    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     return AnthropicModel("claude-test", base_url=server.url, **settings)
-
-
-def start(input_tokens: int = 10, written: int = 0, read: int = 0) -> dict[str, Any]:
-    usage = {
-        "input_tokens": input_tokens,
-        "output_tokens": 1,
-        "cache_creation_input_tokens": written,
-        "cache_read_input_tokens": read,
-    }
-    message: dict[str, Any] = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test-20250101",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": usage,
-    }
-    return {"type": "message_start", "message": message}
-
-
-def block_start(index: int, block: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "content_block_start", "index": index, "content_block": block}
-
-
-def delta(index: int, **fields: Any) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": index, "delta": fields}
-
-
-def stop(index: int) -> dict[str, Any]:
-    return {"type": "content_block_stop", "index": index}
-
-
-def end(reason: str, output_tokens: int) -> tuple[dict[str, Any], ...]:
-    message_delta = {
-        "type": "message_delta",
-        "delta": {"stop_reason": reason, "stop_sequence": None},
-        "usage": {"output_tokens": output_tokens},
-    }
-    return (message_delta, {"type": "message_stop"})
-
-
-def text_reply(*pieces: str, input_tokens: int = 10) -> Scripted:
-    events = [start(input_tokens), block_start(0, {"type": "text", "text": ""})]
-    events += [delta(0, type="text_delta", text=piece) for piece in pieces]
-    events += [stop(0), *end("end_turn", 5)]
-    return Scripted(events=sse(*events, named=True))
-
-
-def calls_reply(*calls: tuple[str, str, str]) -> Scripted:
-    events: list[dict[str, Any]] = [start(20)]
-    for index, (call_id, name, arguments) in enumerate(calls):
-        block: dict[str, Any] = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-        events += [block_start(index, block)]
-        events += [delta(index, type="input_json_delta", partial_json=arguments), stop(index)]
-    events += end("tool_use", 8)
-    return Scripted(events=sse(*events, named=True))
-
-
-def error(status: int, kind: str, message: str, **headers: str) -> Scripted:
-    body = {"type": "error", "error": {"type": kind, "message": message}}
-    return Scripted(status, body, headers={k.replace("_", "-"): v for k, v in headers.items()})
-
-
-def hello() -> Request:
-    return Request(system=None, messages=(Message.user("Hi"),))
-
-
-class Recorder(Reporter):
-    def __init__(self) -> None:
-        self.retries: list[tuple[int, float, BaseException]] = []
-        self.text: list[str] = []
-
-    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
-        self.retries.append((attempt, delay, error))
-
-    def on_text(self, state: State, chunk: str) -> None:
-        self.text.append(chunk)
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file.
-
-    Args:
-        path: Where the file is.
-    """
-    return f"contents of {path}"
 
 
 # -- the request -----------------------------------------------------------------------------------
@@ -243,13 +164,13 @@ async def test_request_body_maps_every_block(server: ScriptedServer) -> None:
 
 def test_request_body_without_cache_or_options() -> None:
     model = AnthropicModel("claude-3-haiku-20240307", cache=False)
-    body = model.request_body(hello())
+    body = model.request_body(hello_request())
     assert body == {
         "model": "claude-3-haiku-20240307",
         "max_tokens": 4096,
         "messages": [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}],
     }
-    assert AnthropicModel("claude-sonnet-4-5").request_body(hello())["max_tokens"] == 8192
+    assert AnthropicModel("claude-sonnet-4-5").request_body(hello_request())["max_tokens"] == 8192
     assert AnthropicModel("claude-sonnet-4-5").context_window == 200_000
     assert repr(model) == "AnthropicModel('claude-3-haiku-20240307')"
 
@@ -295,7 +216,7 @@ async def test_reply_with_thinking_text_calls_and_usage(server: ScriptedServer) 
     ]
     server.push(Scripted(events=sse(*events, named=True)))
     chunks: list[str] = []
-    reply = await model.respond(hello(), on_text=chunks.append)
+    reply = await model.respond(hello_request(), on_text=chunks.append)
 
     assert reply.message.content == (
         ReasoningBlock("Let me think."),
@@ -390,7 +311,7 @@ async def test_401_is_an_auth_error_without_the_key(server: ScriptedServer) -> N
 async def test_429_honours_retry_after_then_succeeds(server: ScriptedServer) -> None:
     limited = error(429, "rate_limit_error", "Slow down", retry_after="0")
     server.push(limited, text_reply("ok"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server), reporter=reporter)
     reply = await agent.athink(State(messages=[Message.user("Hi")]))
     assert reply.message.text == "ok"
@@ -403,7 +324,7 @@ async def test_429_honours_retry_after_then_succeeds(server: ScriptedServer) -> 
 @pytest.mark.anyio
 async def test_overloaded_then_success(server: ScriptedServer) -> None:
     server.push(error(529, "overloaded_error", "Overloaded"), text_reply("fine"))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.message.text == "fine"
     assert len(server.requests) == 2
 
@@ -411,7 +332,7 @@ async def test_overloaded_then_success(server: ScriptedServer) -> None:
 @pytest.mark.anyio
 async def test_500_then_success(server: ScriptedServer) -> None:
     server.push(error(500, "api_error", "Internal"), text_reply("fine"))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.message.text == "fine"
 
 
@@ -419,7 +340,7 @@ async def test_500_then_success(server: ScriptedServer) -> None:
 async def test_context_too_long(server: ScriptedServer) -> None:
     server.push(error(400, "invalid_request_error", "prompt is too long: 210000 tokens > 200000"))
     with pytest.raises(ContextTooLongError, match="context window"):
-        await make_model(server).respond(hello())
+        await make_model(server).respond(hello_request())
     assert len(server.requests) == 1
 
 
@@ -428,7 +349,7 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
     server.push(
         Scripted(events=text_reply("Hel", "lo").events, cut_after=3), text_reply("Hello again")
     )
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server), reporter=reporter)
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(ProviderError, match="broke off mid-stream"):
@@ -465,7 +386,7 @@ async def test_a_stream_cut_before_anything_visible_is_retried(server: ScriptedS
         cut_after=3,
     )
     server.push(empty_text, thinking, text_reply("whole"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server), reporter=reporter)
     state = State(messages=[Message.user("Hi")])
     reply = await agent.athink(state)
@@ -489,8 +410,29 @@ async def test_a_stream_cut_after_a_tool_call_started_is_not_retried(
     )
     server.push(Scripted(events=events, cut_after=4), text_reply("again"))
     with pytest.raises(ProviderError, match="broke off mid-stream"):
-        await make_model(server).respond(hello())
+        await make_model(server).respond(hello_request())
     assert len(server.requests) == 1
+
+
+@pytest.mark.anyio
+async def test_an_anthropic_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        start(),
+        block_start(0, {"type": "tool_use", "id": "toolu_1", "name": "run"}),
+        delta(0, type="input_json_delta", partial_json='{"cmd": "rm -'),
+        delta(0, type="input_json_delta", partial_json='rf /tmp/x"}'),
+        named=True,
+    )
+    server.push(Scripted(events=events, cut_after=3), text_reply("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(make_model(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
 
 
 @pytest.mark.anyio
@@ -508,9 +450,9 @@ async def test_an_error_event_mid_stream(server: ScriptedServer) -> None:
     )
     server.push(before_text, text_reply("retried"), after_text)
     model = make_model(server)
-    assert (await model.respond(hello())).message.text == "retried"
+    assert (await model.respond(hello_request())).message.text == "retried"
     with pytest.raises(ProviderError, match=r"broke off mid-stream .*HTTP 529: Overloaded"):
-        await model.respond(hello())
+        await model.respond(hello_request())
 
 
 @pytest.mark.anyio
@@ -527,7 +469,7 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
         named=True,
     )
     server.push(Scripted(events=events, hold_after=3, resume=resume), text_reply("whole"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server, timeout=1.0), reporter=reporter)
     try:
         reply = await agent.athink(State(messages=[Message.user("Hi")]))
@@ -546,7 +488,7 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
 async def test_a_missing_key_fails_at_the_first_request() -> None:
     model = AnthropicModel("claude-sonnet-4-5")
     with pytest.raises(AuthError, match="set the ANTHROPIC_API_KEY environment variable") as caught:
-        await model.respond(hello())
+        await model.respond(hello_request())
     assert str(caught.value).startswith("No API key for Anthropic (model 'claude-sonnet-4-5')")
 
 
@@ -559,15 +501,15 @@ async def test_errors_name_the_anthropic_compatible_server_at_its_url(
     server.push(*[error(503, "api_error", "Down")] * 2, error(404, "not_found_error", "no"))
     model = make_model(server, retry=RetryPolicy(retries=1, base=0.001))
     with pytest.raises(ProviderError) as failed:
-        await model.respond(hello())
+        await model.respond(hello_request())
     assert str(failed.value).startswith(f"T{where[1:]} failed to answer for 'claude-test'")
     with pytest.raises(ProviderError) as missing:
-        await model.respond(hello())
+        await model.respond(hello_request())
     assert str(missing.value).startswith(f"T{where[1:]} has no model 'claude-test' (HTTP 404")
     assert str(missing.value).count(server.url) == 1
     server.push(Scripted(events=text_reply("Hel", "lo").events, cut_after=3))
     with pytest.raises(ProviderError) as broken:
-        await model.respond(hello())
+        await model.respond(hello_request())
     assert f"The reply of 'claude-test' from {where} broke off mid-stream" in str(broken.value)
 
 
@@ -583,7 +525,7 @@ async def test_cancellation_propagates(server: ScriptedServer) -> None:
             def on_text(text: str) -> None:
                 scope.cancel()
 
-            await model.respond(hello(), on_text=on_text)
+            await model.respond(hello_request(), on_text=on_text)
         assert scope.cancelled_caught
     finally:
         resume.set()
@@ -655,7 +597,7 @@ async def test_server_tool_blocks_and_citations_are_kept(server: ScriptedServer)
     server.push(Scripted(events=sse(*events, named=True)), text_reply("ok"))
     model = make_model(server)
     chunks: list[str] = []
-    reply = await model.respond(hello(), on_text=chunks.append)
+    reply = await model.respond(hello_request(), on_text=chunks.append)
     use = {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search"}
     assert reply.message.content == (
         RawBlock("anthropic", {**use, "input": {"query": "anyio"}}),
@@ -684,5 +626,5 @@ async def test_on_text_errors_propagate(server: ScriptedServer) -> None:
         raise KeyError(text)
 
     with pytest.raises(KeyError, match="boom"):
-        await make_model(server).respond(hello(), on_text=on_text)
+        await make_model(server).respond(hello_request(), on_text=on_text)
     assert len(server.requests) == 1

@@ -18,36 +18,23 @@ from orchestrator import (
     Message,
     ProviderError,
     RateLimitError,
-    Reporter,
     State,
     tool,
 )
 from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
+from tests.doubles import FAST_RETRY, StreamRecorder
 from tests.models._llmock import LLMock
 
 KEY = "sk-llmock-SECRET-5a5a5a5a"
-FAST = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
 PROVIDERS = ("openai", "anthropic")
 Provider = Literal["openai", "anthropic"]
 
 
 def build(mockapi: LLMock, provider: Provider, **options: Any) -> Any:
-    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     if provider == "openai":
         return OpenAIModel("gpt-4o", base_url=mockapi.base_url("openai"), **settings)
     return AnthropicModel("claude-sonnet-4-5", base_url=mockapi.base_url("anthropic"), **settings)
-
-
-class Recorder(Reporter):
-    def __init__(self) -> None:
-        self.retries: list[tuple[int, float, BaseException]] = []
-        self.text: list[str] = []
-
-    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
-        self.retries.append((attempt, delay, error))
-
-    def on_text(self, state: State, chunk: str) -> None:
-        self.text.append(chunk)
 
 
 def reply(text: str, **fields: Any) -> dict[str, Any]:
@@ -84,7 +71,7 @@ async def test_a_tool_loop_over_each_wire(mockapi: LLMock, provider: Provider) -
     await mockapi.script(
         reply("Let me check.", tool_calls=[call]), reply("It will be sunny in Paris.")
     )
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), tools=[weather], reporter=reporter)
     state = State(messages=[Message.user("Weather in Paris for two days?")])
     assert await agent.arun(state) == "It will be sunny in Paris."
@@ -139,7 +126,7 @@ async def test_a_rate_limit_is_retried_after_what_the_server_asks(
     mockapi: LLMock, provider: Provider
 ) -> None:
     await mockapi.script({"type": "fail", "status": 429, "retry_after": 0}, reply("ok"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
     reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
     assert reply_.message.text == "ok"
@@ -192,7 +179,7 @@ async def test_a_stream_that_ends_early_before_any_text_is_retried(
     await mockapi.script(fault("truncate", 1), reply("Hello world", times=2))
     model = build(mockapi, provider)
     state = State(messages=[Message.user("Hi")])
-    reporter = Recorder()
+    reporter = StreamRecorder()
     assert (await Agent(model, reporter=reporter).athink(state)).message.text == "Hello world"
     assert "".join(reporter.text) == "Hello world"
     faults = [request["fault"] for request in await mockapi.requests()]
@@ -209,7 +196,7 @@ async def test_a_corrupted_chunk_before_any_text_is_retried(
     mockapi: LLMock, provider: Provider
 ) -> None:
     await mockapi.script(fault("malformed", 0), reply("Hello world", times=2))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
     reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
     assert reply_.message.text == "Hello world"
@@ -226,7 +213,7 @@ async def test_a_connection_dropped_after_text_is_not_retried(
     # text block, a ping, "Hello ", then the drop.
     after = 2 if provider == "openai" else 4
     await mockapi.script(fault("disconnect", after), reply("Hello world", times=2))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(ProviderError, match="broke off mid-stream"):
@@ -246,7 +233,7 @@ async def test_a_connection_dropped_before_any_text_is_retried(
     # message_start, an empty text block and a ping, which show nothing yet.
     after = 1 if provider == "openai" else 3
     await mockapi.script(fault("disconnect", after), reply("Hello world", times=2))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
     reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
     assert reply_.message.text == "Hello world"
@@ -272,7 +259,7 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
     # connection. LLMock holds the stream for a minute after the first chunks.
     after = 1 if provider == "openai" else 3
     await mockapi.script(fault("stall", after, stall_seconds=60), reply("Hello world", times=2))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider, timeout=1.0), reporter=reporter)
     reply_ = await agent.athink(State(messages=[Message.user("Hi")]))
     assert reply_.message.text == "Hello world"
@@ -290,7 +277,7 @@ async def test_a_server_that_never_answers_times_out_after_the_retries(
     await mockapi.script({"type": "delay", "seconds": 60, "times": 3})
     policy = RetryPolicy(retries=2, base=0.001, max_delay=0.01)
     model = build(mockapi, provider, timeout=0.5, retry=policy)
-    reporter = Recorder()
+    reporter = StreamRecorder()
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s.*Gave up after 3 attempts"):
         await Agent(model, reporter=reporter).athink(state)
@@ -306,7 +293,7 @@ async def test_anthropic_at_a_custom_base_url_needs_no_key(mockapi: LLMock) -> N
     # Issue 12, item 7: like OpenAIModel, a custom base_url with no key set gets a placeholder
     # (LLMock takes any key), and errors name the server at its URL, not Anthropic.
     url = mockapi.base_url("anthropic")
-    model = AnthropicModel("claude-sonnet-4-5", base_url=url, retry=FAST)
+    model = AnthropicModel("claude-sonnet-4-5", base_url=url, retry=FAST_RETRY)
     await mockapi.script(reply("Hello world"))
     state = State(messages=[Message.user("Hi")])
     assert (await Agent(model).athink(state)).message.text == "Hello world"

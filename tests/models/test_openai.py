@@ -21,7 +21,6 @@ from orchestrator import (
     RateLimitError,
     RawBlock,
     ReasoningBlock,
-    Reporter,
     State,
     TextBlock,
     ToolCall,
@@ -30,98 +29,30 @@ from orchestrator import (
     tool,
 )
 from orchestrator.models import OpenAIModel, Price, Request, RetryPolicy
+
+# Private: the exact text a model is shown for arguments that are not JSON.
 from orchestrator.models._wire import INVALID_ARGUMENTS
-from tests.models._server import Recorded, Scripted, ScriptedServer, sse
+from tests.doubles import FAST_RETRY, StreamRecorder, hello_request, read_file, results
+from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
+from tests.models.wire_openai import (
+    call_chunk,
+    calls_reply,
+    chunk,
+    error,
+    text_reply,
+    usage_chunk,
+)
 
 KEY = "sk-test-SECRET-0123456789abcdef"
-FAST = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
 PNG = b"\x89PNG\r\n\x1a\n-not-really-a-png"
 
 
 def make_model(server: ScriptedServer, **options: Any) -> OpenAIModel:
-    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     return OpenAIModel("gpt-test", base_url=f"{server.url}/v1", **settings)
 
 
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "gpt-test-2024",
-        "choices": [choice],
-    }
-
-
-def usage_chunk(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
-    usage = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": cached},
-    }
-    return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
-
-
-def text_reply(*pieces: str, prompt: int = 10, completion: int = 5) -> Scripted:
-    chunks = [chunk({"role": "assistant", "content": ""})]
-    chunks += [chunk({"content": piece}) for piece in pieces]
-    chunks += [chunk(finish="stop"), usage_chunk(prompt, completion)]
-    return Scripted(events=sse(*chunks, "[DONE]"))
-
-
-def calls_reply(*calls: tuple[str, str, str]) -> Scripted:
-    deltas = [
-        chunk(
-            {
-                "tool_calls": [
-                    {
-                        "index": index,
-                        "id": call_id,
-                        "type": "function",
-                        "function": {"name": name, "arguments": arguments},
-                    }
-                ]
-            }
-        )
-        for index, (call_id, name, arguments) in enumerate(calls)
-    ]
-    return Scripted(events=sse(*deltas, chunk(finish="tool_calls"), usage_chunk(20, 8), "[DONE]"))
-
-
-def error(status: int, message: str, code: str | None = None, **headers: str) -> Scripted:
-    body = {"error": {"message": message, "type": "invalid_request_error", "code": code}}
-    return Scripted(status, body, headers={k.replace("_", "-"): v for k, v in headers.items()})
-
-
-def hello() -> Request:
-    return Request(system=None, messages=(Message.user("Hi"),))
-
-
-class Recorder(Reporter):
-    def __init__(self) -> None:
-        self.retries: list[tuple[int, float, BaseException]] = []
-        self.text: list[str] = []
-
-    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
-        self.retries.append((attempt, delay, error))
-
-    def on_text(self, state: State, chunk: str) -> None:
-        self.text.append(chunk)
-
-
 # -- the request -----------------------------------------------------------------------------------
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file.
-
-    Args:
-        path: Where the file is.
-    """
-    return f"contents of {path}"
 
 
 @tool
@@ -247,6 +178,36 @@ async def test_reasoning_goes_back_only_within_the_tool_loop(server: ScriptedSer
     assert assistant == {"role": "assistant", "content": "A"}
 
 
+@pytest.mark.anyio
+async def test_reasoning_goes_back_to_the_same_server_only(server: ScriptedServer) -> None:
+    # Issue 7, item 3: "reasoning/thinking blocks kept and sent back only to the same provider".
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "Look first."}),
+        call_chunk(0, "call_1", "read_file", '{"path": "a.py"}'),
+        chunk(finish="tool_calls"),
+        "[DONE]",
+    )
+    server.push(Scripted(events=events), text_reply("same"))
+    agent = Agent(make_model(server), tools=[read_file])
+    state = State(messages=[Message.user("Check a.py")])
+    await agent.athink(state)
+    await agent.ause_tools(state)
+    before = state.snapshot()
+    with serve() as other:
+        other.push(text_reply("other"))
+        await agent.copy(model=make_model(other)).athink(state)
+        [to_other] = other.requests
+    state.restore(before)
+    await agent.athink(state)
+    to_same = server.requests[1]
+    assistant_same = to_same.body["messages"][1]
+    assistant_other = to_other.body["messages"][1]
+    assert assistant_same["reasoning_content"] == "Look first."
+    assert assistant_same["tool_calls"] == assistant_other["tool_calls"]
+    assert "reasoning_content" not in assistant_other
+    assert "reasoning" not in json.dumps(assistant_other)
+
+
 def thinking(text: str = "", signature: str | None = None) -> dict[str, Any]:
     """A piece of a thinking block as LiteLLM's proxy streams it for Claude."""
     return {"type": "thinking", "thinking": text, "signature": signature}
@@ -323,7 +284,7 @@ async def test_thinking_blocks_alone_and_whole(server: ScriptedServer) -> None:
         chunk(finish="stop"),
     )
     server.push(Scripted(events=events))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     same = f"openai@{server.url}/v1"
     first = {"type": "thinking", "thinking": "First.", "signature": "s1"}
     second = {"type": "thinking", "thinking": "Second.", "signature": "s2"}
@@ -336,7 +297,7 @@ async def test_thinking_blocks_alone_and_whole(server: ScriptedServer) -> None:
 
 def test_the_official_api_gets_max_completion_tokens() -> None:
     model = OpenAIModel("o3-mini", max_tokens=50)
-    body = model.request_body(hello())
+    body = model.request_body(hello_request())
     assert body["max_completion_tokens"] == 50
     assert "max_tokens" not in body
     assert repr(model) == "OpenAIModel('o3-mini')"
@@ -385,7 +346,7 @@ async def test_reply_with_reasoning_text_calls_and_usage(server: ScriptedServer)
     )
     server.push(Scripted(events=events))
     chunks: list[str] = []
-    reply = await model.respond(hello(), on_text=chunks.append)
+    reply = await model.respond(hello_request(), on_text=chunks.append)
 
     same = f"openai@{server.url}/v1"
     assert reply.message.content == (
@@ -414,7 +375,7 @@ async def test_no_price_means_no_cost_and_missing_usage_counts_zero(
 ) -> None:
     events = sse(chunk({"content": "ok"}), chunk(finish="stop"), "[DONE]")
     server.push(Scripted(events=events))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.usage == Usage(requests=1)
     assert reply.usage.cost is None
 
@@ -427,7 +388,7 @@ async def test_calls_without_index_or_id_are_kept_apart(server: ScriptedServer) 
     ]
     events = sse(*(chunk({"tool_calls": [call]}) for call in calls), chunk(finish="tool_calls"))
     server.push(Scripted(events=events))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.message.tool_calls == (
         ToolCall("c1", "read_file", {"path": "x"}),
         ToolCall("c2", "run", {"cmd": "ls"}),
@@ -485,7 +446,7 @@ async def test_401_is_an_auth_error_without_the_key(server: ScriptedServer) -> N
 @pytest.mark.anyio
 async def test_429_honours_retry_after_then_succeeds(server: ScriptedServer) -> None:
     server.push(error(429, "Slow down", "rate_limit_exceeded", retry_after="7"), text_reply("ok"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     policy = RetryPolicy(retries=2, base=0.001, max_delay=0.02)
     agent = Agent(make_model(server, retry=policy), reporter=reporter)
     state = State(messages=[Message.user("Hi")])
@@ -507,7 +468,7 @@ async def test_429_honours_retry_after_then_succeeds(server: ScriptedServer) -> 
 @pytest.mark.anyio
 async def test_500_then_success_is_retried(server: ScriptedServer) -> None:
     server.push(Scripted(500, {"error": {"message": "oops"}}), text_reply("fine"))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.message.text == "fine"
     assert len(server.requests) == 2
 
@@ -517,7 +478,7 @@ async def test_retries_run_out(server: ScriptedServer) -> None:
     server.push(*[Scripted(503, {"error": {"message": "busy"}})] * 3)
     model = make_model(server, retry=RetryPolicy(retries=2, base=0.001))
     with pytest.raises(ProviderError, match=r"HTTP 503.*Gave up after 3 attempts"):
-        await model.respond(hello())
+        await model.respond(hello_request())
     assert len(server.requests) == 3
 
 
@@ -525,7 +486,7 @@ async def test_retries_run_out(server: ScriptedServer) -> None:
 async def test_quota_429_is_not_retried(server: ScriptedServer) -> None:
     server.push(error(429, "You exceeded your current quota", "insufficient_quota"))
     with pytest.raises(RateLimitError, match="out of quota"):
-        await make_model(server).respond(hello())
+        await make_model(server).respond(hello_request())
     assert len(server.requests) == 1
 
 
@@ -534,7 +495,7 @@ async def test_context_too_long(server: ScriptedServer) -> None:
     message = "This model's maximum context length is 128000 tokens. You sent 130000 tokens."
     server.push(error(400, message, "context_length_exceeded"))
     with pytest.raises(ContextTooLongError, match=r"compact\(state\)"):
-        await make_model(server).respond(hello())
+        await make_model(server).respond(hello_request())
     assert len(server.requests) == 1
 
 
@@ -542,7 +503,7 @@ async def test_context_too_long(server: ScriptedServer) -> None:
 async def test_other_4xx_is_not_retried(server: ScriptedServer) -> None:
     server.push(error(400, "Unknown parameter: 'foo'"))
     with pytest.raises(ProviderError, match="Unknown parameter") as caught:
-        await make_model(server).respond(hello())
+        await make_model(server).respond(hello_request())
     assert type(caught.value) is ProviderError
     assert len(server.requests) == 1
 
@@ -553,7 +514,7 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
         chunk({"role": "assistant", "content": "Hel"}), chunk({"content": "lo"}), chunk({})
     )
     server.push(Scripted(events=events, cut_after=2), text_reply("Hello again"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server), reporter=reporter)
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(ProviderError, match="broke off mid-stream"):
@@ -570,11 +531,30 @@ async def test_a_stream_cut_mid_reply_is_taken_back(server: ScriptedServer) -> N
 
 
 @pytest.mark.anyio
+async def test_an_openai_stream_dropped_mid_tool_call_is_not_retried(
+    server: ScriptedServer,
+) -> None:
+    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
+    # raises ProviderError".
+    events = sse(
+        chunk({"role": "assistant", "reasoning_content": "I will run it."}),
+        call_chunk(0, "call_1", "run", '{"cmd": "rm -'),
+        chunk({}),
+    )
+    server.push(Scripted(events=events, cut_after=2), text_reply("a second reply"))
+    state = State(messages=[Message.user("Hi")])
+    with pytest.raises(ProviderError):
+        await Agent(make_model(server)).athink(state)
+    assert len(server.requests) == 1
+    assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.anyio
 async def test_a_stream_cut_before_any_text_is_retried(server: ScriptedServer) -> None:
     events = sse(chunk({"role": "assistant"}), chunk({"content": "late"}))
     server.push(Scripted(events=events, cut_after=1), text_reply("whole"))
     chunks: list[str] = []
-    reply = await make_model(server).respond(hello(), on_text=chunks.append)
+    reply = await make_model(server).respond(hello_request(), on_text=chunks.append)
     assert reply.message.text == "whole"
     assert chunks == ["whole"]
 
@@ -590,7 +570,7 @@ async def test_a_stream_cut_after_reasoning_only_is_retried(server: ScriptedServ
     )
     server.push(Scripted(events=events, cut_after=2), text_reply("whole"))
     chunks: list[str] = []
-    reply = await make_model(server).respond(hello(), on_text=chunks.append)
+    reply = await make_model(server).respond(hello_request(), on_text=chunks.append)
     assert reply.message.text == "whole"
     assert chunks == ["whole"]
     assert len(server.requests) == 2
@@ -601,7 +581,7 @@ async def test_a_stream_that_ends_early_or_with_an_error_event(server: ScriptedS
     ended = Scripted(events=sse(chunk({"role": "assistant"})))
     failed = Scripted(events=sse({"error": {"message": "upstream went away", "code": 502}}))
     server.push(ended, failed, text_reply("third time"))
-    reply = await make_model(server).respond(hello())
+    reply = await make_model(server).respond(hello_request())
     assert reply.message.text == "third time"
     assert len(server.requests) == 3
 
@@ -623,8 +603,8 @@ def test_the_timeout_is_checked_and_finite_by_default() -> None:
         (True, TypeError),
         (None, TypeError),
     ]
-    for value, error in bad:
-        with pytest.raises(error, match=r"OpenAIModel\(timeout=\.\.\.\)"):
+    for value, kind in bad:
+        with pytest.raises(kind, match=r"OpenAIModel\(timeout=\.\.\.\)"):
             OpenAIModel("gpt-4o", timeout=value)
 
 
@@ -635,7 +615,7 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
     resume = threading.Event()
     stalled = Scripted(events=text_reply("late").events, hold_after=1, resume=resume)
     server.push(stalled, text_reply("whole"))
-    reporter = Recorder()
+    reporter = StreamRecorder()
     agent = Agent(make_model(server, timeout=1.0), reporter=reporter)
     try:
         reply = await agent.athink(State(messages=[Message.user("Hi")]))
@@ -665,7 +645,7 @@ async def test_a_server_that_never_answers_times_out_after_the_retries(
     model = make_model(server, timeout=0.5, retry=RetryPolicy(retries=1, base=0.001))
     try:
         with pytest.raises(ProviderError, match=r"sent nothing for 0\.5 s.*Gave up after 2"):
-            await model.respond(hello())
+            await model.respond(hello_request())
     finally:
         resume.set()
     assert len(server.requests) == 2
@@ -679,7 +659,7 @@ async def test_a_stream_stalled_after_text_is_not_retried(server: ScriptedServer
     chunks: list[str] = []
     try:
         with pytest.raises(ProviderError, match=r"broke off mid-stream \(ReadTimeout: nothing"):
-            await make_model(server, timeout=1.0).respond(hello(), on_text=chunks.append)
+            await make_model(server, timeout=1.0).respond(hello_request(), on_text=chunks.append)
     finally:
         resume.set()
     assert chunks == ["Hel"]
@@ -695,7 +675,7 @@ async def test_an_unreachable_server_is_retried_then_fails() -> None:
         "m", base_url=f"http://127.0.0.1:{port}/v1", retry=RetryPolicy(retries=1, base=0.001)
     )
     with pytest.raises(ProviderError, match=r"Could not reach .*Gave up after 2 attempts") as e:
-        await model.respond(hello())
+        await model.respond(hello_request())
     where = f"the OpenAI-compatible server at http://127.0.0.1:{port}/v1"
     assert str(e.value).startswith(f"Could not reach {where} for 'm' (")
 
@@ -704,10 +684,10 @@ async def test_an_unreachable_server_is_retried_then_fails() -> None:
 async def test_a_missing_key_fails_at_the_first_request() -> None:
     model = OpenAIModel("gpt-4o")  # no key, no network at construction
     with pytest.raises(AuthError, match="set the OPENAI_API_KEY environment variable"):
-        await model.respond(hello())
+        await model.respond(hello_request())
     other = OpenAIModel("gpt-4o", api_key_env="MY_OPENAI_KEY")
     with pytest.raises(AuthError, match="MY_OPENAI_KEY"):
-        await other.respond(hello())
+        await other.respond(hello_request())
 
 
 @pytest.mark.anyio
@@ -718,10 +698,10 @@ async def test_the_key_comes_from_the_environment(
     model = OpenAIModel("m", base_url=f"{server.url}/v1", api_key_env="MY_KEY")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-this-one")
     server.push(text_reply("a"), text_reply("b"))
-    await model.respond(hello())
+    await model.respond(hello_request())
     # A custom server with no key set gets a placeholder (local servers need none).
     monkeypatch.delenv("OPENAI_API_KEY")
-    await OpenAIModel("m", base_url=f"{server.url}/v1").respond(hello())
+    await OpenAIModel("m", base_url=f"{server.url}/v1").respond(hello_request())
     keys = [request.headers["authorization"] for request in server.requests]
     assert keys == ["Bearer sk-from-env", "Bearer not-needed"]
 
@@ -738,7 +718,7 @@ async def test_cancellation_propagates_and_closes_the_stream(server: ScriptedSer
             def on_text(text: str) -> None:
                 scope.cancel()
 
-            await model.respond(hello(), on_text=on_text)
+            await model.respond(hello_request(), on_text=on_text)
         assert scope.cancelled_caught
     finally:
         resume.set()
@@ -788,6 +768,35 @@ async def test_an_agent_run_with_subagents(server: ScriptedServer) -> None:
     assert child_systems == {"Research."}
     assert state.usage.requests == 4
     assert state.usage.input_tokens == 20 + 7 + 7 + 10
+
+
+@pytest.mark.anyio
+async def test_a_subagent_whose_stream_breaks_becomes_the_parent_calls_error_result(
+    server: ScriptedServer,
+) -> None:
+    # DESIGN 8: "a child's failure becomes the parent call's error result unless it is a
+    # cancellation"; issue 7, item 5: a stream dropped mid-reply "raises ProviderError".
+    def script(request: Recorded) -> Scripted:
+        messages = request.body["messages"]
+        if messages[0]["content"] == "Delegate.":
+            if messages[-1]["role"] == "user":
+                return calls_reply(("call_a", "helper", '{"task": "A"}'))
+            return text_reply("Recovered.")
+        return Scripted(events=text_reply("Par", "tial").events, cut_after=3)
+
+    helper = Agent(make_model(server), name="helper", description="Helps.", instructions="Help.")
+    lead = Agent(make_model(server), instructions="Delegate.", tools=[helper])
+    server.push(script, script, script)
+    state = State(messages=[Message.user("Go")])
+    assert await lead.arun(state) == "Recovered."
+    [entry] = results(state)
+    assert entry.outcome == "error"
+    assert entry.content.is_error
+    assert "mid-stream" in entry.content.text
+    assert KEY not in entry.content.text
+    tool_message = server.requests[-1].body["messages"][-1]
+    assert tool_message["role"] == "tool"
+    assert tool_message["content"].startswith("Error: ")
 
 
 @pytest.mark.anyio

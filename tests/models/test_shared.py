@@ -11,6 +11,8 @@ import pytest
 
 from orchestrator import AuthError, ContextTooLongError, ProviderError, RateLimitError
 from orchestrator.models import OpenAIModel, Price, RetryPolicy
+
+# Private: the pieces both provider models share (retries, SSE, arguments), checked as units.
 from orchestrator.models._retry import Provider, Secret, StreamBroken, parse_retry_after
 from orchestrator.models._wire import INVALID_ARGUMENTS, SSEDecoder, SSEEvent, parse_tool_args
 

@@ -10,6 +10,8 @@ import pytest
 
 from orchestrator import Agent
 from orchestrator.models import AnthropicModel, OpenAIModel
+
+# Private: how a model string resolves, checked as a unit (Agent("...") is its public face).
 from orchestrator.models._base import ollama_base_url, resolve_model
 
 

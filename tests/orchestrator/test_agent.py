@@ -6,7 +6,7 @@ same value (`State(history=s.history).snapshot() == s.snapshot()`).
 
 from __future__ import annotations
 
-import dataclasses
+import re
 import threading
 from typing import Any
 
@@ -18,7 +18,7 @@ from orchestrator import (
     Agent,
     AskEntry,
     ContextChangeEntry,
-    ErrorEntry,
+    Loop,
     Message,
     OutputError,
     Reply,
@@ -27,6 +27,7 @@ from orchestrator import (
     State,
     StoppedByFinish,
     StoppedByLimit,
+    StoppedByPermission,
     StoppedByUntil,
     ToolResultEntry,
     Usage,
@@ -37,43 +38,22 @@ from orchestrator import (
 from orchestrator.models import Request
 from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, FakeModelExhausted, tool_call
-from tests.doubles import results
+from tests.doubles import Point, add, assert_replays, errors, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_replays(state: State) -> None:
-    """A State rebuilt from the history has the same value."""
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def kinds(state: State) -> list[str]:
     return [entry.kind for entry in state.history]
 
 
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
-
-
 def user_state(text: str = "Find the bug") -> State:
     return State(messages=[Message.user(text)])
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 class Review(pydantic.BaseModel):
     verdict: str
     score: int
-
-
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: int
 
 
 # run / arun -----------------------------------------------------------------------------------
@@ -318,6 +298,71 @@ def test_loop_options_are_checked() -> None:
         loop(limit=True)(lambda agent, state: None)  # pyright: ignore[reportUnknownLambdaType]
     with pytest.raises(TypeError, match="until"):
         loop(until=["waiting_for_user"])(lambda agent, state: None)  # pyright: ignore[reportArgumentType, reportUnknownLambdaType]
+
+
+def test_loop_accepts_both_forms_and_a_misuse_says_how_to_fix_it() -> None:
+    # DESIGN 3: "every misuse raises TypeError/ValueError whose message names the problem and the
+    # fix"; DESIGN 6: the form is @loop(until=[...], limit=N). A bare @loop and a single until
+    # function are accepted too (the forms a user reaches for).
+    def body(agent: Agent, state: State) -> None:
+        return None
+
+    bare = loop(body)
+    assert isinstance(bare, Loop)
+    assert bare.until == ()
+    assert bare.limit == 50
+    single = loop(until=waiting_for_user)(body)
+    assert single.until == (waiting_for_user,)
+    with pytest.raises(TypeError, match=re.escape("@loop(until=...)")):
+        loop(until=5)  # pyright: ignore[reportArgumentType]  # neither a function nor a list
+
+
+@pytest.mark.anyio
+async def test_until_functions_are_checked_in_order_and_the_first_true_one_is_named() -> None:
+    # DESIGN 6: before each turn "each until function (StoppedByUntil(fn.__name__))", in order.
+    def never(state: State) -> bool:
+        return False
+
+    def after_one(state: State) -> bool:
+        return state.turn >= 1
+
+    def also_after_one(state: State) -> bool:
+        return state.turn >= 1
+
+    @loop(until=[never, after_one, also_after_one], limit=9)
+    async def body(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+
+    state = State(messages=[Message.user("go")])
+    await Agent(FakeModel(["x", "y"]), loop=body).arun(state)
+    assert state.stopped == StoppedByUntil("after_one")
+    assert state.turn == 1
+
+
+@pytest.mark.anyio
+async def test_a_loop_called_again_from_a_plain_loop_runs_after_its_until_stop() -> None:
+    # Seed 004 stopped: "A @loop called inside such a loop leaves its until/limit reason set, so a
+    # loop without @loop that calls one checks only for StoppedByFinish/StoppedByPermission";
+    # DESIGN 6: a @loop checks "a decided stop (finish, permission stop)", then until, then limit.
+    @loop(until=[waiting_for_user], limit=5)
+    async def inner(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+        if state.pending_calls:
+            await agent.ause_tools(state)
+
+    async def outer(agent: Agent, state: State) -> None:
+        for text in ("second", "third", None):
+            await inner(agent, state)
+            if isinstance(state.stopped, StoppedByFinish | StoppedByPermission) or text is None:
+                return
+            state.add_message(Message.user(text))
+
+    model = FakeModel(["a", "b", "c"])
+    state = State(messages=[Message.user("first")])
+    await Agent(model, loop=outer).arun(state)
+    assert [m.text for m in state.messages] == ["first", "a", "second", "b", "third", "c"]
+    assert len(model.requests) == 3
+    assert state.stopped == StoppedByUntil("waiting_for_user")
 
 
 def test_waiting_for_user_reads_the_last_message() -> None:
@@ -909,6 +954,27 @@ async def test_ask_refuses_bad_arguments_and_open_turns() -> None:
     assert len(state.history) == size
 
 
+class Rating(pydantic.BaseModel):
+    score: int
+
+
+@pytest.mark.anyio
+async def test_an_ask_that_fails_after_a_reply_still_counts_the_usage_spent() -> None:
+    # Seed 004 usage: "Total tokens, requests and cost of every think, ask and compact on this
+    # State"; DESIGN 6 ask "retries on a bad format". The first reply's tokens were spent.
+    model = FakeModel(
+        [
+            Reply(Message.assistant("not json"), Usage(input_tokens=7, requests=1)),
+            RuntimeError("down"),
+        ]
+    )
+    state = State(messages=[Message.user("Rate it")])
+    with pytest.raises(RuntimeError, match="down"):
+        await Agent(model).aask(state, "Give a score", Rating, retries=1)
+    assert state.usage == Usage(input_tokens=7, requests=1)
+    assert_replays(state)
+
+
 def test_sync_ask_and_compact_from_plain_code() -> None:
     model = FakeModel(['{"verdict": "bug", "score": 2}', "The user asked to find a bug."])
     agent = Agent(model)
@@ -961,6 +1027,19 @@ async def test_compact_with_an_empty_summary_changes_nothing() -> None:
     assert not any(
         isinstance(e, ContextChangeEntry) and e.content.kind == "compact" for e in state.history
     )
+    assert_replays(state)
+
+
+@pytest.mark.anyio
+async def test_a_compaction_with_an_empty_summary_still_counts_the_usage_spent() -> None:
+    # Seed 004 usage: "Total tokens, requests and cost of every think, ask and compact on this
+    # State" (an ask with no valid answer counts its usage; a compaction must too).
+    model = FakeModel([Reply(Message.assistant("   "), Usage(input_tokens=50, requests=1))])
+    state = State(messages=[Message.user("Find the bug"), Message.assistant("Looking")])
+    with pytest.raises(OutputError):
+        await Agent(model).acompact(state)
+    assert state.messages[1].text == "Looking"
+    assert state.usage == Usage(input_tokens=50, requests=1)
     assert_replays(state)
 
 

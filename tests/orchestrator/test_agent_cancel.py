@@ -18,7 +18,6 @@ import pytest
 
 from orchestrator import (
     Agent,
-    ErrorEntry,
     Message,
     ModelReplyEntry,
     Reply,
@@ -26,23 +25,16 @@ from orchestrator import (
     State,
     ToolCall,
     ToolResultEntry,
+    loop,
     tool,
+    waiting_for_user,
 )
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AskApproval
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import errors, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
-
-
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
 
 
 def assert_consistent(state: State) -> None:
@@ -459,6 +451,57 @@ async def test_two_cancelled_runs_record_one_error_each() -> None:
         assert len(errors(state)) == attempt + 1
     assert_consistent(state)
     await assert_runs_again(state)
+
+
+@pytest.mark.anyio
+async def test_no_task_is_left_running_after_a_cancelled_arun() -> None:
+    # DESIGN 3: "nothing runs in the background after a call returns; cancelling a parent cancels
+    # its whole subtree"; DESIGN 6: "children are cancelled too".
+    entered = anyio.Event()
+
+    @tool
+    async def wait_forever() -> str:
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    child_model = GateModel([], block_at=(1,))
+    helper = Agent(child_model, name="helper", description="Helps with a task")
+    model = FakeModel(
+        [[tool_call("wait_forever"), tool_call("wait_forever"), tool_call("helper", task="x")]]
+    )
+    agent = Agent(model, tools=[wait_forever, helper])
+    state = State(messages=[Message.user("go")])
+    before = {task.id for task in anyio.get_running_tasks()}
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent.arun, state)
+        await entered.wait()
+        await child_model.entered.wait()
+        group.cancel_scope.cancel()
+    assert {task.id for task in anyio.get_running_tasks()} == before
+    assert sorted(e.outcome for e in results(state)) == ["interrupted"] * 3
+    (child_id,) = [c for e in results(state) for c in e.child_ids]
+    child = state.child(child_id)
+    assert child.pending_calls == ()
+    assert child.turn == 0
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_run_with_a_sync_loop_body_records_the_interruption_once() -> None:
+    # DESIGN 6: "when arun is cancelled ... the error is recorded once"; sync methods called from
+    # a worker thread of a running run "hop onto that loop" (a sync @loop body runs in one).
+    model = GateModel([], block_at=(1,))
+
+    @loop(until=[waiting_for_user], limit=3)
+    def body(agent: Agent, state: State) -> None:
+        agent.think(state)
+
+    agent = Agent(model, loop=body)
+    state = State(messages=[Message.user("go")])
+    await cancel_when(model.entered, agent.arun, state)
+    assert_interrupted_once(state)
+    assert state.turn == 0
+    assert_consistent(state)
 
 
 # Ctrl+C ---------------------------------------------------------------------------------------

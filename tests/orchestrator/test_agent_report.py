@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 import structlog
 import structlog.testing
@@ -41,20 +42,11 @@ from orchestrator.permissions import (
     Permission,
 )
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import assert_replays, read_file, result_of, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_replays(state: State) -> None:
-    assert State(history=state.history).snapshot() == state.snapshot()
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
 
 
 def assert_consistent(state: State) -> None:
@@ -227,6 +219,93 @@ async def test_children_report_to_the_parent_reporter() -> None:
     assert reporter.problems == []
 
 
+def tool_hooks(reporter: Recorder) -> tuple[list[str], dict[str, str]]:
+    """The names of the calls whose on_tool_start ran, and each on_tool_end's outcome by name."""
+    started = [detail for hook, _, detail in reporter.events if hook == "tool_start"]
+    ended = dict(detail for hook, _, detail in reporter.events if hook == "tool_end")
+    return started, ended
+
+
+@pytest.mark.anyio
+async def test_a_call_cancelled_by_a_permission_stop_still_gets_on_tool_end() -> None:
+    # DESIGN 6 Reporter: on_tool_end(state, call, entry) once "A tool call's result is
+    # recorded". A started call closed as `cancelled` has a recorded result too.
+    @tool
+    async def slow() -> str:
+        await anyio.sleep_forever()
+        return "never"
+
+    @tool
+    def shell() -> str:
+        return "never"
+
+    reporter = Recorder()
+    agent = Agent(
+        FakeModel([[tool_call("slow"), tool_call("shell")]]),
+        tools=[slow, shell],
+        reporter=reporter,
+        permissions=[AllowByName("*"), DenyByName("shell", stop=True)],
+    )
+    state = State(messages=[Message.user("go")])
+    await agent.arun(state)
+    assert isinstance(state.stopped, StoppedByPermission)
+    outcomes = {entry.call.name: entry.outcome for entry in results(state)}
+    assert outcomes == {"slow": "cancelled", "shell": "denied"}
+    started, ended = tool_hooks(reporter)
+    assert set(started) == set(outcomes)
+    assert ended == outcomes
+    assert reporter.problems == []
+
+
+@pytest.mark.anyio
+async def test_a_call_closed_by_a_cancellation_still_gets_on_tool_end() -> None:
+    # DESIGN 6 Reporter on_tool_end(state, call, entry); a cancelled arun closes pending calls
+    # ("(interrupted by user)", outcome interrupted): a recorded result, so on_tool_end.
+    entered = anyio.Event()
+
+    @tool
+    async def slow() -> str:
+        entered.set()
+        await anyio.sleep_forever()
+        return "never"
+
+    reporter = Recorder()
+    agent = Agent(FakeModel([tool_call("slow")]), tools=[slow], reporter=reporter)
+    state = State(messages=[Message.user("go")])
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent.arun, state)
+        await entered.wait()
+        group.cancel_scope.cancel()
+    (entry,) = results(state)
+    assert entry.outcome == "interrupted"
+    started, ended = tool_hooks(reporter)
+    assert started == ["slow"]
+    assert ended == {"slow": "interrupted"}
+    assert reporter.problems == []
+
+
+@pytest.mark.anyio
+async def test_a_call_closed_by_an_unexpected_exception_still_gets_on_tool_end() -> None:
+    # DESIGN 6 Reporter on_tool_end(state, call, entry); an exception closes the call
+    # ("(aborted: TypeName)"): a recorded result, so on_tool_end.
+    @tool
+    async def boom() -> str:
+        await anyio.lowlevel.checkpoint()
+        raise RuntimeError("boom")
+
+    reporter = Recorder()
+    agent = Agent(FakeModel([tool_call("boom")]), tools=[boom], reporter=reporter)
+    state = State(messages=[Message.user("go")])
+    with pytest.raises(RuntimeError, match="boom"):
+        await agent.arun(state)
+    (entry,) = results(state)
+    assert entry.outcome == "aborted"
+    started, ended = tool_hooks(reporter)
+    assert started == ["boom"]
+    assert ended == {"boom": "aborted"}
+    assert reporter.problems == []
+
+
 def test_a_reporter_must_be_a_reporter() -> None:
     class Duck:
         def on_run_start(self, state: State) -> None: ...
@@ -236,12 +315,6 @@ def test_a_reporter_must_be_a_reporter() -> None:
 
 
 # permissions in the loop ----------------------------------------------------------------------
-
-
-@tool
-def read_file(path: str) -> str:
-    """Read a file."""
-    return f"contents of {path}"
 
 
 @tool
@@ -590,6 +663,72 @@ async def test_an_async_run_prints_nothing(capfd: pytest.CaptureFixture[str]) ->
     out, err = capfd.readouterr()
     assert out == ""
     assert err == ""
+
+
+def test_a_fresh_process_running_agents_with_warnings_shown_prints_nothing() -> None:
+    # DESIGN 3: "A library is quiet: it never prints and never configures logging ... nothing
+    # shows until the app configures logging"; issue 3: "nothing printed to stdout/stderr" -
+    # with every warning shown, through timeouts, tool errors, unknown tools, denials,
+    # subagents, bad arguments, cancellation and exceptions, on asyncio and trio.
+    script = textwrap.dedent(
+        """
+        import anyio
+        from orchestrator import Agent, ToolError, tool
+        from orchestrator.permissions import AllowByName, DenyByName
+        from orchestrator.testing import FakeModel, tool_call
+
+        @tool(timeout=0.01)
+        async def slow() -> str:
+            await anyio.sleep(5)
+            return "never"
+
+        @tool
+        def fails() -> str:
+            raise ToolError("not found")
+
+        @tool
+        def explodes() -> str:
+            raise RuntimeError("kaboom")
+
+        @tool
+        def shell() -> str:
+            return "never"
+
+        async def main() -> None:
+            child = Agent(FakeModel(["child answer"]), name="child", description="A child")
+            calls = [tool_call(n) for n in ("slow", "fails", "nosuch", "shell")]
+            calls.append(tool_call("child", task="x"))
+            calls.append(tool_call("fails", extra=1))
+            agent = Agent(
+                FakeModel([calls, "done"]),
+                tools=[slow, fails, shell, child],
+                permissions=[AllowByName("*"), DenyByName("shell")],
+            )
+            await agent.arun("go")
+            with anyio.move_on_after(0.01):
+                await Agent(FakeModel([tool_call("slow")]), tools=[slow]).arun("go")
+            try:
+                await Agent(FakeModel([tool_call("explodes")]), tools=[explodes]).arun("go")
+            except RuntimeError:
+                pass
+            try:
+                await Agent(FakeModel([])).arun("go")
+            except AssertionError:
+                pass
+
+        for backend in ("asyncio", "trio"):
+            anyio.run(main, backend=backend)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-W", "always", "-c", script],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
 
 
 def test_a_fresh_process_without_logging_configured_stays_silent() -> None:

@@ -8,11 +8,12 @@ the State is consistent (every call has exactly one result) and replayable.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 import anyio.lowlevel
 import pytest
+from pydantic import Field
 
 from orchestrator import (
     Agent,
@@ -33,14 +34,9 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import add, assert_replays, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_replays(state: State) -> None:
-    """A State rebuilt from the history has the same value."""
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def assert_consistent(state: State) -> None:
@@ -56,11 +52,6 @@ def assert_consistent(state: State) -> None:
     assert sorted(answered) == sorted(requested)
     assert len(set(answered)) == len(answered)
     assert_replays(state)
-
-
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
 
 
 def user_state(text: str = "Go", schema: Any = None) -> State:
@@ -366,6 +357,28 @@ async def test_without_max_concurrency_all_parallel_calls_run_at_once() -> None:
 
 
 @pytest.mark.anyio
+async def test_without_max_concurrency_every_parallel_sync_call_runs_at_once() -> None:
+    # DESIGN 7: "all parallel=True calls of a turn start at once in one task group (... sync
+    # tools in worker threads through one CapacityLimiter, max_concurrency)";
+    # Agent.max_concurrency: "None: all parallel calls" - more than anyio's 40 default threads.
+    count = 70
+    barrier = threading.Barrier(count, timeout=2.0)
+
+    @tool
+    def meet(i: int) -> str:
+        barrier.wait()
+        return "met"
+
+    model = FakeModel([[tool_call("meet", i=i) for i in range(count)], "done"])
+    state = user_state()
+    try:
+        await Agent(model, tools=[meet]).arun(state)
+    finally:
+        barrier.abort()
+    assert [e.outcome for e in results(state)] == ["done"] * count
+
+
+@pytest.mark.anyio
 async def test_max_concurrency_bounds_sync_calls_in_worker_threads() -> None:
     lock = threading.Lock()
     active = 0
@@ -464,6 +477,39 @@ async def test_a_tool_timeout_gives_an_error_result_and_the_run_goes_on() -> Non
     assert result_of(state, calls[1]).outcome == "done"
     assert model.requests[1].messages[-1].tool_results[0].is_error
     assert_consistent(state)
+
+
+@pytest.mark.anyio
+async def test_a_sync_tool_that_times_out_is_not_left_running_after_arun_returns() -> None:
+    # DESIGN 3: "every task lives in a task group; nothing runs in the background after a call
+    # returns"; DESIGN 6/7 per-tool `timeout`.
+    started = threading.Event()
+    release = threading.Event()
+    finished = threading.Event()
+
+    @tool(timeout=0.05)
+    def stuck() -> str:
+        started.set()
+        try:
+            release.wait(1.0)
+        finally:
+            finished.set()
+        return "late"
+
+    def second_reply(request: Request) -> str:
+        started.wait(2.0)  # the tool's thread has surely begun before the run can end
+        return "done"
+
+    agent = Agent(FakeModel([tool_call("stuck"), second_reply]), tools=[stuck])
+    state = user_state()
+    try:
+        await agent.arun(state)
+        (entry,) = results(state)
+        assert entry.outcome == "error"
+        assert finished.is_set(), "the tool's worker thread still runs after arun returned"
+    finally:
+        release.set()
+        finished.wait(2.0)
 
 
 @pytest.mark.anyio
@@ -602,6 +648,32 @@ async def test_a_state_update_that_fails_validation_becomes_an_error_result() ->
     assert_consistent(state)
 
 
+PAIRS_SCHEMA: dict[str, Any] = {"items": {"type": Annotated[list[int], Field(max_length=2)]}}
+
+
+@pytest.mark.anyio
+async def test_a_state_update_failing_validation_at_the_turn_end_is_refused_with_a_notice() -> None:
+    # DESIGN 5a: updates are "applied when the turn's last result is recorded, in request
+    # order"; "An update that fails validation turns that call's result into an error result
+    # and is not applied." Each update is valid alone, the merge is not: the run goes on.
+    @tool
+    def add_pair(n: int) -> ToolResult:
+        return ToolResult(f"added {n}", state={"items": [n, n]})
+
+    model = FakeModel([[tool_call("add_pair", n=1), tool_call("add_pair", n=2)], "done"])
+    agent = Agent(model, tools=[add_pair], state_schema=PAIRS_SCHEMA)
+    state = State(messages=[Message.user("go")])
+    assert await agent.arun(state) == "done"
+    assert state.get("items") == [1, 1]
+    # The results are already in the messages when the merge fails at the turn's end, so the
+    # refused update is not applied and a notice right after the results tells the model.
+    notices = [m.text for m in state.messages if m.is_notice]
+    assert len(notices) == 1
+    assert "Not applied, the state update of add_pair" in notices[0]
+    assert "items" in notices[0]
+    assert_replays(state)
+
+
 @pytest.mark.anyio
 async def test_a_state_update_of_an_undeclared_key_becomes_an_error_result() -> None:
     @tool
@@ -707,12 +779,6 @@ async def test_inputs_from_state_missing_without_default_is_an_input_error() -> 
 
 
 # bad input ------------------------------------------------------------------------------------
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 async def _run_one(

@@ -20,17 +20,10 @@ from hypothesis import strategies as st
 
 import orchestrator
 from orchestrator import FrozenDict, FrozenList, State, thaw
+
+# Private: freeze is the unit under test here (the public thaw is its inverse).
 from orchestrator._json import freeze
-
-
-def _is_a(value: object, cls: type[Any] | tuple[type[Any], ...]) -> bool:
-    """`isinstance` that does not narrow `value` (frozen values are typed `Any`)."""
-    return isinstance(value, cls)
-
-
-def _type(value: object) -> type[Any]:
-    """`type(value)`, without narrowing `value` for the type checker."""
-    return type(value)
+from tests.doubles import Color, is_a, type_of
 
 
 def _sample() -> Any:
@@ -58,7 +51,7 @@ def test_frozen_dict_reads_like_a_dict() -> None:
     assert list(value.items()) == [("a", 1), ("b", 2)]
     assert len(value) == 2
     assert "a" in value
-    assert _is_a(value, dict)
+    assert is_a(value, dict)
     with pytest.raises(KeyError):
         value["missing"]
 
@@ -134,7 +127,7 @@ def test_frozen_dict_every_mutation_raises(
 def test_frozen_dict_dict_copy_is_editable() -> None:
     value = _sample()
     copied = dict(value)
-    assert _type(copied) is dict
+    assert type_of(copied) is dict
     copied["new"] = 1
     del copied["a"]
     assert copied == {"b": [1, 2, {"c": None}], "d": {"e": "f", "g": [True, 1.5]}, "new": 1}
@@ -172,7 +165,7 @@ def test_frozen_list_slice_is_frozen_too() -> None:
     value = FrozenList[Any]([1, 2, 3])
     part = value[1:]
     assert part == [2, 3]
-    assert _is_a(part, FrozenList)
+    assert is_a(part, FrozenList)
     with pytest.raises(TypeError):
         part.append(4)
 
@@ -248,7 +241,7 @@ def test_frozen_list_every_mutation_raises(mutate: Callable[[FrozenList[Any]], o
 def test_frozen_list_list_copy_is_editable() -> None:
     value = freeze([1, [2, 3]])
     copied = list(value)
-    assert _type(copied) is list
+    assert type_of(copied) is list
     copied.append(4)
     copied.sort(key=str)
     assert value == [1, [2, 3]]
@@ -274,9 +267,9 @@ def test_pickle_round_trip_keeps_frozen_types(protocol: int) -> None:
     value = _sample()
     loaded = pickle.loads(pickle.dumps(value, protocol=protocol))
     assert loaded == value
-    assert _type(loaded) is FrozenDict
-    assert _type(loaded["b"]) is FrozenList
-    assert _type(loaded["b"][2]) is FrozenDict
+    assert type_of(loaded) is FrozenDict
+    assert type_of(loaded["b"]) is FrozenList
+    assert type_of(loaded["b"][2]) is FrozenDict
     assert hash(loaded) == hash(value)
     with pytest.raises(TypeError):
         loaded["x"] = 1
@@ -288,7 +281,7 @@ def test_pickle_round_trip_of_a_frozen_list() -> None:
     value = freeze([{"a": 1}, [2]])
     loaded = pickle.loads(pickle.dumps(value))
     assert loaded == value
-    assert _type(loaded) is FrozenList
+    assert type_of(loaded) is FrozenList
     with pytest.raises(TypeError):
         loaded.append(3)
 
@@ -298,8 +291,8 @@ def test_copy_and_deepcopy_keep_frozen_types(copier: Callable[[Any], Any]) -> No
     value = _sample()
     copied = copier(value)
     assert copied == value
-    assert _type(copied) is FrozenDict
-    assert _type(copied["b"]) is FrozenList
+    assert type_of(copied) is FrozenDict
+    assert type_of(copied["b"]) is FrozenList
     with pytest.raises(TypeError):
         copied["x"] = 1
     # Deep-copying a structure that holds frozen values also works.
@@ -315,10 +308,10 @@ def test_thaw_is_exported_and_deep() -> None:
     value = _sample()
     thawed = thaw(value)
     assert thawed == value
-    assert _type(thawed) is dict
-    assert _type(thawed["b"]) is list
-    assert _type(thawed["b"][2]) is dict
-    assert _type(thawed["d"]["g"]) is list
+    assert type_of(thawed) is dict
+    assert type_of(thawed["b"]) is list
+    assert type_of(thawed["b"][2]) is dict
+    assert type_of(thawed["d"]["g"]) is list
     assert not _contains_frozen(thawed)
     thawed["b"][2]["c"] = 5
     thawed["d"]["g"].append(0)
@@ -348,9 +341,9 @@ class Person(pydantic.BaseModel):
 
 def test_freeze_plain_json_gives_frozen_containers() -> None:
     value = freeze({"a": [1, {"b": "c"}]})
-    assert _type(value) is FrozenDict
-    assert _type(value["a"]) is FrozenList
-    assert _type(value["a"][1]) is FrozenDict
+    assert type_of(value) is FrozenDict
+    assert type_of(value["a"]) is FrozenList
+    assert type_of(value["a"][1]) is FrozenDict
 
 
 @pytest.mark.parametrize("atom", [None, True, False, 0, -3, 2**70, 1.5, -0.0, "", "héllo"])
@@ -363,22 +356,22 @@ def test_freeze_keeps_atoms(atom: object) -> None:
 def test_freeze_dataclass_becomes_dict() -> None:
     value = freeze(Point(1, 2, ("a", "b")))
     assert value == {"x": 1, "y": 2, "tags": ["a", "b"]}
-    assert _type(value) is FrozenDict
-    assert _type(value["tags"]) is FrozenList
+    assert type_of(value) is FrozenDict
+    assert type_of(value["tags"]) is FrozenList
 
 
 def test_freeze_pydantic_model_becomes_json_dict() -> None:
     value = freeze(Person(name="Ada", born=datetime.date(1815, 12, 10), friends=["Charles"]))
     assert value == {"name": "Ada", "born": "1815-12-10", "friends": ["Charles"]}
-    assert _type(value) is FrozenDict
+    assert type_of(value) is FrozenDict
 
 
 def test_freeze_tuple_becomes_list() -> None:
     value = freeze((1, (2, 3), [4, (5,)]))
     assert value == [1, [2, 3], [4, [5]]]
-    assert _type(value) is FrozenList
-    assert _type(value[1]) is FrozenList
-    assert _type(value[2][1]) is FrozenList
+    assert type_of(value) is FrozenList
+    assert type_of(value[1]) is FrozenList
+    assert type_of(value[2][1]) is FrozenList
 
 
 def test_freeze_nested_mix() -> None:
@@ -398,10 +391,6 @@ def test_freeze_does_not_share_input_containers() -> None:
     inner.append(3)
     source["other"] = [0]
     assert value == {"inner": [1, 2]}
-
-
-class Color(enum.Enum):
-    RED = "red"
 
 
 class Level(enum.IntEnum):
@@ -565,5 +554,5 @@ def test_freeze_thaw_round_trip_property(value: Any) -> None:
     assert _only_plain(thawed)
     if isinstance(value, dict | list):
         assert not _contains_frozen(thawed)
-        assert _is_a(frozen, (FrozenDict, FrozenList))
+        assert is_a(frozen, (FrozenDict, FrozenList))
         assert hash(frozen) == hash(freeze(value))  # frozen containers are hashable

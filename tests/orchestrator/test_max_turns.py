@@ -199,6 +199,18 @@ def test_a_sync_run_cut_off_by_the_default_limit_returns_quietly_saying_why() ->
 
 
 @pytest.mark.anyio
+async def test_the_default_loop_stops_after_50_turns_with_nothing_pending() -> None:
+    # DESIGN 6: "The default loop: until=waiting_for_user, limit=50, body = think, then use_tools".
+    model = busy(60)
+    state = user_state()
+    await Agent(model, tools=[noop]).arun(state)
+    assert state.stopped == StoppedByLimit(50)
+    assert len(model.requests) == 50
+    assert state.turn == 50
+    assert state.pending_calls == ()
+
+
+@pytest.mark.anyio
 async def test_a_loop_of_ones_own_at_its_default_limit_stops_at_50() -> None:
     state = user_state()
     own = loop(until=[waiting_for_user])(by_hand)

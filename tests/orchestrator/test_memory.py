@@ -6,8 +6,6 @@ validation, where/limit and the refusals on `MemoryStore`, where nothing else ca
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +13,8 @@ import pydantic
 import pytest
 
 from orchestrator import Issue, Memory, OrchestratorError, ValidationError
-from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-from tests.doubles import Loop, Person
+from stores import AioSQLiteStore, MemoryStore
+from tests.doubles import Loop, Person, Point
 
 
 class Team(pydantic.BaseModel):
@@ -24,25 +22,7 @@ class Team(pydantic.BaseModel):
     members: list[Person]
 
 
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: int
-
-
 COLLECTIONS: dict[str, type[pydantic.BaseModel]] = {"loops": Loop, "people": Person, "teams": Team}
-
-
-@pytest.fixture(params=["memory", "file", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    kind = request.param
-    if kind == "memory":
-        yield MemoryStore()
-    elif kind == "file":
-        yield FileStore(tmp_path / "runs")
-    else:
-        with SQLiteStore(tmp_path / "runs.db") as sqlite:
-            yield sqlite
 
 
 @pytest.fixture
@@ -53,8 +33,8 @@ def memory() -> Memory:
 # The seed's example, on every sync backend --------------------------------------------------------
 
 
-def test_the_seed_example_runs_on_every_sync_backend(store: Any) -> None:
-    state = Memory.open("digest", {"loops": Loop}, store)
+def test_the_seed_example_runs_on_every_sync_backend(sync_store: Any) -> None:
+    state = Memory.open("digest", {"loops": Loop}, sync_store)
     state.set("lastUid", 1042)
     assert state.get("lastUid") == 1042
     loops = state.collection("loops")
@@ -68,8 +48,8 @@ def test_the_seed_example_runs_on_every_sync_backend(store: Any) -> None:
 
 
 @pytest.mark.anyio
-async def test_the_async_twins_on_every_backend(store: Any) -> None:
-    state = Memory.open("digest", {"loops": Loop}, store)
+async def test_the_async_twins_on_every_backend(sync_store: Any) -> None:
+    state = Memory.open("digest", {"loops": Loop}, sync_store)
     await state.aset("lastUid", 1042)
     assert await state.aget("lastUid") == 1042
     loops = state.collection("loops")
@@ -318,6 +298,22 @@ def test_an_invalid_document_raises_validation_error_with_paths_and_stores_nothi
     assert loops.list() == []
 
 
+class Task(pydantic.BaseModel):
+    title: str
+    priority: int | list[int]
+
+
+def test_issue_paths_point_into_the_document_for_union_fields() -> None:
+    # Seed 003: "its issues hold the validation issues with their paths" - paths into the doc,
+    # also when pydantic tries several members of a union.
+    tasks = Memory.open("digest", {"tasks": Task}, MemoryStore()).collection("tasks")
+    with pytest.raises(ValidationError) as raised:
+        tasks.upsert("t", {"title": "T", "priority": "high"})
+    assert raised.value.issues
+    assert {issue.path for issue in raised.value.issues} == {("priority",)}
+    assert tasks.list() == []
+
+
 def test_nested_problems_have_full_paths(memory: Memory) -> None:
     teams = memory.collection("teams")
     doc = {
@@ -398,9 +394,9 @@ def test_a_bad_collection_name_is_refused(memory: Memory) -> None:
 # Scope: one agent name in one store ---------------------------------------------------------------
 
 
-def test_two_agents_never_see_each_others_memory(store: Any) -> None:
-    digest = Memory.open("digest", {"loops": Loop}, store)
-    other = Memory.open("other", {"loops": Loop}, store)
+def test_two_agents_never_see_each_others_memory(sync_store: Any) -> None:
+    digest = Memory.open("digest", {"loops": Loop}, sync_store)
+    other = Memory.open("other", {"loops": Loop}, sync_store)
     digest.set("k", "digest's")
     digest.collection("loops").upsert("x", {"title": "X", "status": "open"})
     assert other.get("k") is None

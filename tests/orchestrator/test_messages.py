@@ -20,18 +20,9 @@ from orchestrator import (
     ToolCall,
     ToolResultBlock,
 )
+from tests.doubles import as_any, is_a
 
 PNG_BYTES = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 4
-
-
-def _is_a(value: object, cls: type[Any] | tuple[type[Any], ...]) -> bool:
-    """`isinstance` that does not narrow `value` (frozen values are typed `Any`)."""
-    return isinstance(value, cls)
-
-
-def _any(value: object) -> Any:
-    """Hide a deliberately wrong argument from the type checker."""
-    return value
 
 
 def _png() -> Image:
@@ -51,12 +42,12 @@ def test_message_accepts_user_and_assistant_roles(role: Any) -> None:
 @pytest.mark.parametrize("role", ["system", "tool", "User", "", None])
 def test_message_rejects_other_roles(role: object) -> None:
     with pytest.raises(ValueError, match="role"):
-        Message(_any(role), ())
+        Message(as_any(role), ())
 
 
 def test_message_content_becomes_a_tuple() -> None:
     blocks = [TextBlock("a"), TextBlock("b")]
-    message = Message("user", _any(blocks))
+    message = Message("user", as_any(blocks))
     assert isinstance(message.content, tuple)
     assert message.content == (TextBlock("a"), TextBlock("b"))
     blocks.append(TextBlock("c"))
@@ -69,18 +60,18 @@ def test_message_content_defaults_to_empty_tuple() -> None:
 
 def test_message_content_str_is_refused_with_a_hint() -> None:
     with pytest.raises(TypeError, match=r"Message\.user"):
-        Message("user", _any("hello"))
+        Message("user", as_any("hello"))
 
 
 @pytest.mark.parametrize("item", ["text", {"type": "text"}, 3, None])
 def test_message_content_with_a_non_block_is_refused(item: object) -> None:
     with pytest.raises(TypeError):
-        Message("user", _any([TextBlock("ok"), item]))
+        Message("user", as_any([TextBlock("ok"), item]))
 
 
 def test_message_content_that_is_not_iterable_is_refused() -> None:
     with pytest.raises(TypeError):
-        Message("user", _any(42))
+        Message("user", as_any(42))
 
 
 def test_message_text_joins_text_blocks_only() -> None:
@@ -128,12 +119,12 @@ def test_message_user_with_only_images() -> None:
 
 def test_message_user_rejects_non_image_extras() -> None:
     with pytest.raises(TypeError, match="Image"):
-        Message.user("hi", _any("not an image"))
+        Message.user("hi", as_any("not an image"))
 
 
 def test_message_user_rejects_non_str_text() -> None:
     with pytest.raises(TypeError):
-        Message.user(_any(123))
+        Message.user(as_any(123))
 
 
 def test_message_notice_adds_the_prefix() -> None:
@@ -187,7 +178,7 @@ def test_message_assistant_with_calls_only() -> None:
 
 def test_message_assistant_rejects_non_tool_calls() -> None:
     with pytest.raises(TypeError, match="ToolCall"):
-        Message.assistant("x", _any([{"id": "c1", "name": "a"}]))
+        Message.assistant("x", as_any([{"id": "c1", "name": "a"}]))
 
 
 def test_messages_compare_by_value_and_hash() -> None:
@@ -244,7 +235,7 @@ def test_image_rejects_unsupported_media_type(media_type: str) -> None:
 @pytest.mark.parametrize("data", ["text", bytearray(b"x"), memoryview(b"x"), None])
 def test_image_data_must_be_bytes(data: object) -> None:
     with pytest.raises(TypeError, match="bytes"):
-        Image(_any(data), "image/png")
+        Image(as_any(data), "image/png")
 
 
 def test_image_from_path_reads_bytes_and_guesses_png(tmp_path: Path) -> None:
@@ -326,15 +317,15 @@ def test_tool_call_fields() -> None:
 def test_tool_call_args_default_to_empty_frozen_dict() -> None:
     call = ToolCall("c1", "noop")
     assert call.args == {}
-    assert _is_a(call.args, FrozenDict)
+    assert is_a(call.args, FrozenDict)
 
 
 def test_tool_call_args_are_frozen_deeply() -> None:
     call = ToolCall("c1", "f", {"items": [1, {"k": "v"}], "opts": {"a": 1}})
-    assert _is_a(call.args, FrozenDict)
-    assert _is_a(call.args["items"], FrozenList)
-    assert _is_a(call.args["items"][1], FrozenDict)
-    assert _is_a(call.args["opts"], FrozenDict)
+    assert is_a(call.args, FrozenDict)
+    assert is_a(call.args["items"], FrozenList)
+    assert is_a(call.args["items"][1], FrozenDict)
+    assert is_a(call.args["opts"], FrozenDict)
     args: Any = call.args
     with pytest.raises(TypeError):
         args["new"] = 1
@@ -357,22 +348,22 @@ def test_tool_call_args_given_as_a_hand_built_frozen_dict_are_deeply_frozen() ->
 
 def test_tool_call_copies_the_args_it_is_given() -> None:
     args: dict[str, Any] = {"items": [1, 2]}
-    call = ToolCall("c1", "f", _any(args))
+    call = ToolCall("c1", "f", as_any(args))
     args["items"].append(3)
     args["other"] = True
     assert call.args == {"items": [1, 2]}
 
 
 def test_tool_call_tuple_args_become_lists() -> None:
-    call = ToolCall("c1", "f", _any({"pair": (1, 2)}))
+    call = ToolCall("c1", "f", as_any({"pair": (1, 2)}))
     assert call.args["pair"] == [1, 2]
-    assert _is_a(call.args["pair"], FrozenList)
+    assert is_a(call.args["pair"], FrozenList)
 
 
 @pytest.mark.parametrize("args", [[1, 2], "x=1", 3, None, (("a", 1),)])
 def test_tool_call_args_must_be_a_dict(args: object) -> None:
     with pytest.raises(TypeError, match="args"):
-        ToolCall("c1", "f", _any(args))
+        ToolCall("c1", "f", as_any(args))
 
 
 @pytest.mark.parametrize(
@@ -386,7 +377,7 @@ def test_tool_call_args_must_be_a_dict(args: object) -> None:
 )
 def test_tool_call_non_json_args_name_the_path(args: dict[str, Any], path: str) -> None:
     with pytest.raises(TypeError) as info:
-        ToolCall("c1", "f", _any(args))
+        ToolCall("c1", "f", as_any(args))
     assert path in str(info.value)
     assert "args" in str(info.value)
 
@@ -394,7 +385,7 @@ def test_tool_call_non_json_args_name_the_path(args: dict[str, Any], path: str) 
 @pytest.mark.parametrize(("call_id", "name"), [(1, "f"), ("c1", None)])
 def test_tool_call_id_and_name_must_be_str(call_id: object, name: object) -> None:
     with pytest.raises(TypeError):
-        ToolCall(_any(call_id), _any(name), {})
+        ToolCall(as_any(call_id), as_any(name), {})
 
 
 def test_tool_call_hashable_and_equal_by_value() -> None:
@@ -409,7 +400,7 @@ def test_tool_call_hashable_and_equal_by_value() -> None:
 
 
 def test_tool_result_str_content_becomes_a_text_block() -> None:
-    block = ToolResultBlock("c1", _any("42 results"))
+    block = ToolResultBlock("c1", as_any("42 results"))
     assert block.content == (TextBlock("42 results"),)
     assert block.text == "42 results"
     assert block.is_error is False
@@ -418,7 +409,7 @@ def test_tool_result_str_content_becomes_a_text_block() -> None:
 
 def test_tool_result_blocks_content_becomes_a_tuple() -> None:
     image = _png()
-    block = ToolResultBlock("c1", _any([TextBlock("a"), image, TextBlock("b")]), is_error=True)
+    block = ToolResultBlock("c1", as_any([TextBlock("a"), image, TextBlock("b")]), is_error=True)
     assert block.content == (TextBlock("a"), image, TextBlock("b"))
     assert block.text == "ab"
     assert block.is_error is True
@@ -435,17 +426,17 @@ def test_tool_result_blocks_content_becomes_a_tuple() -> None:
 )
 def test_tool_result_rejects_bad_items(content: list[object]) -> None:
     with pytest.raises(TypeError, match="ToolResultBlock"):
-        ToolResultBlock("c1", _any(content))
+        ToolResultBlock("c1", as_any(content))
 
 
 def test_tool_result_rejects_non_iterable_content() -> None:
     with pytest.raises(TypeError):
-        ToolResultBlock("c1", _any(5))
+        ToolResultBlock("c1", as_any(5))
 
 
 def test_tool_result_call_id_must_be_str() -> None:
     with pytest.raises(TypeError):
-        ToolResultBlock(_any(7), _any("x"))
+        ToolResultBlock(as_any(7), as_any("x"))
 
 
 # -- RawBlock ----------------------------------------------------------------------------------
@@ -456,7 +447,7 @@ def test_raw_block_data_is_frozen() -> None:
     assert block.provider == "anthropic"
     assert block.kind == "raw"
     assert block.data == {"type": "thinking", "signature": "abc", "parts": [1, 2]}
-    assert _is_a(block.data, FrozenDict)
+    assert is_a(block.data, FrozenDict)
     with pytest.raises(TypeError):
         block.data["type"] = "text"
     with pytest.raises(TypeError):
@@ -477,7 +468,7 @@ def test_raw_block_rejects_non_json() -> None:
 
 def test_raw_block_provider_must_be_str() -> None:
     with pytest.raises(TypeError):
-        RawBlock(_any(None), {})
+        RawBlock(as_any(None), {})
 
 
 # -- frozen dataclasses ------------------------------------------------------------------------
@@ -493,7 +484,7 @@ def test_raw_block_provider_must_be_str() -> None:
         (Image(b"x", "image/png"), "media_type", "image/gif"),
         (ToolCall("c1", "f", {}), "args", {"a": 1}),
         (ToolCall("c1", "f", {}), "name", "g"),
-        (ToolResultBlock("c1", _any("x")), "is_error", True),
+        (ToolResultBlock("c1", as_any("x")), "is_error", True),
         (ReasoningBlock("r"), "text", "s"),
         (RawBlock("p", {}), "data", {"a": 1}),
     ],

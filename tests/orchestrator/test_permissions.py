@@ -13,6 +13,8 @@ import anyio.from_thread
 import pytest
 
 import orchestrator.permissions
+
+# Private: the terminal prompt's module and lock, to fake the terminal and see prompts queue.
 from orchestrator import State, ToolCall, _permissions
 from orchestrator._permissions import _terminal_lock
 from orchestrator.permissions import (
@@ -27,13 +29,9 @@ from orchestrator.permissions import (
     check_permissions,
     decide,
 )
+from tests.doubles import as_any
 
 pytestmark = pytest.mark.anyio
-
-
-def _any(value: object) -> Any:
-    """Hide a deliberately wrong argument from the type checker."""
-    return value
 
 
 def _call(name: str = "read_file", call_id: str = "c1", **args: Any) -> ToolCall:
@@ -151,7 +149,7 @@ async def test_a_stop_denial_passes_through_with_its_permission_name() -> None:
 async def test_a_permission_returning_a_wrong_value_raises_type_error() -> None:
     class Sloppy(Permission):
         async def check(self, call: ToolCall, tool: Any | None, state: State) -> Decision | None:
-            return _any(True)
+            return as_any(True)
 
     with pytest.raises(TypeError, match=r"The permission Sloppy returned bool True .*read_file"):
         await decide([Sloppy()], _call(), None, State())
@@ -264,7 +262,7 @@ def test_permission_name_and_deny_first_can_be_set_on_the_class() -> None:
 
 def test_permission_is_abstract() -> None:
     with pytest.raises(TypeError, match="abstract"):
-        _any(Permission)()
+        as_any(Permission)()
 
 
 # -- AskApproval with a callback ----------------------------------------------------------------
@@ -552,24 +550,24 @@ def test_patterns_are_checked(
     kind: type[AllowByName | DenyByName], patterns: object, error: type[Exception], message: str
 ) -> None:
     with pytest.raises(error, match=message):
-        kind(_any(patterns))
+        kind(as_any(patterns))
 
 
 def test_other_arguments_are_checked() -> None:
     with pytest.raises(TypeError, match=r"Denied\.reason must be a str"):
-        Denied(_any(None))
+        Denied(as_any(None))
     with pytest.raises(ValueError, match=r"Denied\.reason is empty"):
         Denied("  ")
     with pytest.raises(TypeError, match=r"Denied\.stop must be a bool"):
-        Denied("no", stop=_any(1))
+        Denied("no", stop=as_any(1))
     with pytest.raises(ValueError, match=r"Denied\.reason is empty"):
         DenyByName("x", reason="")
     with pytest.raises(TypeError, match=r"DenyByName\(stop=...\) must be a bool"):
-        DenyByName("x", stop=_any("yes"))
+        DenyByName("x", stop=as_any("yes"))
     with pytest.raises(TypeError, match=r"AskApproval\(callback\) takes a function"):
-        AskApproval(_any("y"))
+        AskApproval(as_any("y"))
     with pytest.raises(TypeError, match=r"AskApproval\(deny_stop=...\) must be a bool"):
-        AskApproval(deny_stop=_any(None))
+        AskApproval(deny_stop=as_any(None))
 
 
 # -- values, reprs, public module ---------------------------------------------------------------

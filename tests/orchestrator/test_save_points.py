@@ -1,6 +1,8 @@
 """Where an Agent saves: every entry is stored before the model is asked, before a tool runs,
 and when the run ends; save points with nothing awaited between them are written as one, so a
-loop of one's own saves exactly as the default loop does."""
+loop of one's own saves exactly as the default loop does. A sync store is called off the event
+loop thread; a save that fails after an error or a cancellation is a note on it, never instead
+of it."""
 
 from __future__ import annotations
 
@@ -10,10 +12,24 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator import Agent, Message, State, loop, tool, waiting_for_user
+from orchestrator import (
+    Agent,
+    ContextChangeEntry,
+    Message,
+    State,
+    ToolResultEntry,
+    loop,
+    tool,
+    waiting_for_user,
+)
 from orchestrator.models import Request
+from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
+from tests.doubles import ThreadCheckedStore
+
+TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
+NO_SPACE = "No space left on device"
 
 
 class CountingStore(MemoryStore):
@@ -253,3 +269,189 @@ async def test_a_subagents_save_points_are_written_while_its_loop_awaits_somethi
     child = store.load(child_id)
     assert [entry.kind for entry in child.history][: written[0]][-1] == "model_reply"
     assert child.history == state.child(child_id).history
+
+
+# Save points of a run: sync stores, compaction, ask, stopped turns ------------------------------
+
+
+class BreakableStore(MemoryStore):
+    """A `MemoryStore` whose saves fail once `broken` is set (a full disk)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.broken = False
+
+    def save(self, state: State) -> None:
+        if self.broken:
+            raise OSError(28, NO_SPACE)
+        super().save(state)
+
+
+@pytest.mark.anyio
+async def test_a_sync_store_is_never_called_on_the_event_loop_thread() -> None:
+    # Issue 4: "Sync stores are called from worker threads inside async runs, never blocking
+    # the event loop."
+    store = ThreadCheckedStore(threading.get_ident())
+    entered = anyio.Event()
+
+    @tool
+    async def look() -> str:
+        """Look around."""
+        return "seen"
+
+    @tool
+    async def hang() -> str:
+        """Wait forever."""
+        entered.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    helper = Agent(
+        FakeModel([tool_call("look"), "helped"]),
+        tools=[look],
+        name="helper",
+        description="Helps.",
+    )
+    script: list[Any] = [
+        [tool_call("look"), tool_call("helper", task="help")],
+        "done",
+        "The summary.",
+        tool_call("hang"),
+    ]
+    agent = Agent(FakeModel(script), tools=[look, hang, helper], store=store)
+    state = State(messages=[Message.user("Go")])
+    assert await agent.arun(state) == "done"
+    await agent.acompact(state)
+    state.add_message(Message.user("Now wait"))
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.arun, state)
+            await entered.wait()
+            group.cancel_scope.cancel()
+    assert store.calls.count("save") >= 10  # the lead and the child (it inherits the store)
+    assert store.on_loop == []
+    assert store.inner.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_compaction_is_a_save_point() -> None:
+    # DESIGN 9: "saves every State it runs at each save point: ... after compaction."
+    store = MemoryStore()
+    agent = Agent(FakeModel(["First answer.", "The summary."]), store=store)
+    state = State(messages=[Message.user("Go")])
+    await agent.arun(state)
+    await agent.acompact(state)
+    last = state.history[-1]
+    assert isinstance(last, ContextChangeEntry)
+    assert last.content.kind == "compact"
+    assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_an_ask_is_saved_like_a_model_reply() -> None:
+    # DESIGN 9: "saves every State it runs at each save point: ... after each model reply";
+    # an ask's reply is recorded as an `ask` entry holding the usage spent (DESIGN 5).
+    store = MemoryStore()
+    agent = Agent(FakeModel(["Hello.", "3"]), store=store)
+    state = State(messages=[Message.user("Count the files")])
+    await agent.arun(state)
+    assert await agent.aask(state, "How many files?", int) == 3
+    assert state.history[-1].kind == "ask"
+    assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+async def test_results_cancelled_by_a_stopping_permission_are_saved() -> None:
+    # DESIGN 9: "saves every State it runs at each save point: ... after each tool result".
+    store = MemoryStore()
+
+    @tool
+    async def shell() -> str:
+        """Run a shell command."""
+        return "ran"
+
+    @tool(parallel=False)
+    def read() -> str:
+        """Read a file."""
+        return "text"
+
+    agent = Agent(
+        FakeModel([[tool_call("shell"), tool_call("read")], "never"]),
+        tools=[shell, read],
+        store=store,
+        permissions=[DenyByName(["shell"], stop=True), AllowByName(["read"])],
+    )
+    state = State(messages=[Message.user("Go")])
+    await agent.athink(state)
+    await agent.ause_tools(state)
+    outcomes = [e.outcome for e in state.history if isinstance(e, ToolResultEntry)]
+    assert outcomes == ["denied", "cancelled"]
+    assert store.load(state.id).history == state.history
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("where", ["model", "tool"])
+async def test_a_save_failing_after_an_error_is_a_note_and_the_error_wins(where: str) -> None:
+    # Issue 4: "at run end (also when the run ends with an exception: the original exception
+    # wins, a save failure is attached as a note)".
+    store = BreakableStore()
+    failure = RuntimeError("the original failure")
+
+    def failing_model(request: Request) -> Any:
+        store.broken = True
+        return failure
+
+    @tool
+    async def explode() -> str:
+        """Fail."""
+        store.broken = True
+        raise failure
+
+    script: list[Any] = [failing_model] if where == "model" else [tool_call("explode")]
+    state = State(messages=[Message.user("Go")])
+    with pytest.raises(RuntimeError) as caught:
+        await Agent(FakeModel(script), tools=[explode], store=store).arun(state)
+    assert caught.value is failure
+    notes: list[str] = getattr(caught.value, "__notes__", [])
+    assert notes
+    assert all(NO_SPACE in note and state.id in note for note in notes)
+    assert state.history[-1].kind == "error"
+    assert state.pending_calls == ()
+
+
+@pytest.mark.anyio
+async def test_a_save_failing_after_a_cancellation_is_a_note_and_the_cancellation_wins() -> None:
+    # Issue 4: "the original exception wins, a save failure is attached as a note";
+    # DESIGN 3: "a cancellation is always re-raised".
+    store = BreakableStore()
+    entered = anyio.Event()
+
+    @tool
+    async def hang() -> str:
+        """Wait forever."""
+        store.broken = True
+        entered.set()
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    agent = Agent(FakeModel([tool_call("hang"), "never"]), tools=[hang], store=store)
+    state = State(messages=[Message.user("Go")])
+    seen: list[BaseException] = []
+
+    async def go() -> None:
+        try:
+            await agent.arun(state)
+        except anyio.get_cancelled_exc_class() as cancelled:
+            seen.append(cancelled)
+            raise
+
+    with anyio.fail_after(TIMEOUT):
+        async with anyio.create_task_group() as group:
+            group.start_soon(go)
+            await entered.wait()
+            group.cancel_scope.cancel()
+    (cancelled,) = seen
+    notes: list[str] = getattr(cancelled, "__notes__", [])
+    assert any(NO_SPACE in note for note in notes)
+    assert state.pending_calls == ()
+    assert [e.outcome for e in state.history if isinstance(e, ToolResultEntry)] == ["interrupted"]

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import enum
 import json
 import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
+import anyio
 import anyio.lowlevel
 import pytest
 from pydantic import BaseModel
 
 from orchestrator import (
+    Agent,
     ExtraDataEntry,
     FrozenDict,
     FrozenList,
@@ -32,31 +33,26 @@ from orchestrator import (
     StoppedByLimit,
     TextBlock,
     ToolCall,
+    ToolResult,
     ToolResultBlock,
     ToolResultEntry,
     Usage,
     UserEntry,
-)
-from orchestrator._recording import (
-    add_child,
-    begin_think,
     bind_state,
-    compaction,
-    record_reply,
-    record_run_start,
-    record_stop,
-    record_tool_result,
+    tool,
 )
+
+# Private: the recording functions an Agent records a turn with; these tests drive a State
+# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
+# the others have no public name.
+from orchestrator._recording import add_child, compaction, record_run_start, record_stop
+from orchestrator.testing import FakeModel, begin_think, record_reply, record_tool_result, tool_call
+from tests.doubles import Color, assert_replays, block, call
 
 CLEARED = "(cleared: kept in history)"
 PNG = Image(b"\x89PNG\r\n\x1a\n", "image/png")
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
 
 
 def assert_unchanged(state: State, before: StateSnapshot) -> None:
@@ -71,11 +67,6 @@ def open_turn(state: State, *calls: ToolCall, text: str = "") -> None:
     """A think whose reply requests `calls` (which stay pending)."""
     begin_think(state, model="fake")
     record_reply(state, Reply(Message.assistant(text, calls), Usage(input_tokens=1, requests=1)))
-
-
-def block(call_id: str, text: str) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),))
 
 
 def result(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
@@ -473,21 +464,37 @@ def test_properties_read_the_same_values_as_snapshot(busy: State) -> None:
 # snapshot -------------------------------------------------------------------------------------
 
 
+SNAPSHOT_FIELDS = [
+    "history",
+    "messages",
+    "pending_calls",
+    "turn",
+    "usage",
+    "extra_data",
+    "finished",
+    "answer",
+    "stopped",
+    "created_at",
+    "updated_at",
+]
+
+
 def test_snapshot_has_exactly_the_public_fields() -> None:
-    public = [f.name for f in dataclasses.fields(StateSnapshot) if not f.name.startswith("_")]
-    assert public == [
-        "history",
-        "messages",
-        "pending_calls",
-        "turn",
-        "usage",
-        "extra_data",
-        "finished",
-        "answer",
-        "stopped",
-        "created_at",
-        "updated_at",
-    ]
+    # Seed 004 lists history..updated_at; DESIGN 5: "exactly the listed public fields", so
+    # dataclasses.fields and asdict expose (and deep-copy) no internals.
+    assert [f.name for f in dataclasses.fields(StateSnapshot)] == SNAPSHOT_FIELDS
+    snapshot = State(messages=[Message.user("hi")], extra_data={"k": 1}).snapshot()
+    assert list(dataclasses.asdict(snapshot)) == SNAPSHOT_FIELDS
+
+
+def test_snapshot_defaults_are_the_documented_ones() -> None:
+    # Seed 004: history=(), messages=(), pending_calls=(), turn=0, usage=Usage(),
+    # extra_data=FrozenDict(), finished=False, answer=None, stopped=None, times None.
+    empty = StateSnapshot()
+    assert empty == State().snapshot()
+    assert (empty.created_at, empty.updated_at) == (None, None)
+    with pytest.raises(TypeError):
+        empty.extra_data["x"] = 1  # read-only
 
 
 def test_snapshot_is_frozen_and_never_changes(busy: State) -> None:
@@ -626,10 +633,6 @@ def test_finish_turns_dataclasses_models_and_tuples_into_json() -> None:
     state.finish((1, "two"))
     assert state.answer == [1, "two"]
     assert json.loads(json.dumps(state.answer)) == [1, "two"]
-
-
-class Color(enum.Enum):
-    RED = "red"
 
 
 @pytest.mark.parametrize(
@@ -1001,6 +1004,18 @@ def test_child_of_an_unknown_id_raises_key_error() -> None:
     assert_unchanged(parent, before)
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize("child_id", ["no/such child", "x" * 200, "ü", "../escape"])
+async def test_child_and_achild_of_a_malformed_id_raise_key_error(child_id: str) -> None:
+    # Seed 004: KeyError is for any id that is not a child of this State, malformed or not;
+    # ValueError only for "It is a child, but this State has no way to open it".
+    state = State(messages=[Message.user("hi")])
+    with pytest.raises(KeyError):
+        state.child(child_id)
+    with pytest.raises(KeyError):
+        await state.achild(child_id)
+
+
 def test_child_not_in_memory_without_a_store_raises_value_error() -> None:
     parent = parent_of("kid")
     loaded = State(history=parent.history)
@@ -1197,6 +1212,62 @@ def test_restore_to_a_snapshot_taken_while_waiting_raises_value_error(busy: Stat
     with pytest.raises(ValueError, match="waited on"):
         busy.restore(waiting)
     assert_unchanged(busy, before)
+
+
+@pytest.mark.anyio
+async def test_restore_to_a_snapshot_with_pending_calls_forgets_undone_state_updates() -> None:
+    # Seed 004 restore: "Every value goes back to what it was then"; DESIGN 5a: a tool's update
+    # is recorded in its tool_result entry and applied when the turn's last result is recorded.
+    # A result undone by restore must not be applied again.
+    picks: list[str] = []
+
+    @tool
+    def pick(city: str) -> Any:
+        picks.append(city)
+        if len(picks) == 1:
+            return ToolResult("picked", state={"city": city})
+        return "not picked this time"
+
+    agent = Agent(FakeModel([tool_call("pick", city="Paris")]), tools=[pick])
+    state = State(messages=[Message.user("Pick a city")])
+    await agent.athink(state)
+    before = state.snapshot()  # after think returned: the seed's "between turns"
+    await agent.ause_tools(state)
+    assert state.get("city") == "Paris"
+    state.restore(before)
+    assert state.extra_data == {}
+    assert len(state.pending_calls) == 1
+    await agent.ause_tools(state)  # runs again; this time the tool updates nothing
+    assert len(picks) == 2
+    assert state.extra_data == {}
+    assert_replays(state)
+
+
+@pytest.mark.anyio
+async def test_restore_to_a_snapshot_with_pending_calls_closes_the_turn_once_again() -> None:
+    # Seed 004: "Results of this turn's tool calls go in together once the last call has a
+    # result"; restore brings messages back, so only the new results go in.
+    @tool
+    def echo(text: str) -> str:
+        return text
+
+    agent = Agent(
+        FakeModel([[tool_call("echo", text="a"), tool_call("echo", text="b")]]), tools=[echo]
+    )
+    state = State(messages=[Message.user("Echo")])
+    await agent.athink(state)
+    before = state.snapshot()
+    await agent.ause_tools(state)
+    state.restore(before)
+    assert state.messages == before.messages
+    await agent.ause_tools(state)
+    assert state.pending_calls == ()
+    assert len(state.messages) == 3
+    (results,) = [m for m in state.messages if m.tool_results]
+    assert [block.text for block in results.tool_results] == ["a", "b"]
+    late = [e for e in state.history if isinstance(e, ToolResultEntry) and e.late]
+    assert late == []
+    assert_replays(state)
 
 
 # Frozen values --------------------------------------------------------------------------------

@@ -37,39 +37,29 @@ from orchestrator import (
     State,
     StateSnapshot,
     StoppedByLimit,
-    TextBlock,
     ToolCall,
-    ToolResultBlock,
     ToolResultEntry,
     Usage,
     UserEntry,
     merge_lists,
 )
+
+# Private: Folded is the fold's value (one test checks every slot is copied), and the
+# recording functions an Agent uses (orchestrator.testing has three of them).
 from orchestrator._fold import Folded
 from orchestrator._recording import (
-    begin_think,
     close_pending,
     merge_turn,
     record_ask,
     record_compact,
     record_error,
-    record_reply,
     record_run_start,
     record_stop,
-    record_tool_result,
 )
+from orchestrator.testing import begin_think, record_reply, record_tool_result
+from tests.doubles import block, call
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
-
-
-def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
 
 
 def replayed(history: tuple[HistoryEntry, ...]) -> StateSnapshot:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator import (
+    Agent,
     Message,
     Reply,
     RunStart,
@@ -16,16 +19,17 @@ from orchestrator import (
     StoppedByLimit,
     StoppedByPermission,
     StoppedByUntil,
-    TextBlock,
     ToolCall,
-    ToolResultBlock,
     Usage,
+    bind_state,
 )
+
+# Private: the recording functions an Agent records a turn with; these tests drive a State
+# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
+# the others have no public name.
 from orchestrator._recording import (
     add_child,
     begin_run,
-    begin_think,
-    bind_state,
     close_pending,
     compaction,
     end_run,
@@ -33,23 +37,14 @@ from orchestrator._recording import (
     record_ask,
     record_compact,
     record_error,
-    record_reply,
     record_run_start,
     record_stop,
-    record_tool_result,
 )
+from orchestrator.models import Request, TextCallback
+from orchestrator.testing import begin_think, record_reply, record_tool_result
+from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def call(call_id: str, name: str = "tool", **args: Any) -> ToolCall:
-    """A tool call whose args go through the library's own freezing."""
-    return ToolCall(call_id, name, cast("Any", args))
-
-
-def block(call_id: str, text: str, *, is_error: bool = False) -> ToolResultBlock:
-    """A text result for the call `call_id`."""
-    return ToolResultBlock(call_id, (TextBlock(text),), is_error)
 
 
 def done(state: State, tool_call: ToolCall, text: str = "ok", **kwargs: Any) -> None:
@@ -61,11 +56,6 @@ def assert_unchanged(state: State, before: StateSnapshot) -> None:
     """The State has exactly the value it had before a rejected call."""
     assert state.snapshot() == before
     assert len(state.history) == len(before.history)
-
-
-def assert_replays(state: State) -> None:
-    """A State rebuilt from the history has the same value."""
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def texts(state: State) -> list[str]:
@@ -254,6 +244,59 @@ def test_messages_added_while_waiting_go_in_after_all_the_results(state: State) 
     kinds = [entry.kind for entry in state.history]
     assert kinds.count("user") == 2
     assert kinds.count("notice") == 1
+
+
+class GateModel:
+    """Replies "ok" once `release` is set; `entered` is set when the request arrives."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    @property
+    def name(self) -> str:
+        return "gate"
+
+    @property
+    def context_window(self) -> int | None:
+        return None
+
+    async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
+        self.entered.set()
+        await self.release.wait()
+        return Reply(Message.assistant("ok"))
+
+
+@pytest.mark.anyio
+async def test_messages_added_from_threads_while_the_model_is_waited_on_keep_order() -> None:
+    # Seed 004: methods are "thread-safe, so tools may call them from worker threads";
+    # add_message: "while think waits on the model, the message is held and goes into messages
+    # right after ... the reply".
+    model = GateModel()
+    agent = Agent(model)
+    state = State(messages=[Message.user("start")])
+    threads, per_thread = 8, 50
+
+    def add_many(tag: str) -> None:
+        for i in range(per_thread):
+            state.add_message(Message.user(f"{tag}-{i}"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent.athink, state)
+        await model.entered.wait()
+        async with anyio.create_task_group() as adders:
+            for t in range(threads):
+                adders.start_soon(anyio.to_thread.run_sync, add_many, f"t{t}")
+        assert [m.text for m in state.messages] == ["start"]  # held while waiting
+        model.release.set()
+
+    seen = [m.text for m in state.messages]
+    assert seen[:2] == ["start", "ok"]
+    assert len(seen) == 2 + threads * per_thread
+    for t in range(threads):
+        mine = [text for text in seen if text.startswith(f"t{t}-")]
+        assert mine == [f"t{t}-{i}" for i in range(per_thread)]
+    assert_replays(state)
 
 
 def test_messages_between_turns_go_in_at_once(state: State) -> None:
@@ -681,7 +724,10 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     # The turn closed: its updates are due until merged (an agent merges them at once, with
     # its tools' handlers), and a State replayed from here agrees.
     assert "winner" not in state.extra_data
-    assert [entry.call.id for entry in state._folded.due] == ["first", "second"]
+    assert [entry.call.id for entry in state._folded.due] == [
+        "first",
+        "second",
+    ]  # private: due updates have no public view
     assert_replays(state)
     with pytest.raises(ValueError, match=r"state updates of the last turn \(tool\)"):
         begin_think(state)
@@ -690,7 +736,7 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     assert state.extra_data == {"winner": "second", "a": [1]}
     assert state.history[-1].kind == "extra_data"
     assert state.history[-1].content.turn_merge
-    assert state._folded.due == ()
+    assert state._folded.due == ()  # private: due updates have no public view
     assert_replays(state)
 
 

@@ -21,7 +21,6 @@ import pytest
 
 from orchestrator import (
     Agent,
-    ErrorEntry,
     Message,
     ModelReplyEntry,
     Reply,
@@ -40,7 +39,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import results
+from tests.doubles import child_ids, errors, lookup, only_child, result_of, results
 
 How = Literal["as_tool", "agent_in_tools", "async_tool", "sync_tool"]
 HOWS: tuple[How, ...] = ("as_tool", "agent_in_tools", "async_tool", "sync_tool")
@@ -49,21 +48,8 @@ TIMEOUT = 20  # seconds; only reached when a regression makes something wait for
 # Helpers --------------------------------------------------------------------------------------
 
 
-def result_of(state: State, call: ToolCall) -> ToolResultEntry:
-    (entry,) = [e for e in results(state) if e.call.id == call.id and not e.late]
-    return entry
-
-
 def run_starts(state: State) -> list[RunStartEntry]:
     return [entry for entry in state.history if isinstance(entry, RunStartEntry)]
-
-
-def errors(state: State) -> list[str]:
-    return [entry.content for entry in state.history if isinstance(entry, ErrorEntry)]
-
-
-def child_ids(state: State) -> list[str]:
-    return [child for entry in results(state) for child in entry.child_ids]
 
 
 def assert_consistent(state: State) -> None:
@@ -169,12 +155,6 @@ MID_USAGE = Usage(input_tokens=10, output_tokens=20, requests=1, cost=0.25)
 LEAF_USAGE = Usage(input_tokens=1, output_tokens=2, requests=1, cost=0.125)
 
 
-@tool
-def lookup() -> str:
-    """Look the bug up."""
-    return "b.py:12"
-
-
 def three_levels(
     lookup_tool: Tool = lookup,
     *,
@@ -201,11 +181,6 @@ def three_levels(
         ]
     )
     return Agent(lead_model, tools=[mid.as_tool()], name="lead", reporter=reporter)
-
-
-def only_child(state: State) -> State:
-    (child_id,) = child_ids(state)
-    return state.child(child_id)
 
 
 # as_tool and Agent in tools= -------------------------------------------------------------------
@@ -589,7 +564,10 @@ async def test_ten_children_of_one_turn_and_their_tools_run_at_once(sync_tools: 
 
 
 @pytest.mark.anyio
-async def test_max_concurrency_bounds_the_children_of_one_turn() -> None:
+@pytest.mark.parametrize("how", HOWS)
+async def test_max_concurrency_bounds_the_children_of_one_turn(how: How) -> None:
+    # Issue 5: "the children of one turn run concurrently (bounded by the agent's
+    # max_concurrency)", however they are started: from sync tools in worker threads too.
     bound, total = 3, 7
     active = peak = 0
     bound_reached = anyio.Event()
@@ -615,9 +593,9 @@ async def test_max_concurrency_bounds_the_children_of_one_turn() -> None:
         name="worker",
         description="Works.",
     )
-    fan_out = [tool_call("worker", task=f"part {i}") for i in range(total)]
+    fan_out = [tool_call("delegate", task=f"part {i}") for i in range(total)]
     state = user_state()
-    lead = Agent(FakeModel([fan_out, "ok"]), tools=[worker], max_concurrency=bound)
+    lead = Agent(FakeModel([fan_out, "ok"]), tools=[delegating(how, worker)], max_concurrency=bound)
     with anyio.fail_after(TIMEOUT):
         await lead.arun(state)
     assert peak == bound
@@ -901,6 +879,42 @@ async def test_children_and_grandchildren_report_to_the_lead_reporter() -> None:
     assert events.index(("tool_start", mid.id)) < events.index(("child_start", leaf.id))
     assert events.index(("run_end", leaf.id)) < events.index(("tool_end", mid.id))
     assert events[-1] == ("run_end", state.id)
+
+
+@pytest.mark.anyio
+async def test_a_child_run_from_a_sync_tool_reports_to_its_own_and_the_lead_reporter() -> None:
+    # Issue 5: "children's events go to the parent's reporter too, with
+    # on_child_start(parent, call, child)"; DESIGN 8: linking works "from sync tools in
+    # worker threads".
+    own, leads = Tree(), Tree()
+
+    @tool
+    async def look() -> str:
+        """Look."""
+        return "seen"
+
+    helper = Agent(
+        FakeModel([tool_call("look"), "helped"]),
+        tools=[look],
+        name="helper",
+        description="Helps.",
+        reporter=own,
+    )
+    state = user_state()
+    lead = Agent(
+        FakeModel([tool_call("delegate", task="x"), "ok"]),
+        tools=[delegating("sync_tool", helper)],
+        reporter=leads,
+    )
+    assert await lead.arun(state) == "ok"
+    (kid,) = child_ids(state)
+    mine = [event for event in leads.events if event[1] == kid]
+    assert mine[:2] == [("child_start", kid), ("run_start", kid)]
+    assert ("tool_start", kid) in mine
+    assert mine[-1] == ("run_end", kid)
+    assert own.events == mine
+    assert ("run_end", state.id) in leads.events
+    assert leads.problems == own.problems == []
 
 
 # fork ------------------------------------------------------------------------------------------

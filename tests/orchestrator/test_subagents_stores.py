@@ -8,6 +8,7 @@ object on the same path, as another process would.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeAlias
@@ -19,30 +20,26 @@ from orchestrator import (
     Message,
     ModelReplyEntry,
     Reply,
+    RunStart,
     State,
     Tool,
     ToolCall,
+    ToolResultEntry,
     Usage,
     tool,
 )
+
+# Private: record_run_start has no public name; a run cut off mid-call is built by hand.
+from orchestrator._recording import record_run_start
 from orchestrator.models import Request
-from orchestrator.testing import FakeModel, tool_call
+from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-from tests.doubles import results
+from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, child_ids, lookup, only_child
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def child_ids(state: State) -> list[str]:
-    return [child for entry in results(state) for child in entry.child_ids]
-
-
-def only_child(state: State) -> State:
-    (child_id,) = child_ids(state)
-    return state.child(child_id)
 
 
 def assert_same(loaded: State, state: State) -> None:
@@ -58,12 +55,6 @@ def text(value: str, cost: float) -> Reply:
 
 def ask_for(call: ToolCall, cost: float) -> Reply:
     return Reply(Message.assistant(tool_calls=[call]), Usage(requests=1, cost=cost))
-
-
-@tool
-def lookup() -> str:
-    """Look the bug up."""
-    return "b.py:12"
 
 
 def three_levels(
@@ -315,6 +306,67 @@ def test_a_sync_run_saves_the_tree_and_it_reopens_from_the_file_store(tmp_path: 
     loaded = FileStore(tmp_path / "runs").load(lead.id)
     assert_same(loaded, lead)
     assert_same(loaded.child(mid.id).child(leaf.id), leaf)
+
+
+async def run_with_one_child(store: Any) -> tuple[State, str]:
+    """Run a lead (saved to `store`) whose call starts one helper child; the lead and its id."""
+    helper = Agent(FakeModel(["helped"]), name="helper", description="Helps.")
+    lead = Agent(FakeModel([tool_call("helper", task="help"), "ok"]), tools=[helper], store=store)
+    state = State(messages=[Message.user("Go")])
+    assert await lead.arun(state) == "ok"
+    (kid,) = child_ids(state)
+    return state, kid
+
+
+@pytest.mark.anyio
+async def test_achild_opens_a_child_from_a_sync_store_off_the_loop_thread() -> None:
+    # Seed 004, achild: "The async version of child: the same lookup and the same errors";
+    # issue 4: sync stores are "called from worker threads inside async runs".
+    store = ThreadCheckedStore(threading.get_ident())
+    state, kid = await run_with_one_child(store)
+    loaded = store.load(state.id)
+    assert loaded.child(kid).answer == "helped"  # the sync lookup works
+    store.on_loop.clear()
+    opened = await loaded.achild(kid)
+    assert opened.answer == "helped"
+    assert opened.parent_id == state.id
+    assert store.on_loop == []
+
+
+@pytest.mark.anyio
+async def test_child_of_a_state_bound_to_a_third_party_async_only_store_raises_type_error() -> None:
+    # Seed 004, child raises "TypeError: The store works only asynchronously. Use achild.",
+    # also for a store that only has the a-methods (no capability flag).
+    store = AsyncOnlyStore()
+    state, kid = await run_with_one_child(store)
+    loaded = await store.aload(state.id)
+    assert (await loaded.achild(kid)).answer == "helped"
+    with pytest.raises(TypeError, match="achild"):
+        loaded.child(kid)
+
+
+def test_a_cut_off_call_still_lists_the_child_it_started_after_load(sync_store: Any) -> None:
+    # DESIGN 8: "the parent's tool_result entry lists child_ids"; issue 5: "after a save and
+    # load, the tree reopens"; DESIGN 9: load closes a half-done turn with `unknown` results.
+    lead = State(id="lead", messages=[Message.user("Delegate the search")])
+    record_run_start(lead, RunStart(agent="lead", model="fake", tools=("helper",)))
+    begin_think(lead, model="fake")
+    call = ToolCall("c1", "helper", {"task": "search"})
+    record_reply(lead, Reply(Message.assistant("", [call]), Usage(requests=1)))
+    sync_store.save(lead)
+    kid = State(id="kid", messages=[Message.user("search")])
+    record_run_start(
+        kid, RunStart(parent_id="lead", parent_call_id="c1", agent="helper", model="fake")
+    )
+    begin_think(kid, model="fake")
+    record_reply(kid, Reply(Message.assistant("found it"), Usage(input_tokens=7, requests=1)))
+    sync_store.save(kid)
+    # The process stops here: the lead's call never got its result.
+    loaded = sync_store.load("lead")
+    (result,) = [e for e in loaded.history if isinstance(e, ToolResultEntry)]
+    assert result.outcome == "unknown"
+    assert result.child_ids == ("kid",)
+    assert loaded.child("kid").answer == "found it"
 
 
 # AioSQLiteStore: async only --------------------------------------------------------------------

@@ -16,34 +16,28 @@ from typing_extensions import TypedDict  # pydantic needs it on Python < 3.12
 from orchestrator import (
     FrozenDict,
     FrozenList,
+    FunctionTool,
     Image,
+    Issue,
     OrchestratorError,
     State,
     TextBlock,
-    ToolCall,
-)
-from orchestrator._errors import Issue
-from orchestrator._state import RESERVED
-from orchestrator._tool_schema import parse_docstring
-from orchestrator._tools import (
-    Converted,
-    FunctionTool,
     Tool,
+    ToolCall,
     ToolInputError,
     ToolResult,
     ToolSpec,
-    as_tool_list,
-    check_outputs_against_schema,
     tool,
 )
+
+# Private: the schema and conversion internals of tools, checked as units.
+from orchestrator._state import RESERVED
+from orchestrator._tool_schema import parse_docstring
+from orchestrator._tools import Converted, as_tool_list, check_outputs_against_schema
 from orchestrator._typed import Schema
+from tests.doubles import Color
 
 PNG = b"\x89PNG\r\n\x1a\n"
-
-
-class Color(enum.Enum):
-    RED = "red"
-    BLUE = "blue"
 
 
 class Doc(pydantic.BaseModel):
@@ -1145,7 +1139,7 @@ class Later(pydantic.BaseModel):
 
 def test_arguments_a_provider_could_not_parse_get_one_clear_issue() -> None:
     # A provider keeps cut-off argument text under INVALID_ARGUMENTS (orchestrator._messages).
-    from orchestrator._messages import INVALID_ARGUMENTS
+    from orchestrator._messages import INVALID_ARGUMENTS  # private: the exact text
 
     @tool
     def add(a: int, b: int) -> int:

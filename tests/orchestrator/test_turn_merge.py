@@ -29,8 +29,10 @@ from orchestrator import (
     ToolResultEntry,
     tool,
 )
-from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
-from orchestrator.testing import FakeModel, tool_call
+
+# Private: close_pending has no public name (an Agent closes pending calls itself).
+from orchestrator._recording import close_pending
+from orchestrator.testing import FakeModel, begin_think, record_reply, record_tool_result, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -167,6 +169,7 @@ async def test_a_load_mid_turn_recovers_and_resumes_to_the_same_end() -> None:
     # Loaded mid-turn: `slow` is closed as unknown, and the due update waits for the agent's
     # handler: it never merges by another rule.
     assert loaded.get("count") == 10
+    # private: due updates have no public view
     assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
     assert await agent(resumed=True).arun(loaded) == "Counted."
     assert loaded.get("count") == 15
@@ -239,6 +242,7 @@ def test_file_and_sqlite_stores_keep_the_due_update(tmp_path: Path) -> None:
         )
         store.save(state)
         loaded = store.load(state.id)
+        # private: due updates have no public view
         assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
         assert agent(resumed=True).run(loaded) == "Counted."
         assert loaded.get("count") == 15

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
-import enum
 import typing
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
@@ -21,21 +19,7 @@ from orchestrator import (
     merge_lists,
     replace_values,
 )
-
-
-def _is_a(value: object, cls: type[Any] | tuple[type[Any], ...]) -> bool:
-    """`isinstance` that does not narrow `value` (frozen values are typed `Any`)."""
-    return isinstance(value, cls)
-
-
-def _type(value: object) -> type[Any]:
-    """`type(value)`, without narrowing `value` for the type checker."""
-    return type(value)
-
-
-def _any(value: object) -> Any:
-    """Hide a deliberately wrong argument from the type checker."""
-    return value
+from tests.doubles import Color, Point, as_any, is_a, type_of
 
 
 def _extra_data_entries(state: State) -> list[ExtraDataEntry]:
@@ -272,7 +256,7 @@ def test_schema_must_be_a_dict_or_a_model_class() -> None:
         a: int = 0
 
     with pytest.raises(TypeError):
-        State(schema=_any([("a", {"type": int})]))
+        State(schema=as_any([("a", {"type": int})]))
     with pytest.raises(TypeError):
         State(schema=Data())  # an instance, not the class
 
@@ -321,7 +305,7 @@ def test_model_schema_non_json_field_type_is_refused(tp: Any) -> None:
 
 def test_schema_key_must_be_a_string() -> None:
     with pytest.raises(TypeError):
-        State(schema=_any({1: {"type": int}}))
+        State(schema=as_any({1: {"type": int}}))
 
 
 # -- reserved names ----------------------------------------------------------------------------
@@ -644,7 +628,7 @@ def test_validation_is_lax_and_stores_the_validated_value(tp: Any, value: Any, s
     state.set("k", value)
     result = state.get("k")
     assert result == stored
-    assert type(result) is type(stored) or _is_a(result, (FrozenList, FrozenDict))
+    assert type(result) is type(stored) or is_a(result, (FrozenList, FrozenDict))
     entry = _extra_data_entries(state)[-1]
     assert entry.content.changed == {"k": stored}
 
@@ -652,7 +636,7 @@ def test_validation_is_lax_and_stores_the_validated_value(tp: Any, value: Any, s
 def test_validated_float_is_stored_as_float() -> None:
     state = State(schema={"ratio": {"type": float}})
     state.set("ratio", 2)
-    assert _type(state.get("ratio")) is float
+    assert type_of(state.get("ratio")) is float
 
 
 def test_model_value_is_stored_in_json_form() -> None:
@@ -665,11 +649,6 @@ def test_model_value_is_stored_in_json_form() -> None:
     assert state.get("event") == {"name": "launch", "when": "2025-03-01"}
     state.set("event", Event(name="review", when=datetime.date(2025, 4, 2)))
     assert state.get("event") == {"name": "review", "when": "2025-04-02"}
-
-
-class Color(enum.Enum):
-    RED = "red"
-    BLUE = "blue"
 
 
 @pytest.mark.parametrize(
@@ -787,8 +766,8 @@ def test_get_returns_frozen_json_equal_to_plain() -> None:
     state.set("docs", [{"id": 1, "tags": ["a"]}])
     docs = state.get("docs")
     assert docs == [{"id": 1, "tags": ["a"]}]
-    assert _is_a(docs, FrozenList)
-    assert _is_a(docs[0], FrozenDict)
+    assert is_a(docs, FrozenList)
+    assert is_a(docs[0], FrozenDict)
     with pytest.raises(TypeError):
         docs.append({"id": 2})
     with pytest.raises(TypeError):
@@ -820,10 +799,10 @@ def test_handler_gets_plain_mutable_copies() -> None:
     state.set("d", {"a": [1, 2]})
     current, new = seen[1]
     assert current == {"a": [1]}
-    assert _type(current) is dict
-    assert _type(current["a"]) is list
-    assert _type(new) is dict
-    assert _type(new["a"]) is list
+    assert type_of(current) is dict
+    assert type_of(current["a"]) is list
+    assert type_of(new) is dict
+    assert type_of(new["a"]) is list
 
 
 def test_handler_may_append_to_current_and_return_it() -> None:
@@ -882,12 +861,6 @@ def test_caller_mutating_its_value_after_set_does_not_change_the_state() -> None
     assert state.get("d") == {"a": [1]}
 
 
-@dataclasses.dataclass
-class Point:
-    x: int
-    y: int
-
-
 class PointModel(pydantic.BaseModel):
     x: int
     y: int
@@ -908,7 +881,7 @@ def test_dataclass_and_model_values_come_back_as_dicts(tp: Any, value: Any) -> N
     state.set("where", value)
     result = state.get("where")
     assert result == {"x": 1, "y": 2}
-    assert _is_a(result, dict)
+    assert is_a(result, dict)
     assert not isinstance(result, Point | PointModel)
 
 

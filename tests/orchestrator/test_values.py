@@ -48,21 +48,12 @@ from orchestrator import (
     UserEntry,
     ValidationError,
 )
+from tests.doubles import as_any, is_a
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(hours=3)
 
 _COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
-
-
-def _is_a(value: object, cls: type[Any] | tuple[type[Any], ...]) -> bool:
-    """`isinstance` that does not narrow `value` (frozen values are typed `Any`)."""
-    return isinstance(value, cls)
-
-
-def _any(value: object) -> Any:
-    """Hide a deliberately wrong argument from the type checker."""
-    return value
 
 
 # -- Usage -------------------------------------------------------------------------------------
@@ -153,18 +144,18 @@ def test_usage_sum_with_empty_start() -> None:
 @pytest.mark.parametrize("bad", [-1, True, False, 1.5, "3", None])
 def test_usage_rejects_bad_counts(name: str, bad: object) -> None:
     with pytest.raises((TypeError, ValueError), match=name):
-        Usage(**{name: _any(bad)})
+        Usage(**{name: as_any(bad)})
 
 
 @pytest.mark.parametrize("bad", ["0.1", True, [1]])
 def test_usage_rejects_bad_cost(bad: object) -> None:
     with pytest.raises((TypeError, ValueError), match="cost"):
-        Usage(cost=_any(bad))
+        Usage(cost=as_any(bad))
 
 
 def test_usage_add_non_usage_is_a_type_error() -> None:
     with pytest.raises(TypeError):
-        _ = Usage() + _any(1)
+        _ = Usage() + as_any(1)
 
 
 def test_usage_is_frozen() -> None:
@@ -201,12 +192,12 @@ def test_reply_needs_an_assistant_message() -> None:
 @pytest.mark.parametrize("message", ["hi", None, {"role": "assistant"}])
 def test_reply_message_must_be_a_message(message: object) -> None:
     with pytest.raises(TypeError, match="Message"):
-        Reply(_any(message))
+        Reply(as_any(message))
 
 
 def test_reply_usage_must_be_a_usage() -> None:
     with pytest.raises(TypeError, match="Usage"):
-        Reply(Message.assistant("x"), _any({"input_tokens": 1}))
+        Reply(Message.assistant("x"), as_any({"input_tokens": 1}))
 
 
 # -- Stopped values ----------------------------------------------------------------------------
@@ -234,8 +225,8 @@ def test_stopped_by_finish_str_is_short_for_long_answers() -> None:
 def test_stopped_by_finish_answer_is_frozen_json() -> None:
     stopped = StoppedByFinish({"items": [1, 2]})
     assert stopped.answer == {"items": [1, 2]}
-    assert _is_a(stopped.answer, FrozenDict)
-    assert _is_a(stopped.answer["items"], FrozenList)
+    assert is_a(stopped.answer, FrozenDict)
+    assert is_a(stopped.answer["items"], FrozenList)
     with pytest.raises(TypeError):
         StoppedByFinish({1, 2})
 
@@ -305,7 +296,7 @@ def _entries(at: datetime) -> list[Any]:
             seq=5,
             turn=1,
             at=at,
-            content=ToolResultBlock("c1", _any("done")),
+            content=ToolResultBlock("c1", as_any("done")),
             call=call,
             outcome="done",
         ),
@@ -375,7 +366,7 @@ def test_history_entries_are_frozen(index: int) -> None:
 
 def test_history_entries_are_keyword_only() -> None:
     with pytest.raises(TypeError):
-        ErrorEntry(_any(0), _any(0), _any(T0), _any("x"))  # pyright: ignore[reportCallIssue]
+        ErrorEntry(as_any(0), as_any(0), as_any(T0), as_any("x"))  # pyright: ignore[reportCallIssue]
 
 
 @pytest.mark.parametrize(
@@ -385,7 +376,7 @@ def test_history_entries_are_keyword_only() -> None:
 def test_tool_result_entry_accepts_each_outcome(outcome: Any) -> None:
     call = ToolCall("c1", "f", {})
     entry = ToolResultEntry(
-        seq=0, turn=1, at=T0, content=ToolResultBlock("c1", _any("x")), call=call, outcome=outcome
+        seq=0, turn=1, at=T0, content=ToolResultBlock("c1", as_any("x")), call=call, outcome=outcome
     )
     assert entry.outcome == outcome
     assert entry.child_ids == ()
@@ -400,9 +391,9 @@ def test_tool_result_entry_rejects_unknown_outcome(outcome: object) -> None:
             seq=0,
             turn=1,
             at=T0,
-            content=ToolResultBlock("c1", _any("x")),
+            content=ToolResultBlock("c1", as_any("x")),
             call=call,
-            outcome=_any(outcome),
+            outcome=as_any(outcome),
         )
 
 
@@ -412,32 +403,32 @@ def test_tool_result_entry_state_update_is_frozen() -> None:
         seq=0,
         turn=1,
         at=T0,
-        content=ToolResultBlock("c1", _any("x")),
+        content=ToolResultBlock("c1", as_any("x")),
         call=call,
         outcome="done",
-        state_update=_any({"docs": [1, 2]}),
+        state_update=as_any({"docs": [1, 2]}),
     )
     assert entry.state_update == {"docs": [1, 2]}
-    assert _is_a(entry.state_update, FrozenDict)
+    assert is_a(entry.state_update, FrozenDict)
     update: Any = entry.state_update
     with pytest.raises(TypeError):
         update["docs"].append(3)
 
 
 def test_extra_data_change_freezes_and_names_bad_keys() -> None:
-    change = ExtraDataChange(changed=_any({"k": [1, (2, 3)]}), removed=_any(["gone"]))
+    change = ExtraDataChange(changed=as_any({"k": [1, (2, 3)]}), removed=as_any(["gone"]))
     assert change.changed == {"k": [1, [2, 3]]}
-    assert _is_a(change.changed, FrozenDict)
-    assert _is_a(change.removed, FrozenList)
+    assert is_a(change.changed, FrozenDict)
+    assert is_a(change.removed, FrozenList)
     assert change.removed == ["gone"]
     with pytest.raises(TypeError) as info:
-        ExtraDataChange(changed=_any({"k": [1, {2}]}))
+        ExtraDataChange(changed=as_any({"k": [1, {2}]}))
     assert "extra_data['k'][1]" in str(info.value)
 
 
 def test_ask_record_answer_is_frozen() -> None:
     record = AskRecord(question="q", answer=[{"a": 1}])
-    assert _is_a(record.answer, FrozenList)
+    assert is_a(record.answer, FrozenList)
     with pytest.raises(TypeError):
         AskRecord(question="q", answer=object())
 

@@ -24,34 +24,14 @@ from orchestrator import (
     StoreDamagedError,
     ToolResultEntry,
     storage_view,
-    tool,
 )
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION
-from stores._aiosqlite import AioSQLiteStore
-from stores._sqlite import SQLiteStore
-from tests.doubles import reseal_sql, write_sql
+from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
+from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 pytestmark = pytest.mark.anyio
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-def assert_same(loaded: State, state: State) -> None:
-    assert loaded.id == state.id
-    assert loaded.snapshot() == state.snapshot()
-    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "states.db"
 
 
 @pytest.fixture
@@ -111,7 +91,7 @@ async def test_a_run_round_trips_in_the_file_sqlite_store_reads(
     assert await Agent(model, tools=[add], store=store).arun(state) == "It is 3."
     loaded = await store.aload(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store
+    assert loaded._store is store  # private: the binding has no public accessor
     assert await store.alist() == [storage_view(state).info]
     with SQLiteStore(path) as sync_store:  # one format for both backends
         assert_same(await sync_store.aload(state.id), state)
@@ -234,6 +214,21 @@ async def test_another_format_version_is_refused_naming_both(path: Path, found: 
     write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", FORMAT_VERSION)
     async with AioSQLiteStore(path) as store:
         assert_same(await store.aload(state.id), state)
+
+
+@pytest.mark.anyio
+@on_asyncio
+async def test_an_open_store_refuses_to_save_into_a_newer_format(path: Path) -> None:
+    # DESIGN 9: "a newer or older format is refused with a message naming both versions" - by
+    # a store that was open (and saved) before the format changed, too.
+    newer = FORMAT_VERSION + 1
+    async with AioSQLiteStore(path) as store:
+        state = State(id="versioned", messages=[Message.user("a")])
+        await store.asave(state)
+        write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", newer)
+        state.add_message(Message.user("b"))
+        with pytest.raises(ValueError, match=rf"version {newer}\b.*version {FORMAT_VERSION}\b"):
+            await store.asave(state)
 
 
 @on_asyncio

@@ -19,9 +19,7 @@ import anyio
 import pytest
 
 from orchestrator import State
-from stores._aiosqlite import AioSQLiteStore
-from stores._file import FileStore
-from stores._sqlite import SQLiteStore
+from stores import AioSQLiteStore, FileStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,6 @@ import json
 import os
 import re
 import shutil
-import stat
 import threading
 from pathlib import Path
 
@@ -15,16 +14,13 @@ import anyio.to_thread
 import pytest
 
 from orchestrator import AsyncStore, Message, RunStart, State, Store, StoreDamagedError, StoreError
+
+# Private: record_run_start has no public name; INFO and LOG name the files on disk.
 from orchestrator._recording import record_run_start
-from stores import FORMAT_VERSION, chain_digests, first_digest
-from stores._file import INFO, LOG, FileStore
-from stores._offload import ThreadedAsync
+from stores import FORMAT_VERSION, FileStore, ThreadedAsync, chain_digests, first_digest
+from stores._file import INFO, LOG
 from stores.contract import crashed_pending, rich_state
-from tests.doubles import results
-
-
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
+from tests.doubles import mode_of, results
 
 
 def lines_of(path: Path) -> list[bytes]:
@@ -63,11 +59,6 @@ def forge(root: Path, state_id: str, entries: list[bytes]) -> None:
     info = json.loads((root / state_id / INFO).read_bytes())
     info["entries"], info["head"] = len(entries), digests[-1].hex() if digests else None
     (root / state_id / INFO).write_text(json.dumps(info))
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "states"
 
 
 @pytest.fixture
@@ -329,6 +320,8 @@ def test_another_format_version_is_refused_naming_both(
     state.add_message(Message.user("more"))
     with pytest.raises(ValueError, match=pattern):
         FileStore(root).save(state)
+    with pytest.raises(ValueError, match=pattern):
+        store.save(state)  # the store that saved it before the change refuses too
     listed = {info.id: info.damage for info in FileStore(root).list()}
     assert listed["current"] is None
     assert re.search(pattern, listed["versioned"] or "")

@@ -61,7 +61,7 @@ async def test_concurrent_saves_share_transactions_and_all_land(tmp_path: Path) 
     reopened = SQLiteStore(tmp_path / "batch.db")
     for state in states:
         assert reopened.load(state.id).snapshot() == state.snapshot()
-        assert state._store is store  # a save binds, batched or not
+        assert state._store is store  # a save binds, batched or not (private: no accessor)
     reopened.close()
     store.close()
 

@@ -15,12 +15,18 @@ from orchestrator import (
     StateInfo,
     Store,
     StoreDamagedError,
+    bind_state,
+    recover_state,
     storage_view,
 )
-from orchestrator._recording import begin_think, bind_state, record_run_start, recover_state
-from stores import chain_digests, first_digest
-from stores._codec import _ENTRY, decode_entry, encode_entry
-from stores._memory import MemoryStore
+
+# Private: record_run_start has no public name (orchestrator.testing has the turn's three).
+from orchestrator._recording import record_run_start
+from orchestrator.testing import begin_think
+from stores import MemoryStore, chain_digests, decode_entry, encode_entry, first_digest
+
+# Private: the TypeAdapter behind encode_entry, to check the encoding against it.
+from stores._codec import _ENTRY
 from stores.contract import crashed_pending, crashed_waiting, rich_state
 
 
@@ -29,6 +35,10 @@ def test_it_is_both_a_store_and_an_async_store() -> None:
     assert isinstance(store, Store)
     assert isinstance(store, AsyncStore)
     assert repr(store) == "<MemoryStore states=0>"
+
+
+# MemoryStore keeps its entries in `_states` (private): no public way reaches them to check
+# or damage them, as the file and SQLite tests do through the files.
 
 
 def test_it_keeps_encoded_entries_not_the_live_state() -> None:

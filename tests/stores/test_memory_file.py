@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,24 +12,18 @@ import pytest
 
 from orchestrator import Memory, MemoryBackend, Message, State
 from stores import FileStore
+
+# Private: the memory log's file layout and its compaction threshold, checked on disk.
 from stores import _file as file_module
 from stores._file import LOG, MEMORY, MEMORY_FORMAT
+from tests.doubles import mode_of
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def mode_of(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def log_lines(root: Path, agent: str) -> list[dict[str, object]]:
     data = (root / MEMORY / agent / LOG).read_bytes()
     return [json.loads(line) for line in data.split(b"\n") if line]
-
-
-@pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "runs"
 
 
 @pytest.fixture

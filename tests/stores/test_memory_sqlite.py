@@ -17,11 +17,6 @@ from stores import _sql as sql
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "runs.db"
-
-
 def test_memory_lives_in_its_own_tables(path: Path) -> None:
     with SQLiteStore(path) as store:
         assert isinstance(store, MemoryBackend)

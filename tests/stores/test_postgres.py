@@ -29,6 +29,8 @@ from orchestrator import (
     storage_view,
 )
 from stores import FORMAT_VERSION, PostgresStore
+
+# Private: the query plans and SQL of the PostgreSQL backend, checked as units.
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation

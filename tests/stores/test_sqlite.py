@@ -36,24 +36,15 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     storage_view,
-    tool,
 )
-from orchestrator._recording import begin_think, record_reply
-from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION
-from stores._sqlite import SQLiteStore
+from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
+from stores import FORMAT_VERSION, SQLiteStore
 from stores.backend import Tail, TailCache
-from tests.doubles import reseal_sql, write_sql
+from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
 
 
 def run_agent(store: SQLiteStore, state: State, replies: list[Any], **settings: Any) -> Any:
@@ -84,17 +75,6 @@ def run_script(
     )
 
 
-def assert_same(loaded: State, state: State) -> None:
-    assert loaded.id == state.id
-    assert loaded.snapshot() == state.snapshot()
-    assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
-
-
-@pytest.fixture
-def path(tmp_path: Path) -> Path:
-    return tmp_path / "states.db"
-
-
 @pytest.fixture
 def store(path: Path) -> Any:
     with SQLiteStore(path) as store:
@@ -110,7 +90,7 @@ def test_a_run_round_trips_and_the_loaded_state_is_bound(store: SQLiteStore) -> 
     assert answer == "It is 3."
     loaded = store.load(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store
+    assert loaded._store is store  # private: the binding has no public accessor
     loaded.add_message(Message.user("And now?"))
     with SQLiteStore(store.path) as other:  # a loaded State runs on, here with a second store
         run_agent(other, loaded, ["Still 3."])
@@ -428,6 +408,10 @@ def test_another_format_version_is_refused_naming_both(path: Path, found: int, h
         write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", found)
         with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
             store.load(state.id)  # an open store checks on each load
+        more = State(id=state.id, history=state.history)
+        more.add_message(Message.user("more"))
+        with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
+            store.save(more)  # and on each save, though it saved this State before
     message = rf"format version {found}, but this orchestrator reads version {FORMAT_VERSION}"
     with SQLiteStore(path) as store, pytest.raises(ValueError, match=message) as error:
         store.list()

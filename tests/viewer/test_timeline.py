@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import Agent, Message, State, ToolError, tool
+
+# Private: the CLI's modules (the viewer reads runs through them); the CLI is its public face.
 from orchestrator._cli._reading import read_tree
 from orchestrator._cli._render import TreeNode
 from orchestrator._cli._timeline import timeline_data

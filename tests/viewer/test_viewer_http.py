@@ -19,6 +19,8 @@ import pytest
 from click.testing import CliRunner
 
 from orchestrator import State
+
+# Private: the CLI's modules (the viewer server and its entry point), driven directly.
 from orchestrator._cli import cli
 from orchestrator._cli._viewer import Viewer, ViewerServer, running
 from stores import FileStore, PostgresStore, SQLiteStore

@@ -1,7 +1,8 @@
-"""Review of the provider models (issue 7, DESIGN section 11) against the documented contract.
+"""What both provider models promise alike (issue 7, DESIGN section 11): keys, construction
+without network, retries, streams that break, and whole runs with subagents over each wire.
 
-Each test cites the sentence it checks. They run against the scripted loopback server of
-`tests.models._server`, on asyncio and trio.
+Each test runs for `OpenAIModel` and `AnthropicModel` against the scripted loopback server of
+`tests.models._server`, on asyncio and trio; each cites the sentence it checks.
 """
 
 from __future__ import annotations
@@ -25,107 +26,28 @@ from orchestrator import (
     Message,
     ProviderError,
     RateLimitError,
-    Reporter,
     State,
-    tool,
 )
 from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
 from stores import MemoryStore, SQLiteStore
-from tests.doubles import results
-from tests.models._server import Recorded, Scripted, ScriptedServer, serve, sse
+from tests.doubles import FAST_RETRY, StreamRecorder, results
+from tests.models import wire_anthropic as an
+from tests.models import wire_openai as oa
+from tests.models._server import Recorded, Scripted, ScriptedServer
 
-KEY = "sk-review-SECRET-9f8e7d6c5b4a"
-FAST = RetryPolicy(retries=3, base=0.001, max_delay=0.01)
+KEY = "sk-providers-SECRET-9f8e7d6c5b4a"
 
-
-# -- the two wires ---------------------------------------------------------------------------------
-
-
-def oa_chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
-    choice = {"index": 0, "delta": delta or {}, "finish_reason": finish}
-    return {"id": "c", "object": "chat.completion.chunk", "model": "gpt-r", "choices": [choice]}
-
-
-def oa_usage(prompt: int = 10, completion: int = 5) -> dict[str, Any]:
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion}
-    return {"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": usage}
-
-
-def oa_text(*pieces: str) -> Scripted:
-    chunks = [oa_chunk({"role": "assistant", "content": ""})]
-    chunks += [oa_chunk({"content": piece}) for piece in pieces]
-    return Scripted(events=sse(*chunks, oa_chunk(finish="stop"), oa_usage(), "[DONE]"))
-
-
-def oa_call(index: int, call_id: str, name: str, arguments: str) -> dict[str, Any]:
-    function = {"name": name, "arguments": arguments}
-    call = {"index": index, "id": call_id, "type": "function", "function": function}
-    return oa_chunk({"tool_calls": [call]})
-
-
-def oa_calls(*calls: tuple[str, str, str]) -> Scripted:
-    chunks = [oa_call(index, *call) for index, call in enumerate(calls)]
-    return Scripted(events=sse(*chunks, oa_chunk(finish="tool_calls"), oa_usage(), "[DONE]"))
-
-
-def an_start() -> dict[str, Any]:
-    usage = {"input_tokens": 10, "output_tokens": 1}
-    message = {"id": "m", "type": "message", "role": "assistant", "model": "claude-r"}
-    return {"type": "message_start", "message": {**message, "content": [], "usage": usage}}
-
-
-def an_block(index: int, block: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "content_block_start", "index": index, "content_block": block}
-
-
-def an_delta(index: int, **fields: Any) -> dict[str, Any]:
-    return {"type": "content_block_delta", "index": index, "delta": fields}
-
-
-def an_end(reason: str) -> tuple[dict[str, Any], ...]:
-    usage = {"output_tokens": 5}
-    return (
-        {"type": "message_delta", "delta": {"stop_reason": reason}, "usage": usage},
-        {"type": "message_stop"},
-    )
-
-
-def an_text(*pieces: str) -> Scripted:
-    events = [an_start(), an_block(0, {"type": "text", "text": ""})]
-    events += [an_delta(0, type="text_delta", text=piece) for piece in pieces]
-    events += [{"type": "content_block_stop", "index": 0}, *an_end("end_turn")]
-    return Scripted(events=sse(*events, named=True))
-
-
-def an_calls(*calls: tuple[str, str, str]) -> Scripted:
-    events = [an_start()]
-    for index, (call_id, name, arguments) in enumerate(calls):
-        events.append(an_block(index, {"type": "tool_use", "id": call_id, "name": name}))
-        events.append(an_delta(index, type="input_json_delta", partial_json=arguments))
-        events.append({"type": "content_block_stop", "index": index})
-    return Scripted(events=sse(*events, *an_end("tool_use"), named=True))
+# -- the two models --------------------------------------------------------------------------------
 
 
 def openai(server: ScriptedServer, **options: Any) -> OpenAIModel:
-    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     return OpenAIModel("gpt-r", base_url=f"{server.url}/v1", **settings)
 
 
 def anthropic(server: ScriptedServer, **options: Any) -> AnthropicModel:
-    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST, **options}
+    settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     return AnthropicModel("claude-r", base_url=server.url, **settings)
-
-
-class Recorder(Reporter):
-    def __init__(self) -> None:
-        self.retries: list[tuple[int, float, BaseException]] = []
-        self.text: list[str] = []
-
-    def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
-        self.retries.append((attempt, delay, error))
-
-    def on_text(self, state: State, chunk: str) -> None:
-        self.text.append(chunk)
 
 
 def free_port() -> int:
@@ -146,12 +68,12 @@ async def test_a_custom_base_url_without_a_key_gets_a_placeholder(
     # sends a placeholder instead, since local servers usually need none", for both models;
     # a server that does want a key says so, and the error names the variable to set.
     if provider == "openai":
-        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST)
-        server.push(oa_text("hello"))
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST_RETRY)
+        server.push(oa.text_reply("hello"))
         where = f"the OpenAI-compatible server at {server.url}/v1"
     else:
-        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
-        server.push(an_text("hello"))
+        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST_RETRY)
+        server.push(an.text_reply("hello"))
         where = f"the Anthropic-compatible server at {server.url}"
     state = State(messages=[Message.user("Hi")])
     assert (await Agent(model).athink(state)).message.text == "hello"
@@ -238,12 +160,12 @@ async def test_the_key_is_read_at_the_first_request(
     # Issue 7, item 1: "No ... key needed to construct one; a missing key fails at the first
     # request" - so a key set after construction is the one used.
     if provider == "openai":
-        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", api_key_env="REVIEW_KEY")
-        server.push(oa_text("ok"))
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", api_key_env="LATE_KEY")
+        server.push(oa.text_reply("ok"))
     else:
-        model = AnthropicModel("claude-r", base_url=server.url, api_key_env="REVIEW_KEY")
-        server.push(an_text("ok"))
-    monkeypatch.setenv("REVIEW_KEY", "sk-set-later-123456")
+        model = AnthropicModel("claude-r", base_url=server.url, api_key_env="LATE_KEY")
+        server.push(an.text_reply("ok"))
+    monkeypatch.setenv("LATE_KEY", "sk-set-later-123456")
     reply = await Agent(model).athink(State(messages=[Message.user("Hi")]))
     assert reply.message.text == "ok"
     [sent] = server.requests
@@ -267,11 +189,11 @@ async def test_keys_never_reach_logs_history_reprs_or_errors(
     server.push(Scripted(401, echoed))
     if provider == "openai":
         monkeypatch.setenv("OPENAI_API_KEY", KEY)
-        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST)
+        model: Any = OpenAIModel("gpt-r", base_url=f"{server.url}/v1", retry=FAST_RETRY)
     else:
         monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
-        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST)
-    reporter = Recorder()
+        model = AnthropicModel("claude-r", base_url=server.url, retry=FAST_RETRY)
+    reporter = StreamRecorder()
     agent = Agent(model, reporter=reporter)
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(AuthError) as caught:
@@ -305,11 +227,11 @@ async def test_a_5xx_retry_after_is_honoured_and_reported(
     busy = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
     if provider == "openai":
         model: Any = openai(server, retry=slow)
-        server.push(Scripted(503, busy, headers={"Retry-After": "0"}), oa_text("ok"))
+        server.push(Scripted(503, busy, headers={"Retry-After": "0"}), oa.text_reply("ok"))
     else:
         model = anthropic(server, retry=slow)
-        server.push(Scripted(529, busy, headers={"Retry-After": "0"}), an_text("ok"))
-    reporter = Recorder()
+        server.push(Scripted(529, busy, headers={"Retry-After": "0"}), an.text_reply("ok"))
+    reporter = StreamRecorder()
     reply = await Agent(model, reporter=reporter).athink(State(messages=[Message.user("Hi")]))
     assert reply.message.text == "ok"
     [(attempt, delay, error)] = reporter.retries
@@ -334,7 +256,7 @@ async def test_connection_errors_are_retried_reported_and_logged(
         if provider == "openai"
         else AnthropicModel("claude-r", base_url=url, api_key=KEY, retry=policy)
     )
-    reporter = Recorder()
+    reporter = StreamRecorder()
     state = State(messages=[Message.user("Hi")])
     with pytest.raises(ProviderError, match="Gave up after 3 attempts"):
         await Agent(model, reporter=reporter).athink(state)
@@ -350,46 +272,6 @@ async def test_connection_errors_are_retried_reported_and_logged(
 # -- streams that break ----------------------------------------------------------------------------
 
 
-@pytest.mark.anyio
-async def test_an_openai_stream_dropped_mid_tool_call_is_not_retried(
-    server: ScriptedServer,
-) -> None:
-    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
-    # raises ProviderError".
-    events = sse(
-        oa_chunk({"role": "assistant", "reasoning_content": "I will run it."}),
-        oa_call(0, "call_1", "run", '{"cmd": "rm -'),
-        oa_chunk({}),
-    )
-    server.push(Scripted(events=events, cut_after=2), oa_text("a second reply"))
-    state = State(messages=[Message.user("Hi")])
-    with pytest.raises(ProviderError):
-        await Agent(openai(server)).athink(state)
-    assert len(server.requests) == 1
-    assert state.messages == (Message.user("Hi"),)
-
-
-@pytest.mark.anyio
-async def test_an_anthropic_stream_dropped_mid_tool_call_is_not_retried(
-    server: ScriptedServer,
-) -> None:
-    # Issue 7, item 5: retries happen "before the stream starts; a stream that drops mid-reply
-    # raises ProviderError".
-    events = sse(
-        an_start(),
-        an_block(0, {"type": "tool_use", "id": "toolu_1", "name": "run"}),
-        an_delta(0, type="input_json_delta", partial_json='{"cmd": "rm -'),
-        an_delta(0, type="input_json_delta", partial_json='rf /tmp/x"}'),
-        named=True,
-    )
-    server.push(Scripted(events=events, cut_after=3), an_text("a second reply"))
-    state = State(messages=[Message.user("Hi")])
-    with pytest.raises(ProviderError):
-        await Agent(anthropic(server)).athink(state)
-    assert len(server.requests) == 1
-    assert state.messages == (Message.user("Hi"),)
-
-
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
 @pytest.mark.anyio
 async def test_a_stream_cut_mid_reply_leaves_a_saved_state_that_replays(
@@ -400,12 +282,16 @@ async def test_a_stream_cut_mid_reply_leaves_a_saved_state_that_replays(
     # s.snapshot() always holds".
     if provider == "openai":
         model: Any = openai(server)
-        server.push(Scripted(events=oa_text("Hel", "lo").events, cut_after=3), oa_text("Again"))
+        server.push(
+            Scripted(events=oa.text_reply("Hel", "lo").events, cut_after=3), oa.text_reply("Again")
+        )
     else:
         model = anthropic(server)
-        server.push(Scripted(events=an_text("Hel", "lo").events, cut_after=3), an_text("Again"))
+        server.push(
+            Scripted(events=an.text_reply("Hel", "lo").events, cut_after=3), an.text_reply("Again")
+        )
     with SQLiteStore(tmp_path / "runs.db") as store:
-        reporter = Recorder()
+        reporter = StreamRecorder()
         agent = Agent(model, store=store, reporter=reporter)
         state = State(messages=[Message.user("Hi")])
         with pytest.raises(ProviderError, match="mid-stream"):
@@ -423,45 +309,6 @@ async def test_a_stream_cut_mid_reply_leaves_a_saved_state_that_replays(
         assert len(server.requests) == 2
 
 
-# -- mapping ---------------------------------------------------------------------------------------
-
-
-@tool
-def look(path: str) -> str:
-    """Look at a file."""
-    return f"saw {path}"
-
-
-@pytest.mark.anyio
-async def test_reasoning_goes_back_to_the_same_server_only(server: ScriptedServer) -> None:
-    # Issue 7, item 3: "reasoning/thinking blocks kept and sent back only to the same provider".
-    events = sse(
-        oa_chunk({"role": "assistant", "reasoning_content": "Look first."}),
-        oa_call(0, "call_1", "look", '{"path": "a.py"}'),
-        oa_chunk(finish="tool_calls"),
-        "[DONE]",
-    )
-    server.push(Scripted(events=events), oa_text("same"))
-    agent = Agent(openai(server), tools=[look])
-    state = State(messages=[Message.user("Check a.py")])
-    await agent.athink(state)
-    await agent.ause_tools(state)
-    before = state.snapshot()
-    with serve() as other:
-        other.push(oa_text("other"))
-        await agent.copy(model=openai(other)).athink(state)
-        [to_other] = other.requests
-    state.restore(before)
-    await agent.athink(state)
-    to_same = server.requests[1]
-    assistant_same = to_same.body["messages"][1]
-    assistant_other = to_other.body["messages"][1]
-    assert assistant_same["reasoning_content"] == "Look first."
-    assert assistant_same["tool_calls"] == assistant_other["tool_calls"]
-    assert "reasoning_content" not in assistant_other
-    assert "reasoning" not in json.dumps(assistant_other)
-
-
 # -- whole runs: subagents that keep memory, over each wire ----------------------------------------
 
 
@@ -477,15 +324,15 @@ def _openai_script(request: Recorded) -> Scripted:
     last = messages[-1]
     if messages[0]["content"] == "Delegate.":
         if last["role"] == "user":
-            return oa_calls(
+            return oa.calls_reply(
                 ("call_a", "noter", '{"task": "A"}'), ("call_b", "noter", '{"task": "B"}')
             )
-        return oa_text("All ", "noted.")
+        return oa.text_reply("All ", "noted.")
     task = messages[1]["content"]
     if last["role"] == "user":
         doc = json.dumps({"id": task, "doc": {"text": f"note {task}"}})
-        return oa_calls((f"call_up_{task}", "state_notes_upsert", doc))
-    return oa_text(f"Noted {task}")
+        return oa.calls_reply((f"call_up_{task}", "state_notes_upsert", doc))
+    return oa.text_reply(f"Noted {task}")
 
 
 def _anthropic_script(request: Recorded) -> Scripted:
@@ -493,15 +340,15 @@ def _anthropic_script(request: Recorded) -> Scripted:
     first = body["messages"][-1]["content"][0]
     if body["system"] == "Delegate.":
         if first["type"] == "text":
-            return an_calls(
+            return an.calls_reply(
                 ("toolu_a", "noter", '{"task": "A"}'), ("toolu_b", "noter", '{"task": "B"}')
             )
-        return an_text("All ", "noted.")
+        return an.text_reply("All ", "noted.")
     task = body["messages"][0]["content"][0]["text"]
     if first["type"] == "text":
         doc = json.dumps({"id": task, "doc": {"text": f"note {task}"}})
-        return an_calls((f"toolu_up_{task}", "state_notes_upsert", doc))
-    return an_text(f"Noted {task}")
+        return an.calls_reply((f"toolu_up_{task}", "state_notes_upsert", doc))
+    return an.text_reply(f"Noted {task}")
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -524,7 +371,7 @@ async def test_a_run_with_subagents_that_keep_memory_over_each_wire(
     )
     lead = Agent(build(server), instructions="Delegate.", tools=[noter])
     server.push(*[script] * 6)
-    reporter = Recorder()
+    reporter = StreamRecorder()
     state = State(messages=[Message.user("Note A and B")])
     assert await lead.copy(reporter=reporter).arun(state) == "All noted."
 
@@ -555,32 +402,3 @@ async def test_a_run_with_subagents_that_keep_memory_over_each_wire(
     assert upsert["$defs"]["Note"]["required"] == ["text"]
     assert set(specs["state_notes_list"]["properties"]) == {"where", "limit"}
     assert specs["state_notes_remove"]["required"] == ["id"]
-
-
-@pytest.mark.anyio
-async def test_a_subagent_whose_stream_breaks_becomes_the_parent_calls_error_result(
-    server: ScriptedServer,
-) -> None:
-    # DESIGN 8: "a child's failure becomes the parent call's error result unless it is a
-    # cancellation"; issue 7, item 5: a stream dropped mid-reply "raises ProviderError".
-    def script(request: Recorded) -> Scripted:
-        messages = request.body["messages"]
-        if messages[0]["content"] == "Delegate.":
-            if messages[-1]["role"] == "user":
-                return oa_calls(("call_a", "helper", '{"task": "A"}'))
-            return oa_text("Recovered.")
-        return Scripted(events=oa_text("Par", "tial").events, cut_after=3)
-
-    helper = Agent(openai(server), name="helper", description="Helps.", instructions="Help.")
-    lead = Agent(openai(server), instructions="Delegate.", tools=[helper])
-    server.push(script, script, script)
-    state = State(messages=[Message.user("Go")])
-    assert await lead.arun(state) == "Recovered."
-    [entry] = results(state)
-    assert entry.outcome == "error"
-    assert entry.content.is_error
-    assert "mid-stream" in entry.content.text
-    assert KEY not in entry.content.text
-    tool_message = server.requests[-1].body["messages"][-1]
-    assert tool_message["role"] == "tool"
-    assert tool_message["content"].startswith("Error: ")
