@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 from ._frame import current_frame
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from ._history import ToolResultEntry
     from ._messages import ToolCall
     from ._reply import Reply
@@ -72,3 +74,12 @@ class Reporter:
 
     def on_run_end(self, state: State, error: BaseException | None) -> None:
         """A run ended, with the exception that ended it or None."""
+
+    def trace_context(self, state: State, call: ToolCall) -> Mapping[str, str]:
+        """What a child run of `call` carries to where it runs (`ChildJob.trace_context`).
+
+        A runner sends it with the child, so a tracing reporter there can hang the child's
+        spans under `call`'s span: `OtelReporter` gives the W3C trace context of the call's
+        span. Here: nothing.
+        """
+        return {}

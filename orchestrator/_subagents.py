@@ -29,7 +29,7 @@ from ._errors import ToolError, error_text, is_interruption
 from ._frame import current_frame
 from ._history import ToolResultEntry
 from ._link import Link, child_scope
-from ._messages import Message, TextBlock, ToolResultBlock
+from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from ._recording import record_tool_result, value_of
 from ._reply import Usage
 from ._state import State
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._run import CallContext, Run
 
-__all__ = ("AgentTool", "cut_off", "resume_children")
+__all__ = ("AgentTool", "cut_off", "resume_children", "trace_context")
 
 LOCAL = LocalRunner()
 
@@ -115,6 +115,7 @@ class AgentTool(Tool):
             store=context.run.store,
             deadline=deadline(),
             state=resume,
+            trace_context=trace_context(context.run, context.call),
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
@@ -165,6 +166,7 @@ class AgentTool(Tool):
                     task=None,
                     store=store,
                     deadline=deadline(),
+                    trace_context=trace_context(run, entry.call),
                 )
                 runner = self.runner_for(run)
                 runner.check(job)
@@ -198,6 +200,14 @@ class AgentTool(Tool):
                 f" stopped; its subagent went on from where it was and returned:\n{text}"
             )
         )
+
+
+def trace_context(run: Run, call: ToolCall) -> dict[str, str]:
+    """What the reporters of `run` give a child of `call` to carry (`Reporter.trace_context`)."""
+    carried: dict[str, str] = {}
+    for reporter in run.reporters:
+        carried.update(reporter.trace_context(run.state, call))
+    return carried
 
 
 def _text(content: tuple[Any, ...]) -> str:

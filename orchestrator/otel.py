@@ -9,7 +9,9 @@ semantic conventions (``gen_ai.*``), nested like the tree of States:
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``, the finish reason);
 - ``execute_tool {tool}``: one tool call under its run (``gen_ai.tool.name``,
   ``gen_ai.tool.call.id``, ``orchestrator.tool.outcome``);
-- a subagent's run under the span of the tool call that started it.
+- a subagent's run under the span of the tool call that started it, here or on a runner's
+  worker (the job carries the call span's W3C trace context, `trace_context`, and the worker
+  runs the child under it).
 
 A root run hangs under the span current where it started (a web request's, say). Message
 contents (the messages, the reply, tool arguments and results) are recorded only with
@@ -30,7 +32,7 @@ Example:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
@@ -38,7 +40,7 @@ from ._reporting import Reporter
 
 try:
     from opentelemetry import context as otel_context
-    from opentelemetry import trace
+    from opentelemetry import propagate, trace
 except ImportError as _missing:  # pragma: no cover - the message is the point
     raise ImportError(
         "orchestrator.otel needs the OpenTelemetry API: pip install 'orchestrator[otel]'"
@@ -192,6 +194,21 @@ class OtelReporter(Reporter):
         span = self._calls.get((parent.id, call.id))
         if span is not None:
             self._parents[child.id] = trace.set_span_in_context(span)
+
+    def trace_context(self, state: State, call: ToolCall) -> Mapping[str, str]:
+        """The W3C trace context of `call`'s span (of the run's, outside a call), to carry.
+
+        A runner sends it with a child run it runs elsewhere (a `RayRunner` worker), so the
+        child's run span there has `call`'s span as parent: one trace across the cluster. It
+        is what `opentelemetry.propagate.inject` writes (``traceparent``, ``tracestate``, the
+        app's baggage); empty when the span records nothing (no tracer provider).
+        """
+        span = self._calls.get((state.id, call.id)) or self._runs.get(state.id)
+        if span is None or not span.get_span_context().is_valid:
+            return {}
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier, context=trace.set_span_in_context(span))
+        return carrier
 
     def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
         """End the tool call's span with its outcome (and its result, when asked for)."""

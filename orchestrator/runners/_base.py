@@ -7,7 +7,8 @@ task; `RayRunner` (`orchestrator.runners.RayRunner`) on a Ray cluster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 import anyio.lowlevel
@@ -38,6 +39,10 @@ class ChildJob:
             deadline), or None.
         state: The child State itself, when the parent has it in memory and continues it (a
             runner here runs this object; a runner elsewhere loads `state_id`).
+        trace_context: What the parent's reporters give the child to carry
+            (`Reporter.trace_context`): with an `OtelReporter`, the W3C trace context
+            (``traceparent``) of the call's span. A runner elsewhere sends it, so the child's
+            spans there hang under the call; a runner here has no need of it.
     """
 
     agent: Agent
@@ -47,6 +52,7 @@ class ChildJob:
     store: Any = None
     deadline: float | None = None
     state: State | None = None
+    trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
 
     async def open_state(self, store: Any = None) -> State:
         """The child's State: a new one with the task, or the one to continue.

@@ -1,11 +1,12 @@
 """`RayRunner`: child runs on a Ray cluster's async actors.
 
 The parent sends each child run as a frozen `RayJob` (agent name, link, State id, task, store
-URL, deadline) to one of a few async actors (`ChildWorker`). The worker opens the store by URL
-(`stores.open_store`, once per URL), rebuilds its agents from the registry (a module the user
-names, once per URL), runs ``await agent.arun(state, link=job.link)``, and the child is saved
-in the shared store. The parent then loads the child from its own store: answer, usage and
-history are the ones the worker saved.
+URL, deadline, the parent call's trace context) to one of a few async actors (`ChildWorker`).
+The worker opens the store by URL (`stores.open_store`, once per URL), rebuilds its agents from
+the registry (a module the user names, once per URL), runs
+``await agent.arun(state, link=job.link)`` under the parent call's span (`traced_under`), and
+the child is saved in the shared store. The parent then loads the child from its own store:
+answer, usage and history are the ones the worker saved.
 
 Guarantees, as for a child run here:
 - cancelling the parent cancels the actor task: the child records ``interrupted`` and is saved
@@ -25,8 +26,8 @@ import contextlib
 import importlib
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import anyio
@@ -39,7 +40,7 @@ from .._link import Link
 from .._state import State, bind_state
 from ._base import ChildJob, load_state, save_state
 
-__all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry")
+__all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry", "traced_under")
 
 _INSTALL = "pip install 'orchestrator[ray]'"
 
@@ -55,6 +56,8 @@ class RayJob:
         task: The task of a new child; None continues the stored State.
         store_url: The URL of the shared store (`stores.open_store`).
         deadline: When the child must stop (`time.time()` seconds), or None.
+        trace_context: The W3C trace context of the parent call's span (`ChildJob`'s), or
+            empty: the worker runs the child under it, so its spans join the parent's trace.
     """
 
     agent: str
@@ -63,6 +66,20 @@ class RayJob:
     task: str | None
     store_url: str
     deadline: float | None
+    trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
+
+    @classmethod
+    def of(cls, job: ChildJob) -> RayJob:
+        """The plain values of `job` that a worker needs (its store must have a URL)."""
+        return cls(
+            agent=cast("str", job.agent.name),
+            link=job.link,
+            state_id=job.state_id,
+            task=job.task,
+            store_url=cast("str", getattr(job.store, "url", None)),
+            deadline=job.deadline,
+            trace_context=dict(job.trace_context),
+        )
 
 
 def load_registry(registry: str, store: Any) -> dict[str, Any]:
@@ -138,7 +155,10 @@ class ChildWorker:
             bind_state(state, store)  # the run saves it in the shared store (no write before)
         left = None if job.deadline is None else job.deadline - time.time()
         try:
-            with anyio.move_on_after(left if left is None or left > 0 else 0):
+            with (
+                traced_under(job.trace_context),
+                anyio.move_on_after(left if left is None or left > 0 else 0),
+            ):
                 await agent.arun(state, link=job.link)
         except Exception as error:  # recorded in the child and saved; the parent reads it
             return error_text(error)
@@ -239,14 +259,7 @@ class RayRunner:
         """
         self.check(job)
         ray = _ray()
-        remote = RayJob(
-            agent=cast("str", job.agent.name),
-            link=job.link,
-            state_id=job.state_id,
-            task=job.task,
-            store_url=cast("str", getattr(job.store, "url", None)),
-            deadline=job.deadline,
-        )
+        remote = RayJob.of(job)
         if not ray.is_initialized():
             address = self.address
             await anyio.to_thread.run_sync(
@@ -324,6 +337,29 @@ class RayRunner:
             pool, self._pool, self._load = self._pool, [], []
         for actor in pool:
             ray.kill(actor, no_restart=True)
+
+
+@contextlib.contextmanager
+def traced_under(trace_context: Mapping[str, str]) -> Generator[None]:
+    """Make the span `trace_context` names (W3C, from a parent elsewhere) the current parent.
+
+    Inside, a run's `OtelReporter` (and any OpenTelemetry instrumentation) starts its spans
+    under it, in the parent's trace: `opentelemetry.propagate.extract`, attached for the block.
+    Without a context, or without OpenTelemetry installed here, it does nothing.
+    """
+    if not trace_context:
+        yield
+        return
+    try:
+        from opentelemetry import context, propagate
+    except ImportError:  # pragma: no cover - no OpenTelemetry here: nothing traces the child
+        yield
+        return
+    token = context.attach(propagate.extract(trace_context))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _ray() -> Any:

@@ -22,7 +22,9 @@ from orchestrator import (
     Reply,
     State,
     TextBlock,
+    ToolCall,
     ToolError,
+    ToolResultBlock,
     ToolResultEntry,
     Usage,
     tool,
@@ -30,7 +32,7 @@ from orchestrator import (
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
 from orchestrator.permissions import AllowByName
-from orchestrator.testing import FakeModel, tool_call
+from orchestrator.testing import FakeModel, record_tool_result, tool_call
 
 pytestmark = pytest.mark.anyio
 
@@ -309,3 +311,26 @@ async def test_retries_and_blocks_of_every_kind(exporter: InMemorySpanExporter) 
     reporter.on_think_end(state, Reply(Message.assistant("ok")))
     reporter.on_run_end(state, None)
     assert [s.name for s in exporter.get_finished_spans()] == ["chat"]
+
+
+async def test_the_trace_context_a_child_carries_names_its_call_span_else_its_run_span(
+    exporter: InMemorySpanExporter,
+) -> None:
+    reporter = OtelReporter(tracer_provider=provider_for(exporter))
+    state = State(messages=[Message.user("go")])
+    call = ToolCall("call_1", "researcher", {"task": "dig"})
+    reporter.on_run_start(state)
+    reporter.on_tool_start(state, call)
+    in_call = reporter.trace_context(state, call)
+    result = ToolResultBlock(call.id, (TextBlock("dug"),))
+    reporter.on_tool_end(state, call, record_tool_result(state, call, result, outcome="done"))
+    after_call = reporter.trace_context(state, call)  # a resumed child: under the run
+    reporter.on_run_end(state, None)
+    spans = {span.name: span.get_span_context() for span in exporter.get_finished_spans()}
+    for carried, name in ((in_call, "execute_tool researcher"), (after_call, "invoke_agent")):
+        context = spans[name]
+        assert context is not None
+        assert carried["traceparent"].startswith(
+            f"00-{context.trace_id:032x}-{context.span_id:016x}-"
+        )
+    assert OtelReporter().trace_context(state, call) == {}  # no provider: nothing to carry

@@ -7,18 +7,23 @@ PATH and waits, ``"die PATH"`` touches PATH and kills its worker with SIGKILL.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import anyio
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from orchestrator import Agent, Memory, ToolCall, tool
+from orchestrator import Agent, Memory, Reporter, ToolCall, tool
 from orchestrator.models import Request
+from orchestrator.otel import OtelReporter
 from orchestrator.testing import FakeModel
 
-__all__ = ("agents", "decide", "researcher")
+__all__ = ("JsonLines", "agents", "decide", "researcher", "traced")
 
 
 def decide(request: Request) -> Any:
@@ -78,17 +83,52 @@ def die(arg: str) -> str:
     return "unreachable"
 
 
-def researcher(store: Any = None) -> Agent:
-    """The researcher, saving in `store` (its memory is kept there too)."""
+def researcher(store: Any = None, reporter: Reporter | None = None) -> Agent:
+    """The researcher, saving in `store` (its memory is kept there too), seen by `reporter`."""
     return Agent(
         FakeModel([decide] * 10_000),
         name="researcher",
         description="Researches one question",
         tools=[note, remember, wait, die],
         store=store,
+        reporter=reporter,
     )
 
 
 def agents(store: Any) -> list[Agent]:
     """The registry: the agents a worker can run, built on the worker's store."""
     return [researcher(store)]
+
+
+def traced(store: Any) -> list[Agent]:
+    """The registry ``tests.runners.ray_agents:traced``: the researcher, traced on the worker.
+
+    Its spans go, one JSON line each as they end, to ``spans.jsonl`` beside the store's SQLite
+    file, where the test reads what the worker process exported.
+    """
+    provider = TracerProvider()
+    exporter = JsonLines(Path(store.path).parent / "spans.jsonl")
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return [researcher(store, OtelReporter(tracer_provider=provider))]
+
+
+class JsonLines(SpanExporter):
+    """Appends each span to a file as one JSON line: name, trace id, span id, parent id (hex)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        """Append `spans` to the file."""
+        with self.path.open("a", encoding="utf-8") as out:
+            for span in spans:
+                context, parent = span.get_span_context(), span.parent
+                assert context is not None
+                record = {
+                    "name": span.name,
+                    "trace_id": f"{context.trace_id:032x}",
+                    "span_id": f"{context.span_id:016x}",
+                    "parent_id": None if parent is None else f"{parent.span_id:016x}",
+                }
+                out.write(json.dumps(record) + "\n")
+        return SpanExportResult.SUCCESS

@@ -8,6 +8,7 @@ by the workers of a local cluster.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -18,8 +19,12 @@ from typing import Any
 
 import anyio
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from orchestrator import Agent, Message, State, ToolCall, ToolResultEntry
+from orchestrator import Agent, Message, Reporter, State, ToolCall, ToolResultEntry
+from orchestrator.otel import OtelReporter
 from orchestrator.runners import LocalRunner, RayRunner, Runner
 from orchestrator.testing import FakeModel
 from stores import MemoryStore, SQLiteStore
@@ -31,7 +36,9 @@ REGISTRY = "tests.runners.ray_agents"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lead(store: Any, runner: Runner, *tasks: str, answer: str = "done") -> Agent:
+def lead(
+    store: Any, runner: Runner, *tasks: str, answer: str = "done", reporter: Reporter | None = None
+) -> Agent:
     """A lead that asks the researcher `tasks` in one turn (parallel calls), then answers."""
     calls = [ToolCall(f"call_lead_{n}", "researcher", {"task": t}) for n, t in enumerate(tasks)]
     return Agent(
@@ -40,6 +47,7 @@ def lead(store: Any, runner: Runner, *tasks: str, answer: str = "done") -> Agent
         tools=[ray_agents.researcher(store)],
         store=store,
         runner=runner,
+        reporter=reporter,
     )
 
 
@@ -243,3 +251,30 @@ async def test_a_killed_parent_leaves_children_that_stop_and_resume_from_the_sto
     child = store.load(cut.child_ids[0])
     assert [r.outcome for r in results(child)] == ["unknown"]
     assert child.answer == f"answer to wait {marker}"
+
+
+async def test_a_remote_child_run_span_hangs_under_the_parent_call_span(
+    ray_cluster: Any, tmp_path: Path
+) -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    store = SQLiteStore(tmp_path / "runs.db")
+    runner = RayRunner(f"{REGISTRY}:traced", actors=1)
+    try:
+        reporter = OtelReporter(tracer_provider=provider)
+        await lead(store, runner, "turns 2", reporter=reporter).arun("go")
+    finally:
+        runner.shutdown()
+    (call,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool researcher"]
+    context = call.get_span_context()
+    assert context is not None
+    lines = (tmp_path / "spans.jsonl").read_text().splitlines()
+    remote = {span["name"]: span for span in map(json.loads, lines)}  # the worker's spans
+    run = remote["invoke_agent researcher"]
+    assert (run["trace_id"], run["parent_id"]) == (
+        f"{context.trace_id:032x}",
+        f"{context.span_id:016x}",
+    )
+    assert remote["execute_tool note"]["parent_id"] == run["span_id"]
+    assert remote["execute_tool note"]["trace_id"] == run["trace_id"]

@@ -9,14 +9,23 @@ from __future__ import annotations
 import sys
 import time
 import types
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext
 
-from orchestrator import Agent, Link, ToolResultEntry
+from orchestrator import Agent, Link, State, ToolResultEntry, tool
+from orchestrator.otel import OtelReporter
+from orchestrator.runners import ChildJob
+from orchestrator.runners._base import load_state
 from orchestrator.runners._ray import ChildWorker, RayJob, load_registry
 from orchestrator.runners.contract import REGISTRY
-from orchestrator.testing import FakeModel
+from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
 
 pytestmark = pytest.mark.anyio
@@ -87,3 +96,110 @@ def test_a_registry_must_give_named_agents(monkeypatch: pytest.MonkeyPatch) -> N
     module.agents = lambda store: 3  # type: ignore[attr-defined]
     with pytest.raises(TypeError, match="must return a list of Agents"):
         load_registry("registry_under_test", None)
+
+
+@tool
+def note(text: str) -> str:
+    """Take a note."""
+    return f"noted {text}"
+
+
+class InProcessRunner:
+    """RayRunner without Ray: each job goes as a `RayJob` to a `ChildWorker` in this process."""
+
+    def __init__(self, registry: str) -> None:
+        self.worker = ChildWorker(registry)
+        self.sent: list[RayJob] = []
+
+    def check(self, job: ChildJob) -> None:
+        """Every job runs."""
+
+    async def run(self, job: ChildJob) -> State:
+        remote = RayJob.of(job)
+        self.sent.append(remote)
+        assert await self.worker.run(remote) is None
+        return await load_state(job.store, job.state_id)
+
+
+def traced_lead(store: SQLiteStore, runner: InProcessRunner, reporter: OtelReporter) -> Agent:
+    """A lead whose subagent `digger` runs on `runner`; its own spans go to `reporter`."""
+    digger = Agent(FakeModel([]), name="digger", description="Digs.")  # rebuilt on the worker
+    return Agent(
+        FakeModel([tool_call("digger", task="dig"), "done"]),
+        name="lead",
+        tools=[digger],
+        store=store,
+        runner=runner,
+        reporter=reporter,
+    )
+
+
+@pytest.fixture
+def worker_spans(monkeypatch: pytest.MonkeyPatch) -> InMemorySpanExporter:
+    """The registry ``traced_registry``: `digger`, traced by its own provider (the worker's)."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    module = types.ModuleType("traced_registry")
+
+    def agents(store: Any) -> list[Agent]:
+        digger = Agent(
+            FakeModel([tool_call("note", text="x"), "dug"]),
+            name="digger",
+            tools=[note],
+            store=store,
+            reporter=OtelReporter(tracer_provider=provider),
+        )
+        return [digger]
+
+    module.agents = agents  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "traced_registry", module)
+    return exporter
+
+
+def span(spans: Sequence[ReadableSpan], name: str) -> ReadableSpan:
+    (found,) = [s for s in spans if s.name == name]
+    return found
+
+
+def ids(span: ReadableSpan) -> SpanContext:
+    context = span.get_span_context()
+    assert context is not None
+    return context
+
+
+async def test_a_remote_child_run_span_hangs_under_the_parent_call_span(
+    tmp_path: Path, worker_spans: InMemorySpanExporter
+) -> None:
+    parent_spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(parent_spans))
+    runner = InProcessRunner("traced_registry")
+    lead = traced_lead(
+        SQLiteStore(tmp_path / "runs.db"), runner, OtelReporter(tracer_provider=provider)
+    )
+    assert await lead.arun("go") == "done"
+
+    call = span(parent_spans.get_finished_spans(), "execute_tool digger")
+    (sent,) = runner.sent
+    context = ids(call)
+    traceparent = sent.trace_context["traceparent"]  # version-trace id-span id-flags
+    assert traceparent.startswith(f"00-{context.trace_id:032x}-{context.span_id:016x}-")
+    remote = worker_spans.get_finished_spans()
+    run = span(remote, "invoke_agent digger")
+    assert ids(run).trace_id == context.trace_id
+    assert run.parent is not None
+    assert (run.parent.span_id, run.parent.is_remote) == (context.span_id, True)
+    tool_span = span(remote, "execute_tool note")  # the child's own spans nest under its run
+    assert tool_span.parent is not None
+    assert tool_span.parent.span_id == ids(run).span_id
+
+
+async def test_without_a_tracing_parent_the_remote_child_starts_its_own_trace(
+    tmp_path: Path, worker_spans: InMemorySpanExporter
+) -> None:
+    runner = InProcessRunner("traced_registry")
+    lead = traced_lead(SQLiteStore(tmp_path / "runs.db"), runner, OtelReporter())  # no provider
+    assert await lead.arun("go") == "done"
+    assert runner.sent[0].trace_context == {}
+    assert span(worker_spans.get_finished_spans(), "invoke_agent digger").parent is None
