@@ -21,6 +21,7 @@ be approved after a restart: the decision is recorded and the run continues in t
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -220,9 +221,8 @@ def create_app(
             return JSONResponse({"error": f"run {run_id} streams nothing here"}, status_code=404)
         # An EventSource sends Last-Event-ID when it reconnects; a new one passes ?after=.
         last = request.headers.get("last-event-id") or request.query_params.get("after")
-        start_at = int(last) + 1 if last is not None and last.isdigit() else 0
         return StreamingResponse(
-            _sse(log, start_at, keepalive),
+            _sse(log, _after(last), keepalive),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-store"},
         )
@@ -261,6 +261,17 @@ def _status(runs: Runs, run_id: str, state: State) -> str:
     return "done" if state.answer is not None else "stopped"
 
 
+# Event ids are "<boot>.<index>": the index in this process's log of the run. A run continued
+# after a restart has a new log, so an id from another boot replays this process's log whole.
+_BOOT = secrets.token_hex(4)
+
+
+def _after(last: str | None) -> int:
+    """Where a stream starts, given the id of the last event the client saw (or None)."""
+    boot, _, index = (last or "").partition(".")
+    return int(index) + 1 if boot == _BOOT and index.isdigit() else 0
+
+
 async def _sse(log: RunLog, start_at: int, keepalive: float) -> AsyncIterator[str]:
     """The log's events from `start_at` as SSE, following it until the run stops running."""
     index = start_at
@@ -268,7 +279,7 @@ async def _sse(log: RunLog, start_at: int, keepalive: float) -> AsyncIterator[st
         changed = log.changed
         while index < len(log.events):
             item = json.loads(log.events[index])
-            yield f"id: {index}\nevent: {item['kind']}\ndata: {item['data']}\n\n"
+            yield f"id: {_BOOT}.{index}\nevent: {item['kind']}\ndata: {item['data']}\n\n"
             index += 1
         if log.status != "running":
             yield f"event: end\ndata: {json.dumps({'status': log.status})}\n\n"

@@ -16,10 +16,10 @@ pytestmark = pytest.mark.anyio
 
 
 async def _sse(
-    client: httpx.AsyncClient, url: str, last_id: int | None = None
+    client: httpx.AsyncClient, url: str, last_id: str | None = None
 ) -> list[dict[str, Any]]:
     """Every server-sent event of `url` until the server ends the stream."""
-    headers = {} if last_id is None else {"Last-Event-ID": str(last_id)}
+    headers = {} if last_id is None else {"Last-Event-ID": last_id}
     events: list[dict[str, Any]] = []
     current: dict[str, Any] = {}
     async with client.stream("GET", url, headers=headers) as response:
@@ -71,8 +71,9 @@ async def test_concurrent_runs_stream_events_and_wait_for_approval(app: App) -> 
             assert "approval_needed" in kinds
             assert kinds[-1] == "end"
             assert events[-1]["data"] == {"status": "waiting"}
-            ids_seen = [int(event["id"]) for event in events if "id" in event]
-            assert ids_seen == list(range(len(ids_seen)))
+            ids_seen = [event["id"].split(".") for event in events if "id" in event]
+            assert len({boot for boot, _ in ids_seen}) == 1  # one app process
+            assert [int(index) for _, index in ids_seen] == list(range(len(ids_seen)))
             assert {event["data"]["state_id"] for event in events[:1]} == {run_id}
 
             tree = (await client.get(f"{server.url}/runs/{run_id}")).json()
@@ -85,8 +86,9 @@ async def test_concurrent_runs_stream_events_and_wait_for_approval(app: App) -> 
 
         # Resuming with Last-Event-ID gives only what came after it.
         run_id, events = results[0]
-        later = await _sse(client, f"{server.url}/runs/{run_id}/events", last_id=3)
-        assert [e["id"] for e in later if "id" in e] == [e["id"] for e in events if "id" in e][4:]
+        ids = [e["id"] for e in events if "id" in e]
+        later = await _sse(client, f"{server.url}/runs/{run_id}/events", last_id=ids[3])
+        assert [e["id"] for e in later if "id" in e] == ids[4:]
 
         # Approve one over HTTP: the run continues and finishes; the mail goes out once.
         tree = (await client.get(f"{server.url}/runs/{run_id}")).json()
@@ -98,7 +100,7 @@ async def test_concurrent_runs_stream_events_and_wait_for_approval(app: App) -> 
             f"{server.url}/runs/{run_id}/calls/{call_id}/approve", json={"by": "ann"}
         )
         assert done.status_code == 200
-        rest = await _sse(client, f"{server.url}/runs/{run_id}/events", last_id=len(events) - 2)
+        rest = await _sse(client, f"{server.url}/runs/{run_id}/events", last_id=events[-2]["id"])
         assert rest[-1]["data"] == {"status": "done"}
         assert any(e["event"] == "run_end" and e["data"]["state_id"] == run_id for e in rest)
         final = (await client.get(f"{server.url}/runs/{run_id}")).json()
@@ -122,7 +124,14 @@ async def test_a_run_from_before_a_restart_is_approved_after_it(app: App) -> Non
             f"{second.url}/runs/{run_id}/calls/{call_id}/deny", json={"by": "ann", "reason": "no"}
         )
         assert denied.status_code == 200
-        events = await _sse(client, f"{second.url}/runs/{run_id}/events")
+        # A client that saw the first process's events reconnects with its last id: the id of
+        # another boot, so it gets the continued run's events from the start, none skipped.
+        seen = events[-2]["id"]
+        events = await _sse(client, f"{second.url}/runs/{run_id}/events", last_id=seen)
+        assert events[0]["event"] == "run_start"
+        boot, _, index = events[0]["id"].partition(".")
+        assert index == "0"
+        assert boot != seen.partition(".")[0]
         assert events[-1]["data"] == {"status": "done"}
         ends = [e for e in events if e["event"] == "tool_end"]
         assert any(e["data"]["outcome"] == "denied" for e in ends)
