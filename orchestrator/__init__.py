@@ -97,6 +97,7 @@ from ._storage import MemoryBackend as MemoryBackend
 from ._storage import StateInfo as StateInfo
 from ._storage import StorageView as StorageView
 from ._storage import Store as Store
+from ._subagents import resumed_child as resumed_child
 from ._tools import FunctionTool as FunctionTool
 from ._tools import OutputMapping as OutputMapping
 from ._tools import Tool as Tool
@@ -222,6 +223,7 @@ __all__ = (
     "merge_lists",
     "recover_state",
     "replace_values",
+    "resumed_child",
     "storage_view",
     "thaw",
     "tool",

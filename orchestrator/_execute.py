@@ -49,6 +49,7 @@ from ._recording import (
 from ._reply import NO_USAGE, Usage
 from ._run import CallContext
 from ._stopped import AwaitingCall, StoppedByApproval, StoppedByPermission
+from ._subagents import AgentTool
 from ._sync import call_twin
 from ._tools import Tool, ToolInputError
 
@@ -213,6 +214,19 @@ class _Turn:
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
             value = await self._invoke(tool, kwargs, context)
+            resumed = context.resume
+            if (
+                resumed is not None
+                and not isinstance(tool, AgentTool)
+                and all(child is not resumed for child in context.children)
+            ):
+                raise _Result(
+                    "error",
+                    f"The tool {call.name} did not continue its subagent State {resumed.id}, which"
+                    " a person's decision was waiting on, so that decision was not carried out."
+                    " A tool that starts a subagent itself continues it with"
+                    " `agent.arun(orchestrator.resumed_child() or State(...))`.",
+                )
             if context.suspended:
                 # A subagent stopped for a person: this call waits with it, with no result.
                 self.awaiting[call.id] = tuple(

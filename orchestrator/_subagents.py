@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._run import CallContext, Run
 
-__all__ = ("AgentTool", "cut_off", "resume_children", "trace_context")
+__all__ = ("AgentTool", "cut_off", "resume_children", "resumed_child", "trace_context")
 
 LOCAL = LocalRunner()
 
@@ -52,6 +52,25 @@ def deadline() -> float | None:
     if math.isinf(left):
         return None
     return time.time() + (left - anyio.current_time())
+
+
+def resumed_child() -> State | None:
+    """In a tool call run again after a person's decision: the subagent State to continue.
+
+    A call whose subagent stopped for a person's approval waits with it; once decided, the next
+    run calls the tool again. An agent given as a tool continues that State by itself. A tool
+    that starts a subagent itself must continue it too, or the decision is lost with it::
+
+        @tool
+        async def research(question: str) -> str:
+            child = resumed_child() or State(messages=[Message.user(question)])
+            return await researcher.arun(child)
+
+    None outside such a call (and outside any tool call).
+    """
+    frame = current_frame()
+    call = None if frame is None else frame.call
+    return None if call is None else call.resume
 
 
 class AgentTool(Tool):

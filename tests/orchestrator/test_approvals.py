@@ -21,6 +21,7 @@ from orchestrator import (
     adeny,
     approve,
     awaiting,
+    resumed_child,
     tool,
 )
 from orchestrator.permissions import AllowByName, ApproveLater, Deferred
@@ -193,6 +194,61 @@ async def test_a_subagents_waiting_call_stops_the_root_and_the_decision_reaches_
     assert result.child_ids == (child_id,)  # the same child continued, not a new one
     assert resumed.child(child_id).answer == "child done"
     assert [info.id for info in store.list(parent_id="root")] == [child_id]
+
+
+def _plain_tree(store: MemoryStore, *, continues: bool) -> Agent:
+    """A root whose plain tool starts the subagent itself (continuing it or not on resume)."""
+    child = Agent(
+        FakeModel([tool_call("send", to="bob"), "child done"]),
+        name="mailer",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+
+    @tool
+    async def mail(task: str) -> str:
+        """Have the mail sent."""
+        fresh = State(messages=[Message.user(task)])
+        state = (resumed_child() or fresh) if continues else fresh
+        return str(await child.arun(state))
+
+    return Agent(
+        FakeModel([tool_call("mail", task="mail bob"), "root done"]), tools=[mail], store=store
+    )
+
+
+async def test_a_plain_tool_continues_its_subagent_with_resumed_child() -> None:
+    assert resumed_child() is None  # outside a tool call
+    store = MemoryStore()
+    root = State(id="root", messages=[Message.user("go")])
+    agent = _plain_tree(store, continues=True)
+    await agent.arun(root)
+    (waiting,) = awaiting(root)
+    child_id = waiting.state_id
+    assert waiting.via == root.pending_calls[0].id
+    loaded = store.load("root")
+    await aapprove(loaded, waiting.call.id, by="ann")
+    assert await agent.arun(loaded) == "root done"
+    assert SENT == ["bob"]  # the approved call ran once, in the same child
+    result = next(e for e in loaded.history if e.kind == "tool_result")
+    assert result.content.text == "child done"
+    assert result.child_ids == (child_id,)
+    assert [info.id for info in store.list(parent_id="root")] == [child_id]
+
+
+async def test_a_plain_tool_that_starts_a_new_subagent_instead_gets_an_error_result() -> None:
+    store = MemoryStore()
+    root = State(id="root", messages=[Message.user("go")])
+    agent = _plain_tree(store, continues=False)
+    await agent.arun(root)
+    (waiting,) = awaiting(root)
+    loaded = store.load("root")
+    await aapprove(loaded, waiting.call.id, by="ann")
+    await agent.arun(loaded)
+    result = next(e for e in loaded.history if e.kind == "tool_result")
+    assert result.content.is_error
+    assert waiting.state_id in result.content.text
+    assert "resumed_child()" in result.content.text
 
 
 async def test_deferred_is_a_decision_permissions_may_return() -> None:
