@@ -300,10 +300,15 @@ class RayRunner:
         except LookupError:
             pass  # it died before the child's first save
         what = type(error).__name__
+        kept = (
+            "nothing of it was saved, since it died before the child's first save"
+            if state is None
+            else "it was saved as far as it got, its open calls closed 'unknown'. Inspect it"
+            " with state.child(id)"
+        )
         return ChildRunError(
             f"The Ray worker running the child State {job.state_id} died ({what}); the child"
-            " is not run again: it was saved as far as it got, its open calls closed"
-            " 'unknown'. Inspect it with state.child(id).",
+            f" is not run again: {kept}.",
             state_id=job.state_id,
             state=state,
         )

@@ -2,7 +2,8 @@
 
 The researcher's model decides each reply from its task, so any number of children run on one
 registry: ``"turns N"`` takes N turns, ``"remember KEY"`` writes memory, ``"wait PATH"`` touches
-PATH and waits, ``"die PATH"`` touches PATH and kills its worker with SIGKILL.
+PATH and waits, ``"die PATH"`` touches PATH and kills its worker with SIGKILL, and
+``"vanish PATH"`` does that as its run starts, before anything of the child is saved.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import anyio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from orchestrator import Agent, Memory, Reporter, ToolCall, tool
+from orchestrator import Agent, Memory, Reporter, State, ToolCall, tool
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
 from orchestrator.testing import FakeModel
@@ -83,15 +84,28 @@ def die(arg: str) -> str:
     return "unreachable"
 
 
+class Vanish(Reporter):
+    """Kills the worker as a ``"vanish PATH"`` run starts: before the child's first save."""
+
+    def on_run_start(self, state: State) -> None:
+        verb, _, arg = state.messages[0].text.partition(" ")
+        if verb == "vanish":
+            Path(arg).touch()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
 def researcher(store: Any = None, reporter: Reporter | None = None) -> Agent:
-    """The researcher, saving in `store` (its memory is kept there too), seen by `reporter`."""
+    """The researcher, saving in `store` (its memory is kept there too), seen by `reporter`.
+
+    Without a reporter it has `Vanish`, so a ``"vanish PATH"`` task kills its worker.
+    """
     return Agent(
         FakeModel([decide] * 10_000),
         name="researcher",
         description="Researches one question",
         tools=[note, remember, wait, die],
         store=store,
-        reporter=reporter,
+        reporter=Vanish() if reporter is None else reporter,
     )
 
 

@@ -166,6 +166,29 @@ async def test_a_worker_killed_by_sigkill_is_never_retried_and_the_parent_gets_a
     assert not marker.exists()
 
 
+async def test_a_worker_that_dies_before_the_childs_first_save_gives_an_error_and_no_state(
+    runner: RayRunner, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    marker = tmp_path / "vanished"
+    state = State(messages=[Message.user("go")])
+    await lead(store, runner, f"vanish {marker}", answer="noted").arun(state)
+    assert marker.exists()  # the worker got the job, and died as the child's run started
+    (result,) = results(state)
+    assert result.outcome == "error"
+    text = result.content.text
+    assert "died" in text
+    assert "nothing of it was saved" in text
+    child_id = text.split("child State ")[1].split(" ")[0]
+    with pytest.raises(LookupError):
+        store.load(child_id)  # never saved, and not made up afterwards
+    assert state.answer == "noted"  # the parent ran on and answered
+    # Never retried: the next child gets a new worker and runs.
+    again = State(messages=[Message.user("go")])
+    await lead(store, runner, "turns 1").arun(again)
+    assert results(again)[0].outcome == "done"
+
+
 def test_a_store_without_url_or_an_unknown_agent_is_refused_before_anything_is_sent() -> None:
     # No cluster: the check comes first, so nothing is sent (nor Ray started).
     runner = RayRunner(REGISTRY)
