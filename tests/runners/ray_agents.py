@@ -22,9 +22,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, Sp
 from orchestrator import Agent, Memory, Reporter, State, ToolCall, tool
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
+from orchestrator.permissions import ApproveLater
 from orchestrator.testing import FakeModel
 
-__all__ = ("JsonLines", "agents", "decide", "researcher", "traced")
+__all__ = ("JsonLines", "agents", "decide", "publisher", "researcher", "traced")
 
 
 def decide(request: Request) -> Any:
@@ -109,9 +110,40 @@ def researcher(store: Any = None, reporter: Reporter | None = None) -> Agent:
     )
 
 
+@tool
+def publish(arg: str) -> str:
+    """Publish: append a line to a file (a person approves it first).
+
+    Args:
+        arg: The file.
+    """
+    with Path(arg).open("a", encoding="utf-8") as out:
+        out.write("published\n")
+    return "published"
+
+
+def _publishing(request: Request) -> Any:
+    """The publisher publishes once (``"publish PATH"``), then answers."""
+    if not any(message.role == "assistant" for message in request.messages):
+        return ToolCall("call_publish", "publish", {"arg": request.messages[0].text.split(" ")[1]})
+    return "publisher done"
+
+
+def publisher(store: Any = None) -> Agent:
+    """An agent whose `publish` calls wait for a person's approval."""
+    return Agent(
+        FakeModel([_publishing] * 100),
+        name="publisher",
+        description="Publishes, once a person approves",
+        tools=[publish],
+        store=store,
+        permissions=[ApproveLater("publish", reason="it goes public")],
+    )
+
+
 def agents(store: Any) -> list[Agent]:
     """The registry: the agents a worker can run, built on the worker's store."""
-    return [researcher(store)]
+    return [researcher(store), publisher(store)]
 
 
 def traced(store: Any) -> list[Agent]:

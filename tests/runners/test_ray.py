@@ -23,7 +23,17 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from orchestrator import Agent, Message, Reporter, State, ToolCall, ToolResultEntry
+from orchestrator import (
+    Agent,
+    Message,
+    Reporter,
+    State,
+    StoppedByApproval,
+    ToolCall,
+    ToolResultEntry,
+    aapprove,
+    awaiting,
+)
 from orchestrator.otel import OtelReporter
 from orchestrator.runners import LocalRunner, RayRunner, Runner
 from orchestrator.testing import FakeModel
@@ -187,6 +197,37 @@ async def test_a_worker_that_dies_before_the_childs_first_save_gives_an_error_an
     again = State(messages=[Message.user("go")])
     await lead(store, runner, "turns 1").arun(again)
     assert results(again)[0].outcome == "done"
+
+
+async def test_a_remote_childs_approval_stops_the_parent_and_the_decision_reaches_it(
+    runner: RayRunner, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    out = tmp_path / "published"
+    boss = Agent(
+        FakeModel([ToolCall("call_boss", "publisher", {"task": f"publish {out}"}), "boss done"]),
+        name="lead",
+        tools=[ray_agents.publisher(store)],
+        store=store,
+        runner=runner,
+    )
+    state = State(id="boss", messages=[Message.user("go")])
+    await boss.arun(state)
+    assert isinstance(state.stopped, StoppedByApproval)
+    (waiting,) = awaiting(state)  # the remote child's call, shown at the root
+    assert waiting.call.name == "publish"
+    assert waiting.via == "call_boss"
+    assert not out.exists()
+    child_id = waiting.state_id
+    assert store.load(child_id).parent_id == "boss"  # saved by the worker, waiting
+
+    loaded = store.load("boss")  # later, as another request would
+    await aapprove(loaded, waiting.call.id, by="ann")
+    assert await boss.arun(loaded) == "boss done"
+    assert out.read_text() == "published\n"  # ran once, on a worker
+    (result,) = results(loaded)
+    assert result.child_ids == (child_id,)  # the same child continued, not a new one
+    assert store.load(child_id).answer == "publisher done"
 
 
 def test_a_store_without_url_or_an_unknown_agent_is_refused_before_anything_is_sent() -> None:
