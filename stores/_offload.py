@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
@@ -25,7 +26,7 @@ from orchestrator import StateInfo, Store
 if TYPE_CHECKING:
     from orchestrator import State
 
-__all__ = ("ThreadedAsync",)
+__all__ = ("ThreadedAsync", "ThreadedClosing")
 
 _T = TypeVar("_T")
 _SYNC_METHODS = ("save", "load", "list", "delete")
@@ -56,8 +57,10 @@ class ThreadedAsync:
     keeps_memory: ClassVar[bool] = False
     """Whether the store keeps agent memory: it defines the sync memory methods (set for you)."""
 
-    def __init_subclass__(cls, **kwargs: object) -> None:
+    def __init_subclass__(cls, *, abstract: bool = False, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
+        if abstract:  # a mixin on the way to a store (`ThreadedClosing`): checked in its stores
+            return
         missing = [name for name in _SYNC_METHODS if not callable(getattr(cls, name, None))]
         if missing:
             raise TypeError(
@@ -137,3 +140,43 @@ class ThreadedAsync:
             return bool(put(agent, space, key, data, effect=effect))
 
         return await self._offload(call)
+
+
+class ThreadedClosing(ThreadedAsync, abstract=True):
+    """A `ThreadedAsync` store holding a resource its `close` releases (a connection, a pool).
+
+    It gives `aclose` (`close` in a worker thread: closing may wait on I/O) and the ``with`` and
+    ``async with`` blocks that close the store at their end.
+    """
+
+    __slots__ = ()
+
+    def close(self) -> None:
+        """Release what the store holds; the subclass defines it."""
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        """`close` in a worker thread (closing may wait on I/O: a WAL written back, a pool)."""
+        await self._offload(self.close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()

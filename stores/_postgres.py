@@ -16,14 +16,13 @@ from __future__ import annotations
 import builtins
 import threading
 import urllib.parse
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, LiteralString, Self, cast
+from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import anyio.to_thread
 
 from orchestrator import State, StateInfo, StoreDamagedError, StoreError
 
-from ._offload import ThreadedAsync
+from ._offload import ThreadedClosing
 from ._postgres_plans import (
     delete_plan,
     list_plan,
@@ -45,7 +44,7 @@ __all__ = ("PostgresStore", "redact_dsn")
 _INSTALL = "pip install 'orchestrator[postgres]'"
 
 
-class PostgresStore(ThreadedAsync):
+class PostgresStore(ThreadedClosing):
     """States kept in a PostgreSQL database: safe for many processes on many machines.
 
     Give it a DSN (``postgresql://user@host/db``, or libpq's ``key=value`` form) and it opens
@@ -241,32 +240,6 @@ class PostgresStore(ThreadedAsync):
             pool, self._pool = (self._pool, None) if self._dsn is not None else (None, self._pool)
         if pool is not None:
             pool.close()
-
-    async def aclose(self) -> None:
-        """`close` in a worker thread (closing waits for the pool's connections)."""
-        await self._offload(self.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- running plans ------------------------------------------------------------------------
 

@@ -13,8 +13,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 from weakref import WeakKeyDictionary
 
 import anyio
@@ -22,7 +21,7 @@ import anyio.lowlevel
 
 from orchestrator import State, StateInfo
 
-from ._offload import ThreadedAsync
+from ._offload import ThreadedClosing
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -57,7 +56,7 @@ _LIMITERS: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, anyio.CapacityLi
 )
 
 
-class SQLiteStore(ThreadedAsync):
+class SQLiteStore(ThreadedClosing):
     """States kept in one SQLite file: safe for many threads and several processes.
 
     Each save appends only the entries not stored yet, in one ``BEGIN IMMEDIATE`` transaction,
@@ -176,32 +175,6 @@ class SQLiteStore(ThreadedAsync):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
-
-    async def aclose(self) -> None:
-        """`close` in a worker thread (closing may write the WAL back into the file)."""
-        await self._offload(self.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- running plans ------------------------------------------------------------------------
 
