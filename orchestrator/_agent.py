@@ -10,12 +10,11 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 import pydantic
 
 from ._ask import ask, compact
-from ._events import DEFAULT_BUFFER, Events, open_events
 from ._execute import use_tools
 from ._json import JSONValue
 from ._link import Link
@@ -25,7 +24,7 @@ from ._memory_tools import agent_memory, collection_tools, memory_required
 from ._messages import Message
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
-from ._reporting import Reporter
+from ._reporting import DEFAULT_BUFFER, Reporter
 from ._run import Run, Settings, run_agent, step
 from ._state import RESERVED, State
 from ._storage import AsyncStore, Store
@@ -38,6 +37,9 @@ from ._typed import Schema, SchemaSource
 from .models import Model
 from .models._base import resolve_model
 from .runners._base import Runner
+
+if TYPE_CHECKING:
+    from ._events import Events
 
 __all__ = ("Agent",)
 
@@ -392,6 +394,8 @@ class Agent:
         Raises:
             ValueError: The State is finished, or `buffer` is not an integer >= 1.
         """
+        from ._events import open_events  # pydantic event models: built for streams only
+
         state = self._as_state(state)
         self._require_unfinished(state, "run")
         settings = self._settings

@@ -27,7 +27,7 @@ import anyio.lowlevel
 import pydantic
 
 from ._json import thaw
-from ._reporting import Reporter
+from ._reporting import DEFAULT_BUFFER, Reporter
 from ._stopped import StoppedByApproval
 
 if TYPE_CHECKING:
@@ -53,9 +53,6 @@ __all__ = (
     "ToolStarted",
     "open_events",
 )
-
-DEFAULT_BUFFER = 256
-"""Events a consumer may be behind before the run waits for it."""
 
 
 class _EventBase(pydantic.BaseModel):

@@ -20,7 +20,10 @@ if TYPE_CHECKING:
     from ._reply import Reply
     from ._state import State
 
-__all__ = ("Pacer", "Reporter", "report_retry")
+__all__ = ("DEFAULT_BUFFER", "Pacer", "Reporter", "report_retry")
+
+DEFAULT_BUFFER = 256
+"""Events a consumer of `Agent.events` may be behind before the run waits for it (`Pacer`)."""
 
 
 def report_retry(attempt: int, delay: float, error: BaseException) -> None:

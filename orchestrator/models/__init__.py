@@ -5,13 +5,38 @@
 never imports an SDK: a model imports its SDK when it is built, and says how to install it.
 """
 
-from ._anthropic import AnthropicModel as AnthropicModel
+import typing as _typing
+
 from ._base import Model as Model
 from ._base import Request as Request
 from ._base import TextCallback as TextCallback
-from ._openai import OpenAIModel as OpenAIModel
-from ._price import Price as Price
-from ._retry import RetryPolicy as RetryPolicy
+
+if _typing.TYPE_CHECKING:
+    from ._anthropic import AnthropicModel as AnthropicModel
+    from ._openai import OpenAIModel as OpenAIModel
+    from ._price import Price as Price
+    from ._retry import RetryPolicy as RetryPolicy
+
+# The provider models, their retries and prices are imported at first use: a run with another
+# model (a `FakeModel`, a user's own) never pays for them (~1 MB of a fresh process).
+_LAZY = {
+    "AnthropicModel": "._anthropic",
+    "OpenAIModel": "._openai",
+    "Price": "._price",
+    "RetryPolicy": "._retry",
+}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'orchestrator.models' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = (
     "AnthropicModel",
