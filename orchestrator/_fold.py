@@ -537,19 +537,28 @@ def fold(value: Folded, entry: HistoryEntry, lookup: Lookup | None = None) -> Fo
 
     `lookup(n)` gives the value after the first `n` entries; only a restore entry needs it.
     """
-    position = len(value.entries)
+    new = value.copy()
+    _step(new, entry, lookup)
+    return new
+
+
+def _step(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
+    """Change `new`, a value nobody else sees yet, into the value after `entry`.
+
+    Every step replaces the containers it changes and never changes one in place, so a value
+    copied before the step (`Folded.copy` is shallow) keeps what it held.
+    """
+    position = len(new.entries)
     if entry.seq != position:
         raise Inconsistent(f"its seq is {entry.seq}, but it is at position {position}")
-    expected = entry_turn(value, entry.kind)
+    expected = entry_turn(new, entry.kind)
     if entry.turn != expected:
         raise Inconsistent(f"its turn is {entry.turn}, but the turn there is {expected}")
-    new = value.copy()
-    new.entries = value.entries.append(entry)
-    if value.at_first is None:
+    new.entries = new.entries.append(entry)
+    if new.at_first is None:
         new.at_first = entry.at
     new.at_last = entry.at
     _STEPS[entry.kind](new, entry, lookup)
-    return new
 
 
 def replay(entries: Iterable[HistoryEntry]) -> Folded:
@@ -569,17 +578,19 @@ def replay(entries: Iterable[HistoryEntry]) -> Folded:
         if isinstance(entry, ContextChangeEntry) and entry.content.restored_to is not None:
             targets.add(entry.content.restored_to)
     saved: dict[int, Folded] = {}
-    value = EMPTY
     if 0 in targets:
-        saved[0] = value
+        saved[0] = EMPTY
+    # One value, changed entry by entry: nobody sees it before replay returns, so the copy that
+    # `fold` makes per entry is needed only where a restore will look back.
+    value = EMPTY.copy()
     for index, entry in enumerate(items):
         try:
-            value = fold(value, entry, saved.__getitem__)
+            _step(value, entry, saved.__getitem__)
         except Inconsistent as error:
             raise ValueError(
                 f"history[{index}] ({entry.kind}) cannot follow the entries before it: {error}."
                 " Pass a whole history, unchanged, as other_state.history or a store gives it."
             ) from None
         if index + 1 in targets:
-            saved[index + 1] = value
+            saved[index + 1] = value.copy()
     return value

@@ -215,11 +215,10 @@ def rebuild(
             decode_entry(line, state_id=state_id, index=i, where=where)
             for i, line in enumerate(raw)
         ]
-    try:
-        with _collector_paused():
+        try:
             return State(id=state_id, history=entries)
-    except (ValueError, TypeError) as error:
-        raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
+        except (ValueError, TypeError) as error:
+            raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
 
 
 def check_list_args(parent_id: str | None, limit: int | None) -> None:
