@@ -86,8 +86,11 @@ class _Turn:
 
     async def run_calls(self, calls: tuple[ToolCall, ...]) -> None:
         self.calls = max(1, len(calls))
-        parallel = [c for c in calls if (t := self.tools.get(c.name)) is None or t.parallel]
-        serial = [c for c in calls if (t := self.tools.get(c.name)) is not None and not t.parallel]
+        parallel: list[ToolCall] = []
+        serial: list[ToolCall] = []
+        for call in calls:  # an unknown tool's call runs with the parallel ones (its error)
+            tool = self.tools.get(call.name)
+            (parallel if tool is None or tool.parallel else serial).append(call)
         saver = self.run.saver
         try:
             await saver.flush()  # the reply that asked for the calls, before any runs
@@ -190,7 +193,8 @@ class _Turn:
         if run.pacers:
             await run.pace()  # a slow events consumer slows the run here
         run.report("on_tool_start", state, call)
-        started = time.perf_counter() if _log.debugging else 0.0
+        debugging = _log.debugging  # asked once: it costs a call into logging
+        started = time.perf_counter() if debugging else 0.0
         tool = self.tools.get(call.name)
         context = self.contexts[call.id] = CallContext(run, call)
         outcome: Outcome = "done"
@@ -275,7 +279,7 @@ class _Turn:
                 self.fatal = error
             return
         entry = self._record(call, content, is_error, outcome, context, update)
-        if _log.debugging:  # the fields cost time on every call: only when they are logged
+        if debugging:  # the fields cost time on every call: only when they are logged
             _log.debug(
                 "state.tool.finished",
                 state_id=state.id,

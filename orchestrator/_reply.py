@@ -27,6 +27,23 @@ class Usage:
     cost: float | None = None
 
     def __post_init__(self) -> None:
+        # The fields read directly, not by name: every reply and every sum builds a Usage.
+        for value in (
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+            self.requests,
+        ):
+            if type(value) is not int or value < 0:
+                self._check_counts()
+                break
+        cost = self.cost
+        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
+            raise TypeError(f"Usage.cost must be a number or None, got {cost!r}.")
+
+    def _check_counts(self) -> None:
+        """Turn int subclasses (not bool) into ints; raise for any other count or one < 0."""
         for name in _COUNTS:
             value = getattr(self, name)
             if type(value) is not int or value < 0:
@@ -34,9 +51,6 @@ class Usage:
                     object.__setattr__(self, name, int(value))
                     continue
                 raise ValueError(f"Usage.{name} must be an int >= 0, got {value!r}.")
-        cost = self.cost
-        if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)):
-            raise TypeError(f"Usage.cost must be a number or None, got {cost!r}.")
 
     def is_empty(self) -> bool:
         """Whether nothing was spent: every count 0 and no cost."""

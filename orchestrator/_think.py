@@ -77,8 +77,8 @@ def check_reply(model: Model, reply: object) -> Reply:
     """
     if not isinstance(reply, Reply):
         raise TypeError(f"The model {model.name!r} returned a {type(reply).__name__}, not a Reply.")
-    calls = reply.message.tool_calls
-    if len({call.id for call in calls}) == len(calls) and all(call.id for call in calls):
+    ids = [call.id for call in reply.message.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids):
         return reply
     # Give repeated or empty call ids fresh ones: every call needs its own result.
     seen: set[str] = set()
