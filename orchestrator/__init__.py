@@ -48,6 +48,7 @@ from ._json import FrozenDict as FrozenDict
 from ._json import FrozenList as FrozenList
 from ._json import JSONValue as JSONValue
 from ._json import thaw as thaw
+from ._lazy import lazy_names as _lazy_names
 from ._link import Link as Link
 from ._loop import Loop as Loop
 from ._loop import loop as loop
@@ -138,15 +139,7 @@ _LAZY = {"ConsoleReporter": "._console"} | dict.fromkeys(
 )
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orchestrator' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY)
 
 
 __all__ = (

@@ -7,6 +7,7 @@ never imports an SDK: a model imports its SDK when it is built, and says how to 
 
 import typing as _typing
 
+from .._lazy import lazy_names as _lazy_names
 from ._base import Model as Model
 from ._base import Request as Request
 from ._base import TextCallback as TextCallback
@@ -27,15 +28,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> _typing.Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'orchestrator.models' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+__getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY)
 
 
 __all__ = (
