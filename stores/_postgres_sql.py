@@ -211,6 +211,28 @@ appended AS (
 SELECT id FROM written
 """
 )
+# The save of one State this store knew stored (the usual save of a run): the same gate and
+# writes as `_SAVE` for that case, without the unnest of the states columns. One save alone
+# took 690-844 us against 844-1,075 us with `_SAVE` (durable server, medians of 4 rounds).
+_SAVE_ONE = """
+WITH updated AS (
+    UPDATE {s}.states SET
+        parent_id = %(parent_id)s, parent_call_id = %(parent_call_id)s, title = %(title)s,
+        created_at = %(created_at)s, updated_at = %(updated_at)s, turn = %(turn)s,
+        finished = %(finished)s, stopped = %(stopped)s, usage = %(usage)s,
+        entries = %(entries)s, head = %(head)b
+    WHERE id = %(id)s AND entries = %(prev)s AND head IS NOT DISTINCT FROM %(prev_head)b
+    RETURNING id
+),
+appended AS (
+    INSERT INTO {s}.entries (state_id, seq, data, digest)
+    SELECT %(id)s, e.seq, e.data, e.digest
+    FROM unnest(%(seqs)b::integer[], %(lines)b::bytea[], %(digests)b::bytea[])
+        AS e (seq, data, digest)
+    WHERE EXISTS (SELECT 1 FROM updated)
+)
+SELECT id FROM updated
+"""
 # Where the stored histories of some States end: count, last digest and last line.
 _ENDS = """
 SELECT s.id, s.entries, s.head, e.data
@@ -298,6 +320,7 @@ class Sql:
     get_meta: str = field(init=False)
     set_meta: str = field(init=False)
     save: str = field(init=False)
+    save_one: str = field(init=False)
     ends: str = field(init=False)
     load: str = field(init=False)
     list_all: str = field(init=False)
@@ -326,6 +349,7 @@ class Sql:
         put("get_meta", _GET_META)
         put("set_meta", _SET_META)
         put("save", _SAVE)
+        put("save_one", _SAVE_ONE)
         put("ends", _ENDS)
         put("load", _LOAD)
         put("list_all", _LIST_ALL)
@@ -498,6 +522,32 @@ class StateRows:
     def params(self) -> dict[str, list[Any]]:
         """The named parameters of the save statement."""
         return {name: getattr(self, name) for name in self.__slots__}
+
+    def continues_one(self) -> bool:
+        """Whether these rows save one State known stored: what `one_params` is for."""
+        return len(self.ids) == 1 and self.prevs[0] >= 0
+
+    def one_params(self) -> dict[str, Any]:
+        """The named parameters of `Sql.save_one`, for rows that `continues_one`."""
+        return {
+            "id": self.ids[0],
+            "prev": self.prevs[0],
+            "prev_head": self.prev_heads[0],
+            "parent_id": self.parent_ids[0],
+            "parent_call_id": self.parent_call_ids[0],
+            "title": self.titles[0],
+            "created_at": self.created[0],
+            "updated_at": self.updated[0],
+            "turn": self.turns[0],
+            "finished": self.finished[0],
+            "stopped": self.stopped[0],
+            "usage": self.usages[0],
+            "entries": self.counts[0],
+            "head": self.heads[0],
+            "seqs": self.seqs,
+            "lines": self.lines,
+            "digests": self.digests,
+        }
 
 
 def state_row(
