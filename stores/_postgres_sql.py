@@ -23,12 +23,13 @@ starting at once do it once. Schema version n is what the first n steps make: a 
 older version gets the steps it lacks, one at a newer version is refused, naming both.
 
 A save is one statement (`Sql.save`): the entries of every State of a group commit and their
-states rows, gated per State on its stored end. The usual save of a run, one State this store
-knew stored, has a plainer statement with the same gate and writes (`Sql.save_one`). A State's row is written, and its entries
+states rows, gated per State on its stored end. A State's row is written, and its entries
 inserted, only if the row still holds the count and last digest the writer continued (or, for
 a State the writer believes new, only if there is no row yet). The statement returns the ids
 it wrote; a State left out was changed by another writer meanwhile, and the unique key
-(state_id, seq) is a second guard against interleaved entries.
+(state_id, seq) is a second guard against interleaved entries. The usual save of a run, one
+State this store knew stored, has a plainer statement with the same gate and writes
+(`Sql.save_one`).
 """
 
 from __future__ import annotations
