@@ -12,8 +12,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
-from types import TracebackType
-from typing import Any, ClassVar, NoReturn, Self, TypeVar
+from typing import Any, ClassVar, NoReturn, TypeVar
 
 import aiosqlite
 import anyio
@@ -22,6 +21,7 @@ import anyio.to_thread
 
 from orchestrator import State, StateInfo
 
+from ._offload import AsyncClosing
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -50,7 +50,7 @@ __all__ = ("AioSQLiteStore",)
 _T = TypeVar("_T")
 
 
-class AioSQLiteStore:
+class AioSQLiteStore(AsyncClosing):
     """States kept in one SQLite file, used with ``await`` on asyncio.
 
     It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
@@ -202,17 +202,6 @@ class AioSQLiteStore:
                 if self._connection is not None:
                     connection, self._connection = self._connection, None
                     await connection.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     # -- running plans ------------------------------------------------------------------------
 

@@ -26,7 +26,7 @@ from orchestrator import StateInfo, Store
 if TYPE_CHECKING:
     from orchestrator import State
 
-__all__ = ("ThreadedAsync", "ThreadedClosing")
+__all__ = ("AsyncClosing", "ThreadedAsync", "ThreadedClosing")
 
 _T = TypeVar("_T")
 _SYNC_METHODS = ("save", "load", "list", "delete")
@@ -142,7 +142,28 @@ class ThreadedAsync:
         return await self._offload(call)
 
 
-class ThreadedClosing(ThreadedAsync, abstract=True):
+class AsyncClosing:
+    """A store whose `aclose` releases what it holds: ``async with`` closes it at the end."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        """Release what the store holds; the subclass defines it."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class ThreadedClosing(ThreadedAsync, AsyncClosing, abstract=True):
     """A `ThreadedAsync` store holding a resource its `close` releases (a connection, a pool).
 
     It gives `aclose` (`close` in a worker thread: closing may wait on I/O) and the ``with`` and
@@ -158,17 +179,6 @@ class ThreadedClosing(ThreadedAsync, abstract=True):
     async def aclose(self) -> None:
         """`close` in a worker thread (closing may wait on I/O: a WAL written back, a pool)."""
         await self._offload(self.close)
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def __enter__(self) -> Self:
         return self
