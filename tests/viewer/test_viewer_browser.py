@@ -157,8 +157,9 @@ def test_a_timeline_row_and_a_subagent_link_open_their_state(
     browser.wait_for(
         f"{READY} && document.getElementById('state-title').textContent.endsWith('{lead.id}')"
     )
-    js(browser, "document.querySelector('.child-link').click()")  # the lead's first subagent
+    # The lead's first subagent: its link read before the click, which may re-render the page.
     first = js(browser, "document.querySelector('.child-link').getAttribute('href')")
+    js(browser, "document.querySelector('.child-link').click()")
     browser.wait_for(f"{READY} && location.hash === '{first}'")
 
 
