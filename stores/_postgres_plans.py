@@ -81,12 +81,7 @@ def save_plan(
         if len(rows):
             for state_id in rows.ids:
                 known.forget(state_id)  # until the commit is known to have happened
-            query = (
-                Query(sql.save_one, rows.one_params())
-                if rows.continues_one()
-                else Query(sql.save, rows.params())
-            )
-            result: list[Row] = yield query
+            result: list[Row] = yield rows.query(sql)
             written = {str(row[0]) for row in result}
         lost = [state_id for state_id in rows.ids if state_id not in written]
         for state_id, write in writes.items():

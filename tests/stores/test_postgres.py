@@ -32,7 +32,7 @@ from stores import FORMAT_VERSION, PostgresStore
 
 # Private: the query plans and SQL of the PostgreSQL backend, checked as units.
 from stores._postgres_plans import save_plan
-from stores._postgres_sql import SCHEMA_VERSION, sql_for
+from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation
 from stores.contract import StoreContract
 from tests.postgres import fresh_schema
@@ -210,6 +210,29 @@ def test_two_writers_of_one_state_the_second_is_refused(where: tuple[str, str]) 
         assert [m.text for m in stored.messages] == ["start", "mine 1", "mine 2"]
         second.save(grown(stored, "theirs, after loading again"))
         assert first.load("shared").messages[-1].text == "theirs, after loading again"
+
+
+@pytest.mark.parametrize("added", [1, SAVE_ONE_MOST, SAVE_ONE_MOST + 1])
+def test_a_save_of_any_size_writes_its_entries_behind_the_gate(
+    where: tuple[str, str], added: int
+) -> None:
+    """Saves of a few entries and of many take different statements: both write and gate alike."""
+    dsn, schema = where
+    with (
+        PostgresStore(dsn, schema=schema) as first,
+        PostgresStore(dsn, schema=schema) as second,
+    ):
+        first.save(State(id="grows", messages=[Message.user("start")]))
+        mine, theirs = first.load("grows"), second.load("grows")
+        texts = [f"mine {i}" for i in range(added)]
+        first.save(grown(mine, *texts))
+        with pytest.raises(StoreConflictError, match="another writer saved it"):
+            second.save(grown(theirs, *[f"theirs {i}" for i in range(added)]))
+        stored = second.load("grows")
+        assert stored.history == mine.history
+        assert [m.text for m in stored.messages] == ["start", *texts]
+        first.save(grown(mine, *texts))  # the same store continues its own save
+        assert second.load("grows").history == mine.history
 
 
 def test_writers_racing_on_one_state_never_interleave(where: tuple[str, str]) -> None:
