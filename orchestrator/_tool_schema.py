@@ -3,7 +3,9 @@
 `Parameters.analyse` reads a tool function once. Each parameter is one of three kinds:
 
 - filled by the model: validated by one pydantic model built with ``extra="forbid"``, whose JSON
-  schema is what the model is shown;
+  schema is what the model is shown (when every such parameter is a plain str, int, float or
+  bool, pydantic-core validates that model's core schema with no model class built: the same
+  checks and errors, for 3 MB less peak memory in a fresh process);
 - filled from state (``inputs_from_state``): read when the call starts, hidden from the model;
 - annotated `State` (or ``State | None``): receives the live State, hidden from the model;
 - annotated `Memory` (or ``Memory | None``): receives the agent's memory, hidden from the model.
@@ -18,17 +20,18 @@ import difflib
 import functools
 import inspect
 import json
+import math
 import re
 import types
 import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Union, cast, get_args, get_origin
+from typing import Annotated, Any, TypeAlias, Union, cast, get_args, get_origin
 
 import pydantic
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaWarningKind
-from pydantic_core import PydanticUndefined
+from pydantic_core import PydanticUndefined, SchemaValidator, core_schema
 
 from ._errors import Issue, OrchestratorError
 from ._json import FrozenDict, freeze, thaw
@@ -39,6 +42,9 @@ from ._state import State
 __all__ = ("Parameters", "ToolInputError", "parse_docstring")
 
 _MISSING: Any = object()
+
+Validate: TypeAlias = "Callable[[dict[Any, Any]], Mapping[str, Any]]"
+"""Validates a tool's arguments (raising `pydantic.ValidationError`): values by field name."""
 
 # -- docstrings ----------------------------------------------------------------------------------
 
@@ -217,12 +223,19 @@ def _input_schema(model: type[pydantic.BaseModel], tool: str) -> FrozenDict[str,
             " dataclasses, TypedDicts and pydantic models."
         ) from None
     body = cast("dict[str, Any]", _tidy(raw))
-    schema: dict[str, Any] = {"type": "object", "properties": body.get("properties", {})}
-    if body.get("required"):
-        schema["required"] = body["required"]
+    return _object_schema(tool, body.get("properties", {}), body.get("required"), body.get("$defs"))
+
+
+def _object_schema(
+    tool: str, properties: dict[str, Any], required: list[str] | None, defs: Any
+) -> FrozenDict[str, Any]:
+    """The tool's input schema: an object of `properties`, no other keys allowed."""
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
     schema["additionalProperties"] = False
-    if body.get("$defs"):
-        schema["$defs"] = body["$defs"]
+    if defs:
+        schema["$defs"] = defs
     return cast("FrozenDict[str, Any]", freeze(schema, f"tool {tool!r} input schema"))
 
 
@@ -279,7 +292,7 @@ class Parameters:
     """How to call one tool function: its model-facing arguments and its hidden parameters."""
 
     tool: str
-    model: type[pydantic.BaseModel]
+    validate: Validate
     fields: tuple[tuple[str, str], ...]
     input_schema: FrozenDict[str, Any]
     from_state: tuple[StateInput, ...]
@@ -305,8 +318,7 @@ class Parameters:
             ) from None
         hints = _type_hints(fn, tool)
         keys_of = _state_keys_by_param(inputs_from_state, tuple(signature.parameters), tool)
-        fields: dict[str, tuple[Any, Any]] = {}
-        names: list[tuple[str, str]] = []
+        arguments: list[_Argument] = []
         from_state: list[StateInput] = []
         state_params: list[tuple[str, bool]] = []
         memory_params: list[tuple[str, bool]] = []
@@ -335,15 +347,16 @@ class Parameters:
             else:
                 if hint is _MISSING:
                     raise TypeError(_missing_hint(param.name, tool))
-                field_name = f"p{len(fields)}"
-                fields[field_name] = (hint, _field(param, hint, descriptions.get(param.name)))
-                names.append((field_name, param.name))
-        model = _arguments_model(tool, fields)
+                arguments.append(_argument(len(arguments), param, hint, descriptions))
+        if all(_is_plain(argument) for argument in arguments):
+            validate, input_schema = _plain_arguments(tool, arguments)
+        else:
+            validate, input_schema = _model_arguments(tool, arguments)
         return cls(
             tool=tool,
-            model=model,
-            fields=tuple(names),
-            input_schema=_input_schema(model, tool),
+            validate=validate,
+            fields=tuple((argument.field, argument.param) for argument in arguments),
+            input_schema=input_schema,
             from_state=tuple(from_state),
             state_params=tuple(state_params),
             order=tuple(signature.parameters),
@@ -417,11 +430,11 @@ class Parameters:
 
     def _validated(self, args: dict[Any, Any], issues: list[Issue]) -> dict[str, Any]:
         try:
-            instance = self.model.model_validate(args)
+            values = self.validate(args)
         except pydantic.ValidationError as error:
             issues.extend(self._issue(detail) for detail in error.errors())
             return {}
-        return {param: getattr(instance, field) for field, param in self.fields}
+        return {param: values[field] for field, param in self.fields}
 
     def _issue(self, detail: Any) -> Issue:
         path = tuple(cast("tuple[str | int, ...]", detail["loc"]))
@@ -541,13 +554,118 @@ def _state_input(key: str, param: inspect.Parameter, hint: Any, tool: str) -> St
     return StateInput(key, param.name, default, adapter)
 
 
-def _field(param: inspect.Parameter, hint: Any, doc: str | None) -> Any:
+# -- the model-facing arguments -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Argument:
+    """One parameter the model fills, sent as `param`.
+
+    It is validated under the field name `field` (``p0``, ``p1``...), so that no parameter name
+    can clash with a pydantic attribute.
+    """
+
+    field: str
+    param: str
+    hint: Any
+    default: Any  # _MISSING when the argument is required
+    description: str | None
+
+
+def _argument(
+    index: int, param: inspect.Parameter, hint: Any, docs: Mapping[str, str]
+) -> _Argument:
     text, described = _annotated_description(hint)
-    description = text or (None if described else doc)
-    default = PydanticUndefined if param.default is param.empty else param.default
-    if description is None:
-        return pydantic.Field(default=default, alias=param.name)
-    return pydantic.Field(default=default, alias=param.name, description=description)
+    description = text or (None if described else docs.get(param.name))
+    default = _MISSING if param.default is param.empty else param.default
+    return _Argument(f"p{index}", param.name, hint, default, description)
+
+
+# The plain types: the core schema pydantic builds for each, and its JSON schema type.
+_PLAIN: dict[type, tuple[Callable[[], core_schema.CoreSchema], str]] = {
+    str: (core_schema.str_schema, "string"),
+    int: (core_schema.int_schema, "integer"),
+    float: (core_schema.float_schema, "number"),
+    bool: (core_schema.bool_schema, "boolean"),
+}
+
+
+def _is_plain(argument: _Argument) -> bool:
+    """Whether pydantic-core can validate the argument without a model class.
+
+    That is a plain str, int, float or bool with no default, or a default of exactly that type
+    (a finite float).
+    """
+    hint, default = argument.hint, argument.default
+    if not (isinstance(hint, type) and hint in _PLAIN):
+        return False
+    if default is _MISSING:
+        return True
+    return type(default) is hint and (hint is not float or math.isfinite(default))
+
+
+def _plain_arguments(
+    tool: str, arguments: list[_Argument]
+) -> tuple[Validate, FrozenDict[str, Any]]:
+    """The validator and JSON schema of plain arguments, without a pydantic model class.
+
+    The validator is pydantic-core's, over the very core schema `_model_arguments` has pydantic
+    build (the model's fields and config), so it accepts, converts and rejects the same input
+    with the same errors. Building a model class would import pydantic's schema generation and
+    its plugin loader (which imports importlib.metadata, email, zipfile and csv): 3 MB of a
+    fresh process's peak RSS that a run with plain tools never needed.
+    """
+    name = f"{tool}_arguments"
+    fields: dict[str, core_schema.ModelField] = {}
+    properties: dict[str, Any] = {}
+    for argument in arguments:
+        make, json_type = _PLAIN[argument.hint]
+        schema = make()
+        prop: dict[str, Any] = {}  # the keys in pydantic's (sorted) order
+        if argument.default is not _MISSING:
+            schema = core_schema.with_default_schema(schema, default=argument.default)
+            prop["default"] = argument.default
+        if argument.description is not None:
+            prop["description"] = argument.description
+        prop["type"] = json_type
+        fields[argument.field] = core_schema.model_field(
+            schema, validation_alias=argument.param, serialization_alias=argument.param
+        )
+        properties[argument.param] = prop
+    validator = SchemaValidator(
+        core_schema.model_fields_schema(fields, model_name=name),
+        core_schema.CoreConfig(title=name, extra_fields_behavior="forbid"),
+    )
+
+    def validate(args: dict[Any, Any]) -> Mapping[str, Any]:
+        values, _, _ = validator.validate_python(args)
+        return cast("dict[str, Any]", values)
+
+    required = [argument.param for argument in arguments if argument.default is _MISSING]
+    return validate, _object_schema(tool, properties, required, None)
+
+
+def _model_arguments(
+    tool: str, arguments: list[_Argument]
+) -> tuple[Validate, FrozenDict[str, Any]]:
+    """The validator and JSON schema of any arguments: one pydantic model, ``extra="forbid"``."""
+    fields: dict[str, Any] = {}
+    for argument in arguments:
+        default = PydanticUndefined if argument.default is _MISSING else argument.default
+        if argument.description is None:
+            info = pydantic.Field(default=default, alias=argument.param)
+        else:
+            info = pydantic.Field(
+                default=default, alias=argument.param, description=argument.description
+            )
+        fields[argument.field] = (argument.hint, info)
+    model = _arguments_model(tool, fields)
+
+    def validate(args: dict[Any, Any]) -> Mapping[str, Any]:
+        instance = model.model_validate(args)
+        return {argument.field: getattr(instance, argument.field) for argument in arguments}
+
+    return validate, _input_schema(model, tool)
 
 
 def _arguments_model(tool: str, fields: dict[str, tuple[Any, Any]]) -> type[pydantic.BaseModel]:
