@@ -25,6 +25,7 @@ from ._offload import AsyncClosing
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
+    ISOLATION_LEVEL,
     ROLLBACK,
     Operation,
     Plan,
@@ -243,7 +244,7 @@ class AioSQLiteStore(AsyncClosing):
                 f"{self!r} is closed: open a new AioSQLiteStore to use the file again."
             )
         await anyio.to_thread.run_sync(create_private, self._path)
-        connection = await _daemon(aiosqlite.connect(self._path, isolation_level=None))
+        connection = await _daemon(aiosqlite.connect(self._path, isolation_level=ISOLATION_LEVEL))
         try:
             await _drive(open_plan(self._where), connection)
         except BaseException:
@@ -297,8 +298,8 @@ async def _execute(connection: aiosqlite.Connection, operation: Operation) -> An
                     raise
                 await anyio.sleep(BUSY_RETRY_PAUSE)
     if isinstance(operation, QueryMany):
-        await connection.executemany(operation.sql, operation.rows)
-        return None
+        cursor = await connection.executemany(operation.sql, operation.rows)
+        return cursor.rowcount
     assert isinstance(operation, Work)
     if operation.heavy:
         return await anyio.to_thread.run_sync(operation.func)

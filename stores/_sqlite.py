@@ -25,6 +25,7 @@ from ._offload import ThreadedClosing
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
+    ISOLATION_LEVEL,
     ROLLBACK,
     Operation,
     Plan,
@@ -214,7 +215,9 @@ class SQLiteStore(ThreadedClosing):
         if self._closed:
             raise ValueError(f"{self!r} is closed: open a new SQLiteStore to use the file again.")
         create_private(self._path)
-        connection = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
+        connection = sqlite3.connect(
+            self._path, isolation_level=ISOLATION_LEVEL, check_same_thread=False
+        )
         try:
             run_plan(open_plan(self._where), lambda operation: _execute(connection, operation))
         except BaseException:
@@ -237,7 +240,6 @@ def _execute(connection: sqlite3.Connection, operation: Operation) -> Any:
                     raise
                 time.sleep(BUSY_RETRY_PAUSE)
     if isinstance(operation, QueryMany):
-        connection.executemany(operation.sql, operation.rows)
-        return None
+        return connection.executemany(operation.sql, operation.rows).rowcount
     assert isinstance(operation, Work)
     return operation.func()

@@ -335,6 +335,11 @@ class TailCache:
         """Keep what is known while storage stays at `version`."""
         self._version = version
 
+    @property
+    def trusted(self) -> object:
+        """The version given to `trust`, or None: before it, and once `current` found another."""
+        return self._version
+
 
 # -- group commit -----------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from orchestrator import (
     Message,
     State,
     StoreDamagedError,
+    StoreError,
     ToolResultEntry,
     storage_view,
 )
@@ -141,6 +142,75 @@ async def test_a_save_after_another_connection_wrote_reads_the_stored_end_again(
         again.add_message(Message.user("more"))
         await first.asave(again)  # deleted through this connection: written whole again
         assert_same(await second.aload(again.id), again)
+
+
+ANOTHER_PROCESS = """
+    import asyncio, sys
+    from orchestrator import Message
+    from stores import AioSQLiteStore
+
+    async def main(path, state_id, action):
+        async with AioSQLiteStore(path) as store:
+            if action == "delete":
+                await store.adelete(state_id)
+            else:
+                theirs = await store.aload(state_id)
+                theirs.add_message(Message.user(action))
+                await store.asave(theirs)
+
+    asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+@on_asyncio
+async def test_a_save_after_another_process_wrote_reads_the_stored_end_again(
+    store: AioSQLiteStore, path: Path, tmp_path: Path
+) -> None:
+    # The store writes after the ends it remembers while the file's data version stays where it
+    # was; a commit by another process moves it, and the next save must read the ends again.
+    script = tmp_path / "other.py"
+    script.write_text(textwrap.dedent(ANOTHER_PROCESS), encoding="utf-8")
+
+    async def other(action: str) -> None:
+        command = [sys.executable, str(script), str(path), "shared", action]
+        done = await anyio.run_process(command, cwd=ROOT, check=False)
+        assert done.returncode == 0, done.stderr.decode()
+
+    state = State(id="shared", messages=[Message.user("one")])
+    await store.asave(state)
+    state.add_message(Message.user("two"))
+    await store.asave(state)  # its end is remembered now
+    await other("theirs")
+    state.add_message(Message.user("ours"))
+    with pytest.raises(ValueError, match="entry 2 differs"):
+        await store.asave(state)
+    assert [m.text for m in (await store.aload("shared")).messages] == ["one", "two", "theirs"]
+    await other("delete")
+    await store.asave(state)  # the other process deleted it: written whole again
+    assert_same(await store.aload("shared"), state)
+
+
+@on_asyncio
+async def test_a_save_that_fails_after_its_states_row_is_written_leaves_nothing(
+    store: AioSQLiteStore, path: Path
+) -> None:
+    # A save of a remembered end writes its states row first, then the entries: the two are one
+    # transaction, so a failure of the second takes the first back.
+    state = State(id="atomic", messages=[Message.user("one")])
+    await store.asave(state)
+    fail = "SELECT RAISE(ABORT, 'refused by the test')"
+    trigger = f"CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.seq = 2 BEGIN {fail}; END"
+    write_sql(path, trigger)
+    state.add_message(Message.user("two"))
+    await store.asave(state)  # another connection made the trigger: this save reads the end again
+    state.add_message(Message.user("three"))
+    with pytest.raises(StoreError, match="refused by the test"):
+        await store.asave(state)  # from the remembered end
+    write_sql(path, "DROP TRIGGER refuse")
+    assert [info.entries for info in await store.alist()] == [2]
+    assert [m.text for m in (await store.aload("atomic")).messages] == ["one", "two"]
+    await store.asave(state)
+    assert_same(await store.aload("atomic"), state)
 
 
 @on_asyncio

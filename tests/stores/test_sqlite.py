@@ -275,6 +275,65 @@ def test_a_save_after_another_connection_wrote_reads_the_stored_end_again(path: 
         assert_same(second.load("shared"), state)
 
 
+ANOTHER_PROCESS = """
+    import sys
+    from orchestrator import Message
+    from stores import SQLiteStore
+
+    path, state_id, action = sys.argv[1:]
+    with SQLiteStore(path) as store:
+        if action == "delete":
+            store.delete(state_id)
+        else:
+            theirs = store.load(state_id)
+            theirs.add_message(Message.user(action))
+            store.save(theirs)
+"""
+
+
+def test_a_save_after_another_process_wrote_reads_the_stored_end_again(
+    store: SQLiteStore, path: Path, tmp_path: Path
+) -> None:
+    # The store writes after the ends it remembers while the file's data version stays where it
+    # was; a commit by another process moves it, and the next save must read the ends again.
+    state = State(id="shared", messages=[Message.user("one")])
+    store.save(state)
+    state.add_message(Message.user("two"))
+    store.save(state)  # its end is remembered now
+    done = run_script(tmp_path, "other", ANOTHER_PROCESS, str(path), "shared", "theirs")
+    assert done.returncode == 0, done.stderr
+    state.add_message(Message.user("ours"))
+    with pytest.raises(ValueError, match="entry 2 differs"):
+        store.save(state)
+    assert [m.text for m in store.load("shared").messages] == ["one", "two", "theirs"]
+    done = run_script(tmp_path, "other", ANOTHER_PROCESS, str(path), "shared", "delete")
+    assert done.returncode == 0, done.stderr
+    store.save(state)  # the other process deleted it: written whole again
+    assert_same(store.load("shared"), state)
+
+
+def test_a_save_that_fails_after_its_states_row_is_written_leaves_nothing(
+    store: SQLiteStore, path: Path
+) -> None:
+    # A save of a remembered end writes its states row first, then the entries: the two are one
+    # transaction, so a failure of the second takes the first back.
+    state = State(id="atomic", messages=[Message.user("one")])
+    store.save(state)
+    fail = "SELECT RAISE(ABORT, 'refused by the test')"
+    trigger = f"CREATE TRIGGER refuse BEFORE INSERT ON entries WHEN NEW.seq = 2 BEGIN {fail}; END"
+    write_sql(path, trigger)
+    state.add_message(Message.user("two"))
+    store.save(state)  # another connection made the trigger: this save reads the end again
+    state.add_message(Message.user("three"))
+    with pytest.raises(StoreError, match="refused by the test"):
+        store.save(state)  # from the remembered end
+    write_sql(path, "DROP TRIGGER refuse")
+    assert [info.entries for info in store.list()] == [2]
+    assert [m.text for m in store.load("atomic").messages] == ["one", "two"]
+    store.save(state)
+    assert_same(store.load("atomic"), state)
+
+
 def test_a_save_interrupted_right_after_its_commit_can_be_saved_again(
     store: SQLiteStore, path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

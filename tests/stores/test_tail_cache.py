@@ -8,12 +8,15 @@ from stores.backend import Tail, TailCache
 def test_states_are_kept_while_the_version_stays_and_dropped_when_it_moves() -> None:
     known = TailCache()
     assert not known.current(7)  # nothing trusted yet: the caller checks the file first
+    assert known.trusted is None
     known.trust(7)
     known.put("a", Tail(1, b"line"))
     assert known.current(7)
+    assert known.trusted == 7  # what a save checks the file's version against as it writes
     assert known.get("a") == Tail(1, b"line")
     assert not known.current(8)  # another connection wrote: all it knew may be stale
     assert known.get("a") is None
+    assert known.trusted is None
     assert not known.current(7)  # and the old version is not trusted again by itself
 
 
