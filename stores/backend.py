@@ -395,7 +395,10 @@ class GroupCommit:
 
     def __init__(self, flush: Flush) -> None:
         self._flush = flush
-        self._lock = anyio.Lock()
+        # Taken without a checkpoint when free: the writer holds it shielded anyway, and the
+        # write it guards yields at once. The checkpoint cost a loop pass before each save:
+        # 54 against 21 us from `save` to the write, medians of 400 saves of an agent run.
+        self._lock = anyio.Lock(fast_acquire=True)
         self._open = _Batch()
 
     async def save(self, state: State) -> None:
