@@ -77,7 +77,9 @@ class AioSQLiteStore(AsyncClosing):
         """Use the SQLite file at `path`; it is created on first use if it does not exist."""
         self._path = os.fspath(path)
         self._where = f"SQLite store {self._path!r}"
-        self._lock = anyio.Lock()
+        # One plan at a time on the connection. Taken shielded, so without a checkpoint when it
+        # is free: from `_run` to the plan's first statement, 30-45 against 12-13 us (medians).
+        self._lock = anyio.Lock(fast_acquire=True)
         self._known = TailCache()  # what its connection stored
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
