@@ -110,13 +110,18 @@ async def agent_seconds(turns: int, user_loop: bool, store: Any = None) -> float
 
 
 async def floor_seconds(
-    turns: int, commit: Commit | None = None, points: Iterable[Sequence[HistoryEntry]] = ()
+    turns: int,
+    commit: Commit | None = None,
+    points: Iterable[Sequence[HistoryEntry]] = (),
+    *,
+    before_tools: bool = False,
 ) -> float:
     """Seconds of the floor: a hand-written loop doing the agent's exchange, `turns` tool turns.
 
     The same model and tool function; the messages kept in a list. With `commit`, it saves
     each of `points` in turn: one before each model request and the last at the end, where the
-    default loop saves.
+    default loop saves; with `before_tools` also one before the tools of each reply run (the
+    other save point of a turn, DESIGN 13).
     """
     counter = Counter()
     count = counting_tool(counter)
@@ -132,6 +137,8 @@ async def floor_seconds(
         messages.append(reply.message)
         if not reply.message.tool_calls:
             break
+        if commit is not None and before_tools:
+            await commit(next(pending))
         for call in reply.message.tool_calls:
             text = await count(call.args["n"])
             messages.append(Message("user", (ToolResultBlock(call.id, (TextBlock(text),)),)))

@@ -11,8 +11,11 @@ round's ratio.
   a hand-written loop doing the same exchange with the same model and tool function.
 - Per turn, `SQLiteStore`: beside that loop appending the same entries (`stores.encode_entry`)
   to a sqlite3 file in WAL mode with ``synchronous = NORMAL`` (the store's setting), one commit
-  per save point in a worker thread, since an event loop must not block on the disk. The same
-  commits on the event loop's thread are shown too: the difference is what the thread costs.
+  a turn, before the model is asked (the issue's floor), in a worker thread, since an event
+  loop must not block on the disk. The same commits on the event loop's thread are shown too:
+  the difference is what the thread costs. A third floor commits at each save point of DESIGN
+  13, before the tools run too (two a turn, as DESIGN 12 words the floor): the store's ratio to
+  it is what the store adds beyond the commits the design asks for.
 - Per turn, `AioSQLiteStore`: beside `SQLiteStore`.
 - One turn of 50 async tools sleeping 10 ms, and of 50 sync ones with ``max_concurrency=50``:
   beside the same 50 sleeps in a task group (the sync ones in 50 worker threads).
@@ -66,11 +69,12 @@ ROOT = Path(__file__).resolve().parent.parent
 # -- the harness -------------------------------------------------------------------------------
 
 
-def save_points(turns: int) -> list[tuple[HistoryEntry, ...]]:
+def save_points(turns: int, *, before_tools: bool = False) -> list[tuple[HistoryEntry, ...]]:
     """The entries of a `turns`-turn run of the default loop, cut where the floor commits.
 
-    Each point but the last ends with a model request (saved before the model is asked); the
-    last holds the rest. Building the entries is not the floor's work; encoding them is.
+    Each point but the last ends with a model request (saved before the model is asked), or
+    with `before_tools` also with a reply that calls tools (saved before they run); the last
+    holds the rest. Building the entries is not the floor's work; encoding them is.
     """
     state = State(messages=[Message.user("go")])
     counter = Counter()
@@ -80,7 +84,8 @@ def save_points(turns: int) -> list[tuple[HistoryEntry, ...]]:
     point: list[HistoryEntry] = []
     for entry in state.history:
         point.append(entry)
-        if entry.kind == "model_request":
+        calls = entry.kind == "model_reply" and bool(entry.content.message.tool_calls)
+        if entry.kind == "model_request" or (before_tools and calls):
             points.append(tuple(point))
             point = []
     points.append(tuple(point))
@@ -222,13 +227,14 @@ def _aiosqlite_seconds(turns: int, user_loop: bool) -> float:
 
 
 def _sqlite_floor_seconds(
-    turns: int, points: Sequence[Sequence[HistoryEntry]], in_thread: bool
+    turns: int, points: Sequence[Sequence[HistoryEntry]], in_thread: bool, before_tools: bool
 ) -> float:
     with tempfile.TemporaryDirectory() as folder:
         db = SQLiteFloor(Path(folder) / "floor.db")
         try:
             commit = db.commit if in_thread else db.commit_here
-            return anyio.run(floor_seconds, turns, commit, points)
+            run = functools.partial(floor_seconds, before_tools=before_tools)
+            return anyio.run(run, turns, commit, points)
         finally:
             db.close()
 
@@ -236,9 +242,11 @@ def _sqlite_floor_seconds(
 def bench_turn_sqlite(turns: int, repeats: int) -> list[Metric]:
     """µs per turn saved by `SQLiteStore` and `AioSQLiteStore`, both loops, beside the floor."""
     points = save_points(turns)
+    every_point = save_points(turns, before_tools=True)
     runs: dict[str, Callable[[], float]] = {
-        "floor": functools.partial(_sqlite_floor_seconds, turns, points, True),
-        "floor_here": functools.partial(_sqlite_floor_seconds, turns, points, False),
+        "floor": functools.partial(_sqlite_floor_seconds, turns, points, True, False),
+        "floor_here": functools.partial(_sqlite_floor_seconds, turns, points, False, False),
+        "floor_points": functools.partial(_sqlite_floor_seconds, turns, every_point, True, True),
     }
     for key, _, user_loop in _LOOPS:
         runs[f"sqlite.{key}"] = functools.partial(_sqlite_seconds, turns, user_loop)
@@ -261,6 +269,12 @@ def bench_turn_sqlite(turns: int, repeats: int) -> list[Metric]:
             us("floor_here"),
             "µs",
         ),
+        Metric(
+            "turn.sqlite.floor_points.us",
+            "per turn, saved: floor with a commit per save point (2 a turn, DESIGN 12-13)",
+            us("floor_points"),
+            "µs",
+        ),
     ]
     for key, label, _ in _LOOPS:
         sqlite_us, ratio = us(f"sqlite.{key}"), _ratio(results, f"sqlite.{key}", "floor")
@@ -280,6 +294,12 @@ def bench_turn_sqlite(turns: int, repeats: int) -> list[Metric]:
                 ratio,
                 "x",
                 *_at_most(ratio, 2, "2x"),
+            ),
+            Metric(
+                f"turn.sqlite.{key}.points_ratio",
+                f"per turn, SQLiteStore: {label} / floor with a commit per save point",
+                _ratio(results, f"sqlite.{key}", "floor_points"),
+                "x",
             ),
             Metric(f"turn.aiosqlite.{key}.us", f"per turn, AioSQLiteStore: {label}", aio_us, "µs"),
             Metric(

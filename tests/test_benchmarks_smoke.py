@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import math
 import sqlite3
@@ -236,13 +237,26 @@ def test_save_points_cut_the_history_before_each_model_request() -> None:
     assert [entry.seq for entry in entries] == list(range(len(entries)))
 
 
-@pytest.mark.parametrize("in_thread", [True, False])
-def test_the_sqlite_floor_commits_every_entry(tmp_path: Path, in_thread: bool) -> None:
-    points = save_points(3)
+def test_save_points_before_tools_also_cut_after_each_reply_that_calls_tools() -> None:
+    points = save_points(3, before_tools=True)
+    assert len(points) == 3 + 3 + 2  # the 3 replies that call the tool add a point each
+    ends = [point[-1] for point in points[:-1]]
+    assert [end.kind for end in ends] == ["model_request", "model_reply"] * 3 + ["model_request"]
+    kinds = [entry.kind for point in points for entry in point]
+    assert kinds == [entry.kind for point in save_points(3) for entry in point]
+
+
+@pytest.mark.parametrize(
+    ("in_thread", "before_tools"), [(True, False), (False, False), (True, True)]
+)
+def test_the_sqlite_floor_commits_every_entry(
+    tmp_path: Path, in_thread: bool, before_tools: bool
+) -> None:
+    points = save_points(3, before_tools=before_tools)
     db = SQLiteFloor(tmp_path / "floor.db")
     try:
         commit = db.commit if in_thread else db.commit_here
-        anyio.run(floor_seconds, 3, commit, points)
+        anyio.run(functools.partial(floor_seconds, before_tools=before_tools), 3, commit, points)
     finally:
         db.close()
     with contextlib.closing(sqlite3.connect(tmp_path / "floor.db")) as check:
@@ -288,10 +302,13 @@ def test_bench_inside() -> None:
             "turn.none.user.ratio",
             "turn.sqlite.floor.us",
             "turn.sqlite.floor_here.us",
+            "turn.sqlite.floor_points.us",
             "turn.sqlite.default.us",
             "turn.sqlite.default.ratio",
+            "turn.sqlite.default.points_ratio",
             "turn.sqlite.user.us",
             "turn.sqlite.user.ratio",
+            "turn.sqlite.user.points_ratio",
             "turn.aiosqlite.default.us",
             "turn.aiosqlite.default.ratio",
             "turn.aiosqlite.user.us",
