@@ -227,7 +227,11 @@ def _aiosqlite_seconds(turns: int, user_loop: bool) -> float:
 
 
 def _sqlite_floor_seconds(
-    turns: int, points: Sequence[Sequence[HistoryEntry]], in_thread: bool, before_tools: bool
+    turns: int,
+    points: Sequence[Sequence[HistoryEntry]],
+    *,
+    in_thread: bool = True,
+    before_tools: bool = False,
 ) -> float:
     with tempfile.TemporaryDirectory() as folder:
         db = SQLiteFloor(Path(folder) / "floor.db")
@@ -244,9 +248,11 @@ def bench_turn_sqlite(turns: int, repeats: int) -> list[Metric]:
     points = save_points(turns)
     every_point = save_points(turns, before_tools=True)
     runs: dict[str, Callable[[], float]] = {
-        "floor": functools.partial(_sqlite_floor_seconds, turns, points, True, False),
-        "floor_here": functools.partial(_sqlite_floor_seconds, turns, points, False, False),
-        "floor_points": functools.partial(_sqlite_floor_seconds, turns, every_point, True, True),
+        "floor": functools.partial(_sqlite_floor_seconds, turns, points),
+        "floor_here": functools.partial(_sqlite_floor_seconds, turns, points, in_thread=False),
+        "floor_points": functools.partial(
+            _sqlite_floor_seconds, turns, every_point, before_tools=True
+        ),
     }
     for key, _, user_loop in _LOOPS:
         runs[f"sqlite.{key}"] = functools.partial(_sqlite_seconds, turns, user_loop)
