@@ -7,7 +7,9 @@ into ``reasoning_content`` and ``thinking_blocks`` on its Chat Completions strea
 Upstream is our scripted server playing Anthropic's Messages API: it replies with thinking before
 a tool call, and the tests read what it received on the tool loop's second request.
 
-Both models always stream, so LiteLLM always asks the upstream for a stream.
+Both models always stream, so LiteLLM always asks the upstream for a stream. LiteLLM's reply
+without a stream is the form its docs say to send back; a test checks that what `OpenAIModel`
+keeps from the stream is that form, block for block.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any, Literal
 
+import httpx
 import pytest
 
 from orchestrator import Agent, Message, RawBlock, ReasoningBlock, State
@@ -144,3 +147,47 @@ async def test_thinking_from_litellm_goes_to_no_other_server(
     other = OpenAIModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="sk-other")
     echoed = other.request_body(request)["messages"][1]
     assert set(echoed) == {"role", "content", "tool_calls"}
+
+
+def whole_message(content: list[dict[str, Any]]) -> Scripted:
+    """The same reply as one JSON message, as Anthropic answers a request without a stream."""
+    body = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-sonnet-4-5",
+        "content": content,
+        "stop_reason": "tool_use",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 20, "output_tokens": 8},
+    }
+    return Scripted(body=body)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("script", [thinking_then_call, thinking_redacted_text_and_calls])
+async def test_thinking_is_kept_as_litellm_gives_it_without_a_stream(
+    proxy: LiteLLMProxy, upstream: ScriptedServer, script: Any
+) -> None:
+    # The blocks joined from the stream's pieces are the blocks LiteLLM's reply without a stream
+    # holds: whole, signed, without the pieces' stream positions.
+    first, content = script()
+    upstream.push(first, whole_message(content))
+    model = build(proxy, "openai")
+    request = Request(None, (Message.user("Read a.py"),), (read_file.spec,))
+    reply = await model.respond(request)
+    [kept] = [block for block in reply.message.content if isinstance(block, RawBlock)]
+
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Read a.py"}]}
+    body["tools"] = model.request_body(request)["tools"]
+    headers = {"authorization": f"Bearer {MASTER_KEY}"}
+    async with httpx.AsyncClient(base_url=proxy.url, headers=headers, timeout=60) as client:
+        response = await client.post("/v1/chat/completions", json=body)
+    assert response.status_code == 200, response.text
+    message: dict[str, Any] = response.json()["choices"][0]["message"]
+    assert "stream" not in upstream.requests[1].body
+
+    thinking = [block for block in content if block["type"] in ("thinking", "redacted_thinking")]
+    assert message["thinking_blocks"] == thinking
+    assert kept.data["thinking_blocks"] == thinking
+    assert kept.data["reasoning_content"] == message["reasoning_content"] == THINKING["thinking"]
