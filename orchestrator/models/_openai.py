@@ -252,10 +252,13 @@ class _ChatStream:
     def _thinking_piece(self, piece: dict[str, Any]) -> None:
         """Add a piece of a thinking block, as LiteLLM's proxy streams Claude's thinking.
 
-        Pieces carry no index: thinking text extends the open block, a signature closes it (so
-        thinking text after it starts the next block), and any other block type (such as
-        ``redacted_thinking``) arrives whole.
+        Thinking text extends the open block, a signature closes it (so thinking text after it
+        starts the next block), and any other block type (such as ``redacted_thinking``) arrives
+        whole. A piece's ``index`` (its place in the stream, which older proxies leave out) is
+        dropped: the joined blocks are the ones LiteLLM's reply without a stream holds, the form
+        it takes back.
         """
+        piece = {key: value for key, value in piece.items() if key != "index"}
         if not piece:
             return
         kind = piece.get("type", "thinking")

@@ -107,6 +107,12 @@ class ScriptedServer:
         with self._lock:
             self._script.extend(responses)
 
+    def reset(self) -> None:
+        """Forget the requests received and the responses not used yet (for a shared server)."""
+        with self._lock:
+            self.requests.clear()
+            self._script.clear()
+
     @property
     def pending(self) -> int:
         """How many scripted responses are still unused."""
