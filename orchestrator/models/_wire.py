@@ -27,7 +27,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from .._json import freeze_values
+from .._json import freeze_values, valid_text
 from .._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
@@ -349,7 +349,9 @@ def _emit(text: str | None, on_text: TextCallback | None, progress: Progress) ->
     if text:
         progress.emitted = True
         if on_text is not None:
-            on_text(text)
+            # A chunk may hold half of a character: shown as U+FFFD, as the reply records it
+            # (whose joined text makes a pair split across two chunks whole again).
+            on_text(valid_text(text))
 
 
 # -- tool arguments --------------------------------------------------------------------------------

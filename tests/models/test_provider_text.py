@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Agent, Message, State, ToolResultEntry, tool
+from orchestrator import EVENT_ADAPTER, Agent, Message, State, TextDelta, ToolResultEntry, tool
 from orchestrator.models import AnthropicModel, OpenAIModel
 
 # Private: the key a provider keeps arguments under when they cannot be recorded.
@@ -89,3 +89,21 @@ async def test_arguments_a_state_cannot_record_are_an_input_error(
     [entry] = [e for e in state.history if isinstance(e, ToolResultEntry)]
     assert entry.outcome == "input_error"
     assert list(store.load(state.id).history) == list(state.history)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.anyio
+async def test_streamed_text_events_with_lone_surrogates_serialise(
+    provider: str, server: ScriptedServer
+) -> None:
+    model, text_reply, _ = PROVIDERS[provider](server)
+    server.push(text_reply("a ", "\ud83d", "\ude00", " b"))
+    state = State(messages=[Message.user("Hi")])
+    deltas: list[str] = []
+    async with Agent(model).events(state) as events:
+        async for event in events:
+            EVENT_ADAPTER.dump_json(event)  # what an app sends over SSE
+            if isinstance(event, TextDelta):
+                deltas.append(event.text)
+    assert deltas == ["a ", "\ufffd", "\ufffd", " b"]  # live chunks; the reply joins the pair
+    assert state.answer == "a \U0001f600 b"
