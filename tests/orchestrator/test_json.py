@@ -694,3 +694,12 @@ def test_freeze_turns_a_recursion_error_of_the_value_into_a_type_error() -> None
 
     with pytest.raises(TypeError, match="the result"):
         freeze(Endless(a=1), "the result")
+
+
+def test_freeze_values_turns_a_recursion_error_into_a_type_error() -> None:
+    class Endless(dict[str, Any]):
+        def items(self) -> Any:
+            return Endless().items()
+
+    with pytest.raises(TypeError, match="extra_data"):
+        freeze_values({"a": Endless(a=1)}, "extra_data")
