@@ -315,6 +315,10 @@ BAD_RESULTS: dict[str, tuple[Callable[[], object], str]] = {
     "nan": (lambda: [math.nan], "nan, which JSON cannot hold"),
     "inf": (lambda: {"x": math.inf}, "inf, which JSON cannot hold"),
     "a Mapping that raises": (_Broken, "raised RuntimeError: the backing file is gone"),
+    "ToolResult.state holding itself": (
+        lambda: ToolResult("ok", state={"graph": _cyclic_dict()}),
+        "ToolResult.state['graph']",
+    ),
 }
 
 
