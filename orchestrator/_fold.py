@@ -28,7 +28,7 @@ from ._history import (
     StopEntry,
     ToolResultEntry,
 )
-from ._json import FrozenDict, empty_dict
+from ._json import FrozenDict, empty_dict, freeze_values
 from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from ._reply import Usage
 from ._snapshot import StateSnapshot, with_origin
@@ -391,7 +391,7 @@ def _extra_data(new: Folded, entry: ExtraDataEntry, lookup: Lookup | None) -> No
     data.update(change.changed)
     for key in change.removed:
         data.pop(key, None)
-    new.extra_data = FrozenDict(data)
+    new.extra_data = freeze_values(data, "extra_data")
 
 
 def _run_start(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
-from ._json import FrozenList, freeze
+from ._json import FrozenList, freeze, freeze_values, valid_fields
 from ._messages import Message, ToolCall, ToolResultBlock
 from ._reply import Reply, Usage
 from ._stopped import AnyStopped
@@ -57,6 +57,9 @@ class ContextChange:
     covered: int | None = None  # a compaction's summary covers this many messages (None: all)
     usage: Usage = field(default_factory=Usage)
 
+    def __post_init__(self) -> None:
+        valid_fields(self, "summary")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExtraDataChange:
@@ -71,7 +74,7 @@ class ExtraDataChange:
     turn_merge: bool = False
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "changed", freeze(self.changed, "extra_data"))
+        object.__setattr__(self, "changed", freeze_values(self.changed, "extra_data"))
         object.__setattr__(self, "removed", FrozenList(self.removed))
 
 
@@ -85,6 +88,9 @@ class RunStart:
     model: str | None = None
     tools: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        valid_fields(self, "parent_id", "parent_call_id", "agent", "model", "tools")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
@@ -92,6 +98,9 @@ class ModelRequest:
 
     model: str | None = None
     message_count: int = 0
+
+    def __post_init__(self) -> None:
+        valid_fields(self, "model")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -104,6 +113,7 @@ class AskRecord:
     error: str | None = None  # set when no valid answer came: what was wrong with the last one
 
     def __post_init__(self) -> None:
+        valid_fields(self, "question", "error")
         object.__setattr__(self, "answer", freeze(self.answer, "the answer"))
 
 
@@ -119,6 +129,9 @@ class ApprovalRecord:
     approved: bool
     by: str | None = None
     reason: str | None = None
+
+    def __post_init__(self) -> None:
+        valid_fields(self, "call_id", "by", "reason")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -213,7 +226,9 @@ class ToolResultEntry(_Entry):
                 f"ToolResultEntry.outcome must be one of {sorted(OUTCOMES)}, got {self.outcome!r}."
             )
         if self.state_update is not None:
-            object.__setattr__(self, "state_update", freeze(self.state_update, "state_update"))
+            object.__setattr__(
+                self, "state_update", freeze_values(self.state_update, "state_update")
+            )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +253,9 @@ class ErrorEntry(_Entry):
 
     content: str
     kind: Literal["error"] = field(default="error", init=False)
+
+    def __post_init__(self) -> None:
+        valid_fields(self, "content")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -96,15 +96,8 @@ def validate_space(value: object) -> str:
 
 
 def _encode(value: Any, what: str) -> str:
-    text = json.dumps(freeze(value, what), ensure_ascii=False, separators=(",", ":"))
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError(
-            f"{what} holds a string with a lone surrogate, which cannot be stored as UTF-8:"
-            " remove it, or encode the data first."
-        ) from None
-    return text
+    # freeze makes text valid (a lone surrogate becomes U+FFFD), as in a State, so it encodes.
+    return json.dumps(freeze(value, what), ensure_ascii=False, separators=(",", ":"))
 
 
 def _decode(text: object, where: str) -> Any:

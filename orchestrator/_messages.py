@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, TypeAlias, cast
 
 from pydantic import Field
 
-from ._json import freeze
+from ._json import freeze, freeze_values, valid_fields, valid_text
 
 __all__ = (
     "Block",
@@ -45,13 +45,16 @@ def _require_str(owner: str, name: str, value: object) -> None:
 
 @dataclass(frozen=True, slots=True)
 class TextBlock:
-    """Plain text."""
+    """Plain text. A lone surrogate in it (half a character: UTF-8 has none) becomes U+FFFD."""
 
     text: str
     kind: Literal["text"] = field(default="text", init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _require_str("TextBlock", "text", self.text)
+        text = self.text
+        if type(text) is not str or not text.isascii():  # ASCII text: O(1), nothing to do
+            _require_str("TextBlock", "text", text)
+            object.__setattr__(self, "text", valid_text(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,11 +120,13 @@ class ToolCall:
     def __post_init__(self) -> None:
         _require_str("ToolCall", "id", self.id)
         _require_str("ToolCall", "name", self.name)
+        valid_fields(self, "id", "name")
         if not isinstance(self.args, Mapping):
             raise TypeError(
                 f"ToolCall.args must be a dict of arguments, got {type(self.args).__name__}."
             )
-        object.__setattr__(self, "args", freeze(self.args, f"ToolCall({self.name!r}).args"))
+        args = freeze_values(self.args, f"ToolCall({self.name!r}).args")
+        object.__setattr__(self, "args", args)
 
 
 # Discriminated by `kind`, so a stored block always decodes to its own class.
@@ -139,6 +144,7 @@ class ToolResultBlock:
 
     def __post_init__(self) -> None:
         _require_str("ToolResultBlock", "call_id", self.call_id)
+        valid_fields(self, "call_id")
         content: object = self.content
         if type(content) is not tuple:  # the common case, a tuple, is kept as it is
             if isinstance(content, str):
@@ -171,6 +177,7 @@ class ReasoningBlock:
 
     def __post_init__(self) -> None:
         _require_str("ReasoningBlock", "text", self.text)
+        valid_fields(self, "text")
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +190,7 @@ class RawBlock:
 
     def __post_init__(self) -> None:
         _require_str("RawBlock", "provider", self.provider)
+        valid_fields(self, "provider")
         object.__setattr__(self, "data", freeze(self.data, "RawBlock.data"))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ._json import valid_fields
 from ._messages import Message
 
 __all__ = ("NO_USAGE", "Reply", "Usage")
@@ -101,3 +102,4 @@ class Reply:
             raise ValueError("Reply.message must be an assistant message (Message.assistant(...)).")
         if not isinstance(self.usage, Usage):
             raise TypeError(f"Reply.usage must be a Usage, got {type(self.usage).__name__}.")
+        valid_fields(self, "stop_reason", "model")

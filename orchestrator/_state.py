@@ -28,7 +28,7 @@ from ._history import (
     StopEntry,
     UserEntry,
 )
-from ._json import FrozenDict, freeze, same_json, thaw
+from ._json import FrozenDict, freeze_values, same_json, thaw
 from ._messages import Image, Message, TextBlock, ToolCall
 from ._recording import (
     StateParts,
@@ -183,9 +183,9 @@ class State(StateParts):
                 raise TypeError(
                     f"extra_data must be a dict of JSON values, got {type(extra_data).__name__}."
                 )
-            data = cast("FrozenDict[str, Any]", freeze(extra_data, "extra_data"))
+            data = freeze_values(extra_data, "extra_data")
             if parsed is not None:
-                data = FrozenDict[str, Any]({**data, **parsed.validate_data(data)})
+                data = freeze_values({**data, **parsed.validate_data(data)}, "extra_data")
             if data:
                 record(self, ExtraDataEntry, ExtraDataChange(changed=data))
 
@@ -380,7 +380,7 @@ class State(StateParts):
             before = self._folded.extra_data
             data = cast("dict[str, Any]", thaw(before))
             yield data
-            after = cast("FrozenDict[str, Any]", freeze(data, "extra_data"))
+            after = freeze_values(data, "extra_data")
             changed = {
                 key: value
                 for key, value in after.items()

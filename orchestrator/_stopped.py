@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 
 from pydantic import Field
 
-from ._json import freeze
+from ._json import freeze, valid_fields
 from ._messages import ToolCall
 
 __all__ = (
@@ -46,6 +46,9 @@ class StoppedByUntil:
     name: str
     kind: Literal["until"] = field(default="until", init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        valid_fields(self, "name")
+
     def __str__(self) -> str:
         return f"stopped: {self.name} returned true"
 
@@ -76,6 +79,9 @@ class StoppedByPermission:
     permission: str
     kind: Literal["permission"] = field(default="permission", init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        valid_fields(self, "permission")
+
     def __str__(self) -> str:
         return f"stopped: {self.permission} denied the call {self.call.name} ({self.call.id})"
 
@@ -93,6 +99,9 @@ class AwaitingCall:
     call: ToolCall
     reason: str | None = None
     via: str | None = None
+
+    def __post_init__(self) -> None:
+        valid_fields(self, "state_id", "reason", "via")
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, TypedDict, cast
 
-from ._json import freeze
+from ._json import freeze, freeze_values
 from ._messages import Image, TextBlock
 from ._typed import Handler
 
@@ -169,7 +169,7 @@ def convert(tool: str, outputs: tuple[Output, ...], value: Any) -> Converted:
         )
     update = {} if value.is_error else _update(tool, outputs, value.message)
     if value.state is not None:
-        update.update(_json(tool, value.state, "ToolResult.state"))
+        update.update(_json(tool, value.state, "ToolResult.state", keyed=True))
     return Converted(_content(tool, value.message), update or None, value.is_error)
 
 
@@ -195,18 +195,37 @@ def _block(tool: str, item: Any, index: int) -> TextBlock | Image:
     return TextBlock(_json_text(tool, item, f"the result[{index}]"))
 
 
-def _json(tool: str, value: Any, path: str) -> Any:
+_RETURN = "Return a str, JSON data, a dataclass or pydantic model, an Image, or a ToolResult."
+
+
+def _json(tool: str, value: Any, path: str, *, keyed: bool = False) -> Any:
+    """`value` as frozen JSON; `keyed`: a dict of state values, each checked by itself.
+
+    Every failure is a `TypeError` naming the tool, so the call gets an error result and the
+    run goes on: a value that is not JSON, or one whose own conversion raised (a pydantic
+    model's dump, a Mapping's items).
+    """
     try:
-        return freeze(value, path)
+        return freeze_values(value, path) if keyed else freeze(value, path)
     except TypeError as error:
         raise TypeError(
-            f"Tool {tool!r} returned a value that is not JSON: {error} Return a str,"
-            " JSON data, a dataclass or pydantic model, an Image, or a ToolResult."
+            f"Tool {tool!r} returned a value that is not JSON: {error} {_RETURN}"
+        ) from None
+    except Exception as error:
+        raise TypeError(
+            f"Tool {tool!r} returned a value that could not be turned into JSON: {path} raised"
+            f" {type(error).__name__}: {error}. {_RETURN}"
         ) from None
 
 
 def _json_text(tool: str, value: Any, path: str) -> str:
-    return json.dumps(_json(tool, value, path), ensure_ascii=False)
+    data = _json(tool, value, path)
+    try:
+        return json.dumps(data, ensure_ascii=False)
+    except ValueError as error:  # an int longer than this process's sys.get_int_max_str_digits()
+        raise TypeError(
+            f"Tool {tool!r} returned a value that could not be written as JSON: {error}. {_RETURN}"
+        ) from None
 
 
 def _update(tool: str, outputs: tuple[Output, ...], value: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from .._json import freeze_values, valid_text
 from .._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
@@ -348,7 +349,9 @@ def _emit(text: str | None, on_text: TextCallback | None, progress: Progress) ->
     if text:
         progress.emitted = True
         if on_text is not None:
-            on_text(text)
+            # A chunk may hold half of a character: shown as U+FFFD, as the reply records it
+            # (whose joined text makes a pair split across two chunks whole again).
+            on_text(valid_text(text))
 
 
 # -- tool arguments --------------------------------------------------------------------------------
@@ -358,17 +361,21 @@ def parse_tool_args(raw: str) -> dict[str, Any]:
     """A tool call's argument text as a dict.
 
     Empty text means no arguments. Text that is not a JSON object (cut off, malformed, a list)
-    gives ``{INVALID_ARGUMENTS: raw}``: the tool's argument check then refuses it with an
+    or that a State cannot record (NaN, nested too deep, a huge int) gives
+    ``{INVALID_ARGUMENTS: raw}``: the tool's argument check then refuses it with an
     ``input_error`` result the model can read and fix, and the loop goes on.
     """
     if not raw.strip():
         return {}
     try:
         value: object = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return {INVALID_ARGUMENTS: raw}
     if isinstance(value, dict):
-        return dict(cast("dict[str, Any]", value))
+        try:
+            return freeze_values(cast("dict[str, Any]", value), "the arguments")
+        except TypeError:
+            return {INVALID_ARGUMENTS: raw}
     return {INVALID_ARGUMENTS: raw}
 
 

@@ -11,7 +11,7 @@ import math
 import pickle
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pydantic
 import pytest
@@ -22,7 +22,7 @@ import orchestrator
 from orchestrator import FrozenDict, FrozenList, State, thaw
 
 # Private: freeze is the unit under test here (the public thaw is its inverse).
-from orchestrator._json import freeze
+from orchestrator._json import MAX_DEPTH, MAX_INT_DIGITS, freeze, freeze_values, valid_text
 from tests.doubles import Color, is_a, type_of
 
 
@@ -556,3 +556,150 @@ def test_freeze_thaw_round_trip_property(value: Any) -> None:
         assert not _contains_frozen(thawed)
         assert is_a(frozen, (FrozenDict, FrozenList))
         assert hash(frozen) == hash(freeze(value))  # frozen containers are hashable
+
+
+# -- what a store can hold: valid text, bounded nesting, ints it reads back --------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("\ud83d", "\ufffd"),  # half of an emoji, as JSON "\ud83d" decodes
+        ("a\ude00b", "a\ufffdb"),
+        ("caf\udce9", "caf\ufffd"),  # b"caf\xe9" decoded with errors="surrogateescape"
+        ("\ude00\ud83d", "\ufffd\ufffd"),  # the halves in the wrong order are no pair
+        ("\ud83d\ude00!", "\U0001f600!"),  # a pair written as two halves is the character
+    ],
+)
+def test_valid_text_replaces_lone_surrogates(text: str, valid: str) -> None:
+    assert valid_text(text) == valid
+    valid_text(text).encode("utf-8")  # a store can write it
+
+
+@pytest.mark.parametrize(
+    "text", ["", "plain ascii", "héllo wörld", "日本語", "\U0001f600", "\ufffd"]
+)
+def test_valid_text_keeps_valid_text_as_it_is(text: str) -> None:
+    assert valid_text(text) is text
+
+
+def test_freeze_replaces_lone_surrogates_in_values_and_keys() -> None:
+    value = freeze({"k\ud83d": ["v\udc80", {"\ude00": "x"}], "ok": "fine"})
+    assert value == {"k\ufffd": ["v\ufffd", {"\ufffd": "x"}], "ok": "fine"}
+    json.dumps(value, ensure_ascii=False).encode("utf-8")
+
+
+def test_freeze_refuses_keys_that_become_the_same_text() -> None:
+    with pytest.raises(TypeError, match=r"extra_data\['a'\] has keys that are the same text"):
+        freeze({"a": dict([("\ud83d", 1), ("\ufffd", 2)])}, "extra_data")
+
+
+def _nested(levels: int, inner: Any = 1) -> Any:
+    """A value of `levels` lists, one inside the other, around `inner`."""
+    value = inner
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_freeze_takes_the_documented_depth() -> None:
+    value = freeze(_nested(MAX_DEPTH))
+    assert value == _nested(MAX_DEPTH)
+
+
+@pytest.mark.parametrize("levels", [MAX_DEPTH + 1, 1_000, 100_000])
+def test_freeze_refuses_deeper_values_without_recursion_error(levels: int) -> None:
+    with pytest.raises(TypeError, match=f"more than {MAX_DEPTH} levels deep") as info:
+        freeze({"a": _nested(levels)}, "extra_data")
+    assert str(info.value).startswith("extra_data['a'][0][0]")
+
+
+def test_freeze_refuses_a_value_that_holds_itself() -> None:
+    cyclic: dict[str, Any] = {"name": "loop"}
+    cyclic["self"] = cyclic
+    looped: list[Any] = [1]
+    looped.append(looped)
+    for value in (cyclic, looped):
+        with pytest.raises(TypeError, match="holds itself"):
+            freeze(value, "the result")
+
+
+def test_freeze_refuses_a_dataclass_and_a_model_that_hold_themselves() -> None:
+    @dataclasses.dataclass
+    class Node:
+        next: Any = None
+
+    node = Node()
+    node.next = node
+
+    class Tree(pydantic.BaseModel):
+        children: list[Any] = []
+
+    tree = Tree()
+    tree.children.append(tree)
+    for value in (node, tree):
+        with pytest.raises(TypeError, match="the result"):
+            freeze(value, "the result")
+
+
+def test_freeze_counts_the_levels_of_values_frozen_before() -> None:
+    # Wrapping a recorded value again and again must stop at the limit, not grow past what a
+    # store can read back.
+    value = freeze(_nested(MAX_DEPTH - 1))
+    value = freeze([value])
+    assert value == _nested(MAX_DEPTH)
+    with pytest.raises(TypeError, match=f"more than {MAX_DEPTH} levels"):
+        freeze([value], "state['chain']")
+    with pytest.raises(TypeError, match=f"more than {MAX_DEPTH} levels"):
+        FrozenList([value])
+
+
+def test_freeze_values_takes_each_value_at_the_limit() -> None:
+    value = freeze(_nested(MAX_DEPTH))
+    data = freeze_values({"deep": value, "flat": 1}, "extra_data")
+    assert data == {"deep": _nested(MAX_DEPTH), "flat": 1}
+    with pytest.raises(TypeError, match=r"extra_data\['deep'\]"):
+        freeze_values({"deep": [value]}, "extra_data")
+    with pytest.raises(TypeError, match="must be a dict"):
+        freeze_values(cast("Any", [1]), "extra_data")
+
+
+def test_frozen_levels_survive_pickle_and_slices() -> None:
+    value = freeze([_nested(MAX_DEPTH - 1), 1])
+    for copy_of in (pickle.loads(pickle.dumps(value)), value[:1]):
+        assert copy_of == value[:1] or copy_of == value
+        with pytest.raises(TypeError, match=f"more than {MAX_DEPTH} levels"):
+            freeze([copy_of])
+
+
+def test_freeze_takes_ints_up_to_the_documented_digits() -> None:
+    largest = 10**MAX_INT_DIGITS - 1
+    assert freeze([largest, -largest]) == [largest, -largest]
+
+
+@pytest.mark.parametrize(
+    "big", [10**MAX_INT_DIGITS, -(10**5000)], ids=["4301-digits", "-5001-digits"]
+)
+def test_freeze_refuses_longer_ints(big: int) -> None:
+    with pytest.raises(TypeError, match=r"extra_data\['n'\] is an int of more than"):
+        freeze({"n": big}, "extra_data")
+    with pytest.raises(TypeError, match="record it as a str"):
+        freeze(big)
+
+
+def test_freeze_turns_a_recursion_error_of_the_value_into_a_type_error() -> None:
+    class Endless(dict[str, Any]):
+        def items(self) -> Any:
+            return Endless().items()
+
+    with pytest.raises(TypeError, match="the result"):
+        freeze(Endless(a=1), "the result")
+
+
+def test_freeze_values_turns_a_recursion_error_into_a_type_error() -> None:
+    class Endless(dict[str, Any]):
+        def items(self) -> Any:
+            return Endless().items()
+
+    with pytest.raises(TypeError, match="extra_data"):
+        freeze_values({"a": Endless(a=1)}, "extra_data")

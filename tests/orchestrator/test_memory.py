@@ -156,11 +156,11 @@ def test_a_value_that_is_not_json_is_refused_naming_its_place(memory: Memory) ->
     assert memory.get("k") is None
 
 
-def test_a_lone_surrogate_is_refused(memory: Memory) -> None:
-    with pytest.raises(ValueError, match="surrogate"):
-        memory.set("k", "\ud800")
+def test_a_lone_surrogate_is_refused_in_a_key_and_replaced_in_a_value(memory: Memory) -> None:
     with pytest.raises(ValueError, match="surrogate"):
         memory.get("\ud800")
+    memory.set("k", {"note\ud800": "caf\udce9"})  # as in a State: U+FFFD, the rest kept
+    assert memory.get("k") == {"note\ufffd": "caf\ufffd"}
 
 
 @pytest.mark.parametrize(

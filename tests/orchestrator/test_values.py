@@ -48,6 +48,7 @@ from orchestrator import (
     UserEntry,
     ValidationError,
 )
+from stores import decode_entry, encode_entry
 from tests.doubles import as_any, is_a
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
@@ -545,3 +546,96 @@ def test_errors_are_exported_from_the_package() -> None:
     ):
         assert name in orchestrator.__all__
         assert getattr(orchestrator, name).__module__.startswith("orchestrator")
+
+
+# -- every text field of every entry is valid text, so it encodes ------------------------------
+
+
+def _half(text: str) -> str:
+    """`text` with a lone surrogate (half of an emoji) in it."""
+    return f"{text}\ud83d"
+
+
+def _entries_with_lone_surrogates(at: datetime) -> list[orchestrator.HistoryEntry]:
+    h = _half
+    call = ToolCall(h("c1"), h("tool"), {h("key"): [h("value")]})
+    awaiting = orchestrator.AwaitingCall(h("child"), call, reason=h("why"), via=h("c0"))
+    message = Message(
+        "assistant",
+        (
+            orchestrator.TextBlock(h("text")),
+            orchestrator.ReasoningBlock(h("thinking")),
+            orchestrator.RawBlock(h("provider"), {h("k"): h("v")}),
+            call,
+        ),
+    )
+    return [
+        ContextChangeEntry(
+            seq=0, turn=0, at=at, content=ContextChange(kind="compact", summary=h("summary"))
+        ),
+        ExtraDataEntry(
+            seq=1,
+            turn=0,
+            at=at,
+            content=ExtraDataChange(changed={h("k"): h("v")}, removed=[h("gone")]),
+        ),
+        RunStartEntry(
+            seq=2,
+            turn=0,
+            at=at,
+            content=RunStart(
+                parent_id=h("p"),
+                parent_call_id=h("pc"),
+                agent=h("agent"),
+                model=h("model"),
+                tools=(h("tool"), "plain"),
+            ),
+        ),
+        ModelRequestEntry(seq=3, turn=1, at=at, content=ModelRequest(model=h("model"))),
+        ModelReplyEntry(
+            seq=4,
+            turn=1,
+            at=at,
+            content=Reply(message, stop_reason=h("stop"), model=h("model")),
+        ),
+        ToolResultEntry(
+            seq=5,
+            turn=1,
+            at=at,
+            content=ToolResultBlock(h("c1"), (orchestrator.TextBlock(h("result")),)),
+            call=call,
+            outcome="error",
+            state_update={h("k"): h("v")},
+        ),
+        UserEntry(seq=6, turn=1, at=at, content=Message.user(h("hi"))),
+        NoticeEntry(seq=7, turn=1, at=at, content=Message.notice(h("note"))),
+        ErrorEntry(seq=8, turn=1, at=at, content=h("RuntimeError: boom")),
+        StopEntry(seq=9, turn=1, at=at, content=StoppedByUntil(h("done"))),
+        StopEntry(seq=10, turn=1, at=at, content=StoppedByPermission(call, h("Ask"))),
+        StopEntry(seq=11, turn=1, at=at, content=orchestrator.StoppedByApproval((awaiting,))),
+        StopEntry(seq=12, turn=1, at=at, content=StoppedByFinish({h("k"): h("v")})),
+        AskEntry(
+            seq=13,
+            turn=1,
+            at=at,
+            content=AskRecord(question=h("q"), answer=[h("a")], error=h("bad")),
+        ),
+        orchestrator.ApprovalEntry(
+            seq=14,
+            turn=1,
+            at=at,
+            content=orchestrator.ApprovalRecord(
+                call_id=h("c1"), approved=False, by=h("ann"), reason=h("no")
+            ),
+        ),
+    ]
+
+
+@pytest.mark.parametrize("index", range(15))
+def test_every_text_field_of_an_entry_replaces_lone_surrogates(index: int) -> None:
+    entry = _entries_with_lone_surrogates(T0)[index]
+    line = encode_entry(entry)  # raised PydanticSerializationError before
+    assert "\ud83d" not in line.decode("utf-8")
+    assert "\\ud83d" not in line.decode("utf-8")
+    assert "\ufffd" in line.decode("utf-8")
+    assert decode_entry(line, state_id="s", index=entry.seq) == entry
