@@ -33,6 +33,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator import OrchestratorError, StateInfo, validate_id
+from stores import redact_url
 
 from ._reading import agent_of, read_tree
 from ._timeline import timeline_data
@@ -71,12 +72,13 @@ class Viewer:
 
     Args:
         store: An open store (`stores.SQLiteStore`, `stores.FileStore`, ...).
-        name: How the store was named on the command line, shown on the page.
+        name: How the store was named on the command line, shown on the page without its
+            passwords (`stores.redact_url`).
     """
 
     def __init__(self, store: Any, name: str) -> None:
         self.store = store
-        self.name = name
+        self.name = redact_url(name)
         self._lock = threading.Lock()
 
     def runs(self, limit: int = _RUNS_SHOWN) -> dict[str, Any]:
