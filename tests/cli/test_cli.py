@@ -459,6 +459,20 @@ def test_a_file_that_is_no_store_is_refused(tmp_path: Path) -> None:
     assert_trouble(run("runs", str(tmp_path / "notes.txt")), "is a file, but not an SQLite store")
 
 
+def test_a_folder_that_is_no_store_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "README.md").write_text("hello")
+
+    for command in (["runs"], ["runs", "--json"], ["show"], ["tree"], ["view"]):
+        args = [command[0], str(project), *(["abc"] if command[0] in ("show", "tree") else [])]
+        assert_trouble(run(*args, *command[1:]), "is a folder, but not a FileStore")
+    assert_trouble(run("runs", project.as_uri()), "is a folder, but not a FileStore")
+    assert sorted(path.name for path in project.iterdir()) == ["README.md", "src"]
+    (tmp_path / "empty").mkdir()  # a store with nothing saved yet, or everything deleted
+    assert run("runs", str(tmp_path / "empty")).stdout == "No States match.\n"
+
+
 def test_a_damaged_sqlite_store_is_one_line_and_exit_2(tmp_path: Path) -> None:
     (tmp_path / "runs.db").write_bytes(b"this is not a database" * 100)
 
