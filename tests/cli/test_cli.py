@@ -317,6 +317,42 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
     assert "agent every model fake, 2 runs" in lines
 
 
+def test_show_renders_approvals_with_who_decided_why_and_which_call(tmp_path: Path) -> None:
+    from orchestrator import Agent, approve, awaiting, deny, tool
+    from orchestrator.permissions import ApproveLater
+
+    @tool
+    def send(to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: Who gets it.
+        """
+        return f"sent to {to}"
+
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        model = FakeModel([[tool_call("send", to="bob"), tool_call("send", to="eve")], "done"])
+        agent = Agent(model, tools=[send], store=store, permissions=[ApproveLater("send")])
+        state = State(messages=[Message.user("Mail them.")])
+        agent.run(state)
+        to_bob, to_eve = (item.call.id for item in awaiting(state))
+        approve(state, to_bob, by="ann", reason="bob asked for it")
+        deny(state, to_eve)
+        agent.run(state)
+
+    result = run("show", str(tmp_path / "runs.db"), state.id)
+
+    assert result.exit_code == 0
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    approvals = [line.split(" ", 1)[1] for line in lines if line.split()[1:2] == ["approval"]]
+    assert approvals == [
+        f"approval approved call send [{to_bob}] by ann: bob asked for it",
+        f"approval denied call send [{to_eve}]",
+    ]
+    assert "ApprovalEntry(" not in result.stdout
+    assert "ApprovalRecord(" not in result.stdout
+
+
 # -- tree ---------------------------------------------------------------------------------------
 
 
