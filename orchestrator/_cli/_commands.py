@@ -12,7 +12,6 @@ not match, 2 on trouble (a bad store URL, a missing id, a damaged store, a wrong
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Generator
@@ -26,6 +25,7 @@ from orchestrator import OrchestratorError, State, StateInfo, validate_id
 from orchestrator.testing import ReplayModel
 from stores import encode_entry, redact_url
 
+from ._jsontext import dumps
 from ._open import open_existing
 from ._reading import agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
@@ -125,7 +125,7 @@ def _console() -> Console:
 
 
 def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+    click.echo(dumps(value, indent=2))
 
 
 def _since(text: str) -> datetime:

@@ -7,7 +7,7 @@ so a ``[bracket]`` in a message is shown as written.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -336,15 +336,32 @@ class TreeNode:
         self.state = state  # the State read, None when it could not be
         self.children: list[TreeNode] = []
 
+    def walk(self) -> Iterator[TreeNode]:
+        """This node and every node under it, each before its children, in order.
+
+        Walked with a list, not by recursion: a chain of subagents may be deeper than
+        Python's recursion limit.
+        """
+        pending: list[TreeNode] = [self]
+        while pending:
+            node = pending.pop()
+            yield node
+            pending.extend(reversed(node.children))
+
     def data(self) -> dict[str, Any]:
         """The node as JSON, its children nested."""
-        data = info_data(self.info, agent=self.agent)
-        if self.damage is not None:
-            data["damage"] = self.damage
-            data["status"] = "damaged"
-        data["call"] = None if self.call is None else {"id": self.call.id, "name": self.call.name}
-        data["children"] = [child.data() for child in self.children]
-        return data
+        nodes = list(self.walk())
+        found: dict[int, dict[str, Any]] = {}
+        for node in reversed(nodes):  # children first: each one's data is ready for its parent
+            data = info_data(node.info, agent=node.agent)
+            if node.damage is not None:
+                data["damage"] = node.damage
+                data["status"] = "damaged"
+            call = node.call
+            data["call"] = None if call is None else {"id": call.id, "name": call.name}
+            data["children"] = [found.pop(id(child)) for child in node.children]
+            found[id(node)] = data
+        return found[id(self)]
 
     def label(self) -> Text:
         """The node's line in the tree."""
@@ -364,12 +381,29 @@ class TreeNode:
         return text
 
 
+DEEPEST_DRAWN = 12
+"""Subagents nested deeper than this are drawn at this level, each line saying its own."""
+
+
 def tree_view(root: TreeNode) -> Tree:
-    """The tree of States under `root`, each under the call that started it."""
+    """The tree of States under `root`, each under the call that started it.
+
+    A chain deeper than `DEEPEST_DRAWN` would leave no room for its lines (each level takes
+    four columns): the States below that level are listed, in order, under the one at that
+    level, each line starting with its level.
+    """
     tree = Tree(root.label())
-    pending = [(tree, child) for child in root.children]
+    pending: list[tuple[Tree, TreeNode, int]] = [
+        (tree, child, 1) for child in reversed(root.children)
+    ]
     while pending:
-        branch, node = pending.pop(0)
-        twig = branch.add(node.label())
-        pending.extend((twig, child) for child in node.children)
+        branch, node, level = pending.pop()
+        if level <= DEEPEST_DRAWN:
+            twig = branch.add(node.label())
+        else:
+            label = Text(f"level {level}: ", style="dim")
+            label.append(node.label())
+            twig = branch
+            branch.add(label)
+        pending.extend((twig, child, level + 1) for child in reversed(node.children))
     return tree

@@ -22,7 +22,6 @@ its Content-Security-Policy lets the page load and fetch from the viewer itself 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import threading
 from collections.abc import Callable, Generator
@@ -35,6 +34,7 @@ from urllib.parse import parse_qs, urlsplit
 from orchestrator import OrchestratorError, StateInfo, validate_id
 from stores import redact_url
 
+from ._jsontext import dumps
 from ._reading import agent_of, read_tree
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
@@ -225,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, kind, data.read_bytes(), body)
 
     def _json(self, status: HTTPStatus, data: Any, body: bool) -> None:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        text = dumps(data)
         self._send(status, "application/json; charset=utf-8", text.encode(), body)
 
     def _send(self, status: HTTPStatus, kind: str, data: bytes, body: bool) -> None:

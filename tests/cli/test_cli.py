@@ -21,7 +21,17 @@ from orchestrator import Message, State
 from orchestrator._cli import cli
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, PostgresStore, SQLiteStore, decode_entry
-from tests.cli.team import NOTES, QUESTION, build, build_solo, deciding_model, record
+from tests.cli.team import (
+    DEEP,
+    NOTES,
+    QUESTION,
+    build,
+    build_solo,
+    deciding_model,
+    deep_json,
+    record,
+    save_chain,
+)
 from tests.postgres import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -399,6 +409,57 @@ def test_tree_json_nests_the_children_with_their_calls(recorded: Recorded) -> No
 
 
 # -- export -------------------------------------------------------------------------------------
+
+
+def test_tree_of_a_chain_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    save_chain(tmp_path / "runs.db")
+
+    result = run("tree", str(tmp_path / "runs.db"), "c0")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("lead c0 open")
+    assert [line.split("── ")[1].split()[0] for line in lines[1:13]] == ["(unnamed"] * 12
+    assert lines[13].split("── ")[1].startswith("level 13: (unnamed agent) c13 ")
+    assert lines[-1].split("── ")[1].startswith(f"level {DEEP - 1}: (unnamed agent) c{DEEP - 1} ")
+    assert len([line for line in lines if "(unnamed agent) c" in line]) == DEEP - 1
+    assert all(len(line) <= 250 for line in lines)
+
+    node = deep_json(as_json_text(run("tree", str(tmp_path / "runs.db"), "c0", "--json")))
+    for depth in range(1, DEEP):
+        (node,) = node["children"]
+        assert (node["id"], node["call"]) == (
+            f"c{depth}",
+            {"id": f"to-c{depth}", "name": "delegate"},
+        )
+    assert node["children"] == []
+
+
+def test_json_text_is_what_json_dumps_writes(recorded: Recorded) -> None:
+    # Private: the CLI's JSON writer, which writes the deep tree above without recursion.
+    from orchestrator._cli._jsontext import dumps
+    from orchestrator._cli._views import state_data
+
+    data: dict[str, Any] = {
+        **state_data(recorded.lead),
+        "empty": {},
+        "none": [],
+        "text": "é [x] \n",
+    }
+    assert dumps(data, indent=2) == json.dumps(data, ensure_ascii=False, indent=2)
+    assert dumps(data) == json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    deep: Any = []
+    for _ in range(DEEP):
+        deep = [{"n": deep}]
+    compact = '[{"n":' * DEEP + "[]" + "}]" * DEEP
+    assert dumps(deep) == compact
+    assert dumps(deep_json(dumps(deep, indent=2))) == compact  # the same value, indented
+    assert max(len(line) for line in dumps(deep, indent=2).splitlines()) < 100  # capped
+
+
+def as_json_text(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def test_export_prints_the_stored_entries_as_json_lines(recorded: Recorded) -> None:
