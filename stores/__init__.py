@@ -2,10 +2,11 @@
 
 The backends are `MemoryStore`, `FileStore` (JSONL files), `SQLiteStore` (sqlite3),
 `AioSQLiteStore` (aiosqlite, async only) and `PostgresStore` (psycopg 3, the
-``orchestrator[postgres]`` extra); `open_store(url)` opens any of them from a URL. They
-implement the protocols of `orchestrator` (`orchestrator.Store`, `orchestrator.AsyncStore`)
-and keep agent memory beside the States (`orchestrator.MemoryBackend`, the primitive under
-`orchestrator.Memory`), reading States only through `orchestrator.storage_view`.
+``orchestrator[postgres]`` extra); `open_store(url)` opens any of them from a URL or a path,
+and `redact_url(url)` shows a URL without its passwords. They implement the protocols of
+`orchestrator` (`orchestrator.Store`, `orchestrator.AsyncStore`) and keep agent memory beside
+the States (`orchestrator.MemoryBackend`, the primitive under `orchestrator.Memory`), reading
+States only through `orchestrator.storage_view`.
 `stores.contract` is the test suite every backend passes, for third-party ones too.
 """
 
@@ -22,6 +23,8 @@ from ._memory import MemoryStore as MemoryStore
 from ._offload import ThreadedAsync as ThreadedAsync
 from ._open import open_store as open_store
 from ._postgres import PostgresStore as PostgresStore
+from ._redact import redact_url as redact_url
+from ._redact import url_secrets as url_secrets
 from ._sqlite import SQLiteStore as SQLiteStore
 
 __all__ = (
@@ -39,4 +42,6 @@ __all__ = (
     "encode_entry",
     "first_digest",
     "open_store",
+    "redact_url",
+    "url_secrets",
 )

@@ -12,6 +12,7 @@ import os
 import sqlite3
 import threading
 import urllib.parse
+import weakref
 from typing import Any, ClassVar, NoReturn, TypeVar
 
 import aiosqlite
@@ -44,6 +45,7 @@ from ._sql import (
     open_plan,
     save_many_plan,
 )
+from ._sqlite import refuse_folder
 from .backend import LoopGroupCommits, TailCache, check_state
 
 __all__ = ("AioSQLiteStore",)
@@ -74,8 +76,13 @@ class AioSQLiteStore(AsyncClosing):
     """It works on asyncio only, not on trio."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Use the SQLite file at `path`; it is created on first use if it does not exist."""
+        """Use the SQLite file at `path`; it is created on first use if it does not exist.
+
+        Raises:
+            ValueError: `path` is a folder.
+        """
         self._path = os.fspath(path)
+        refuse_folder(self._path, "AioSQLiteStore")
         self._where = f"SQLite store {self._path!r}"
         # One plan at a time on the connection. Taken shielded, so without a checkpoint when it
         # is free: from `_run` to the plan's first statement, 30-45 against 12-13 us (medians).
@@ -84,6 +91,7 @@ class AioSQLiteStore(AsyncClosing):
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
         self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
+        self._on_collect: weakref.finalize[[aiosqlite.Connection], Any] | None = None
 
     def __repr__(self) -> str:
         return f"AioSQLiteStore({self._path!r})"
@@ -204,6 +212,8 @@ class AioSQLiteStore(AsyncClosing):
                 self._closed = True
                 if self._connection is not None:
                     connection, self._connection = self._connection, None
+                    if self._on_collect is not None:
+                        self._on_collect.detach()
                     await connection.close()
 
     # -- running plans ------------------------------------------------------------------------
@@ -253,7 +263,22 @@ class AioSQLiteStore(AsyncClosing):
             await connection.close()
             raise
         self._connection = connection
+        # A store dropped without `aclose` closes its connection when it is collected, as an
+        # SQLiteStore does: aiosqlite's thread keeps its last call, so the connection (its
+        # thread and file descriptors) would otherwise live as long as the process.
+        on_collect = weakref.finalize(self, _stop, connection)
+        on_collect.atexit = False  # at exit, the daemon thread ends with the process
+        self._on_collect = on_collect
         return connection
+
+
+def _stop(connection: aiosqlite.Connection) -> None:
+    """Close an abandoned store's connection and end its thread, from any thread.
+
+    `aiosqlite.Connection.stop` queues the close on the connection's own thread, which then
+    ends; nothing waits for it, since a finalizer may run on the event loop's thread.
+    """
+    connection.stop()  # pyright: ignore[reportUnknownMemberType]  # an untyped Future
 
 
 def _daemon(connection: aiosqlite.Connection) -> aiosqlite.Connection:

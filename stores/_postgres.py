@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import builtins
 import threading
-import urllib.parse
 from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import anyio.to_thread
@@ -33,13 +32,14 @@ from ._postgres_plans import (
     save_plan,
 )
 from ._postgres_sql import DEFAULT_SCHEMA, Plan, Query, Row, open_plan, run_plan, sql_for
+from ._redact import redact_url, url_secrets
 from .backend import LoopGroupCommits, Tail, TailCache, check_state
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
-__all__ = ("PostgresStore", "redact_dsn")
+__all__ = ("PostgresStore",)
 
 _INSTALL = "pip install 'orchestrator[postgres]'"
 
@@ -106,7 +106,7 @@ class PostgresStore(ThreadedClosing):
         self._secrets: tuple[str, ...] = ()
         self._dsn: str | None = None
         if isinstance(dsn_or_pool, str):
-            shown, self._secrets = redact_dsn(dsn_or_pool)
+            shown, self._secrets = _shown_dsn(dsn_or_pool)
             self._dsn = dsn_or_pool
             self._pool: ConnectionPool[Any] | None = None
             self._pool_size = pool_size
@@ -360,43 +360,24 @@ def _execute(connection: psycopg.Connection[Any], query: Query) -> builtins.list
 # -- the DSN, shown without its password ------------------------------------------------------
 
 
-def redact_dsn(dsn: str) -> tuple[str, tuple[str, ...]]:
-    """`dsn` as it may be shown (no password), and the secrets to keep out of any message.
+def _shown_dsn(dsn: str) -> tuple[str, tuple[str, ...]]:
+    """`dsn` as it may be shown (`stores.redact_url`), and its secrets to scrub from messages.
 
     Raises:
         ValueError: The DSN does not parse (the message does not quote it).
     """
     from psycopg.conninfo import conninfo_to_dict
 
-    secrets = _url_password(dsn)
+    secrets = url_secrets(dsn)
     try:
-        params = conninfo_to_dict(dsn)
+        conninfo_to_dict(dsn)
     except Exception as error:  # psycopg.ProgrammingError; its text may quote the DSN
         text = _scrub(str(error), (*secrets, dsn))
         raise ValueError(
             f"The PostgreSQL DSN does not parse ({text}): give a URL such as"
             " 'postgresql://user@host:5432/db' or libpq's 'host=... dbname=...' form."
         ) from None
-    password = params.get("password")
-    if password:
-        secrets = (*secrets, str(password), urllib.parse.quote(str(password), safe=""))
-    user = params.get("user")
-    host = params.get("host") or params.get("hostaddr") or ""
-    port = params.get("port")
-    dbname = params.get("dbname") or ""
-    netloc = (f"{user}@" if user else "") + str(host) + (f":{port}" if port else "")
-    return f"postgresql://{netloc}/{dbname}", tuple(sorted(set(secrets), key=len, reverse=True))
-
-
-def _url_password(dsn: str) -> tuple[str, ...]:
-    try:
-        parts = urllib.parse.urlsplit(dsn)
-        password = parts.password
-    except ValueError:
-        return ()
-    if not parts.scheme.startswith("postgres") or not password:
-        return ()
-    return (password, urllib.parse.unquote(password))
+    return redact_url(dsn), secrets
 
 
 def _scrub(text: str, secrets: tuple[str, ...]) -> str:

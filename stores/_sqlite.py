@@ -48,7 +48,7 @@ from ._sql import (
 )
 from .backend import LoopGroupCommits, TailCache, check_state
 
-__all__ = ("SQLiteStore",)
+__all__ = ("SQLiteStore", "refuse_folder")
 
 # One capacity limiter per store and event loop: a limiter is bound to the loop that used it
 # first, and a sync `agent.run` starts a new loop each time.
@@ -80,8 +80,13 @@ class SQLiteStore(ThreadedClosing):
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        """Use the SQLite file at `path`; it is created on first use if it does not exist."""
+        """Use the SQLite file at `path`; it is created on first use if it does not exist.
+
+        Raises:
+            ValueError: `path` is a folder.
+        """
         self._path = os.fspath(path)
+        refuse_folder(self._path, "SQLiteStore")
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
         self._known = TailCache()  # what its connection stored
@@ -225,6 +230,20 @@ class SQLiteStore(ThreadedClosing):
             raise
         self._connection = connection
         return connection
+
+
+def refuse_folder(path: str, store: str) -> None:
+    """Refuse a folder where an SQLite file is wanted: said when the store is made, not at use.
+
+    Raises:
+        ValueError: `path` is a folder; the message names a file in it, and `FileStore`.
+    """
+    if os.path.isdir(path):
+        raise ValueError(
+            f"{store} takes the path of an SQLite file, and {path!r} is a folder: give a file"
+            f" in it, such as {os.path.join(path, 'runs.db')!r}, or use FileStore({path!r}) to"
+            " keep States as files in that folder."
+        )
 
 
 def _execute(connection: sqlite3.Connection, operation: Operation) -> Any:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gc
+import threading
 from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -451,28 +452,35 @@ class LoopGroupCommits:
     """A store's `GroupCommit` on each event loop that saves through it.
 
     A group commit's lock belongs to the loop that made it, and a sync ``agent.run`` starts a
-    new loop each time: so one per loop (an anyio `RunVar`, which trio run as a guest of an
-    asyncio loop keeps apart too).
+    new loop each time: so one per loop (an anyio `RunVar` names the loop, and trio run as a
+    guest of an asyncio loop is kept apart too). The store holds its group commits, not the
+    loop: a store dropped while its loop runs is collected (and closed) like any other object.
     """
 
-    __slots__ = ("__weakref__", "_flush")
+    __slots__ = ("_commits", "_flush", "_mutex")
 
     def __init__(self, flush: Flush) -> None:
         self._flush = flush
+        self._commits = WeakKeyDictionary[_Loop, GroupCommit]()
+        self._mutex = threading.Lock()  # loops in several threads may save through one store
 
     def current(self) -> GroupCommit:
         """The group commit of the running event loop."""
-        commits = _COMMITS.get(None)
-        if commits is None:
-            commits = WeakKeyDictionary[LoopGroupCommits, GroupCommit]()
-            _COMMITS.set(commits)
-        commit = commits.get(self)
-        if commit is None:
-            commit = commits[self] = GroupCommit(self._flush)
+        loop = _LOOP.get(None)
+        if loop is None:
+            loop = _Loop()
+            _LOOP.set(loop)
+        with self._mutex:
+            commit = self._commits.get(loop)
+            if commit is None:
+                commit = self._commits[loop] = GroupCommit(self._flush)
         return commit
 
 
-# The group commits of each event loop, by the `LoopGroupCommits` of their store.
-_COMMITS: anyio.lowlevel.RunVar[WeakKeyDictionary[LoopGroupCommits, GroupCommit]] = (
-    anyio.lowlevel.RunVar("stores_group_commits")
-)
+class _Loop:
+    """Stands for one event loop, which holds it while it runs (a key of weak dictionaries)."""
+
+    __slots__ = ("__weakref__",)
+
+
+_LOOP: anyio.lowlevel.RunVar[_Loop] = anyio.lowlevel.RunVar("stores_group_commit_loop")

@@ -12,7 +12,6 @@ not match, 2 on trouble (a bad store URL, a missing id, a damaged store, a wrong
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 from collections.abc import Generator
@@ -24,8 +23,9 @@ from rich.console import Console
 
 from orchestrator import OrchestratorError, State, StateInfo, validate_id
 from orchestrator.testing import ReplayModel
-from stores import encode_entry
+from stores import encode_entry, redact_url
 
+from ._jsontext import dumps
 from ._open import open_existing
 from ._reading import agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
@@ -100,7 +100,8 @@ def _resolve(store: Any, target: str, state_id: str) -> str:
     if starting:
         shown = ", ".join(starting[:3]) + (", ..." if len(starting) > 3 else "")
         _fail(f"{state_id!r} starts {len(starting)} State ids ({shown}): give more of it.")
-    _fail(f"No State {state_id!r} in {target}: `orchestrator runs {target}` lists the ids.")
+    shown = redact_url(target)
+    _fail(f"No State {state_id!r} in {shown}: `orchestrator runs {shown}` lists the ids.")
 
 
 def _load(store: Any, target: str, state_id: str) -> State:
@@ -124,7 +125,7 @@ def _console() -> Console:
 
 
 def _echo_json(value: Any) -> None:
-    click.echo(json.dumps(value, ensure_ascii=False, indent=2))
+    click.echo(dumps(value, indent=2))
 
 
 def _since(text: str) -> datetime:
@@ -307,7 +308,7 @@ def view(store: str, port: int) -> None:
         viewer = Viewer(opened, store)
 
         def ready(url: str) -> None:
-            click.echo(f"Serving {store} read-only at {url}")
+            click.echo(f"Serving {viewer.name} read-only at {url}")
             click.echo("Press Ctrl+C to stop.")
 
         try:

@@ -1,21 +1,18 @@
-"""Which store a command line names: a URL (`stores.open_store`) or a path.
+"""Which store a command line names: a URL or a path, opened by `stores.open_store`.
 
-The CLI's own rules on top of `stores.open_store`: a path works too (a ``.db`` file or a
-FileStore folder), and the store must already exist, since reading never creates one.
+The CLI's own rule on top of `stores.open_store` (which opens paths too): the store must already
+exist, since reading never creates one, and a folder must hold a FileStore's States.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
-from stores import FileStore, SQLiteStore, open_store
+from stores import FileStore, open_store, redact_url
 
 __all__ = ("StoreNotFound", "StoreURLError", "open_existing")
 
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")  # two letters at least: C: is a drive
-_SQLITE_HEADER = b"SQLite format 3\x00"
 _FORMS = (
     "sqlite:///runs.db, file:///var/runs, postgresql://user@host/db, memory:, a .db file or a"
     " FileStore folder"
@@ -30,38 +27,42 @@ class StoreNotFound(LookupError):
     """The store a command should read is not there."""
 
 
-def _is_url(target: str) -> bool:
-    return _SCHEME.match(target) is not None
-
-
 def open_existing(target: str) -> Any:
     """The store a command reads: a URL, or a path (a ``.db`` file or a FileStore folder).
 
-    The store must exist: a command that only reads never creates one.
+    The store must exist: a command that only reads never creates one. Messages show `target`
+    without its passwords (`stores.redact_url`).
 
     Raises:
-        StoreURLError: A URL `stores.open_store` refuses, or a path that is neither form.
+        StoreURLError: A URL or path `stores.open_store` refuses, or a folder that holds
+            something other than a FileStore's States.
         StoreNotFound: Nothing is at the path.
     """
-    if _is_url(target):
-        try:
-            store = open_store(target)
-        except ValueError as error:
-            raise StoreURLError(str(error)) from None
-        path = getattr(store, "path", None)
-        if path is not None and not Path(path).exists():
-            raise StoreNotFound(f"No store at {target!r}: {str(path)!r} does not exist.")
+    shown = redact_url(target)
+    try:
+        store = open_store(target)
+    except ValueError as error:
+        raise StoreURLError(str(error)) from None
+    path = getattr(store, "path", None)
+    if path is None:
         return store
-    path = Path(target)
-    if path.is_dir():
-        return FileStore(path)
-    if path.is_file():
-        with path.open("rb") as file:
-            header = file.read(len(_SQLITE_HEADER))
-        if path.suffix == ".db" or header == _SQLITE_HEADER:
-            return SQLiteStore(path)
+    if not Path(path).exists():
+        where = "" if str(path) == target else f"{redact_url(str(path))!r} does not exist;"
+        raise StoreNotFound(f"No store at {shown!r}: {where} give {_FORMS}.")
+    if isinstance(store, FileStore) and not _holds_states(store):
         raise StoreURLError(
-            f"{target!r} is a file, but not an SQLite store (no .db suffix, no SQLite header):"
-            f" give {_FORMS}."
+            f"{shown!r} is a folder, but not a FileStore: it holds no States (no <id>/info.json),"
+            f" only other files. Give {_FORMS}."
         )
-    raise StoreNotFound(f"No store at {target!r}: give {_FORMS}.")
+    return store
+
+
+def _holds_states(store: FileStore) -> bool:
+    """Whether a FileStore's folder holds States, or nothing but the store's own hidden files.
+
+    A folder of other files (a project, a home folder) is no store: reading it would list
+    nothing and say no more.
+    """
+    if store.list(limit=1):
+        return True
+    return not any(not child.name.startswith(".") for child in store.path.iterdir())

@@ -29,30 +29,39 @@ def read_tree(store: Any, info: StateInfo) -> TreeNode:
     """The tree of States under `info`, each child under the call that started it.
 
     Each node keeps the State it loaded (`TreeNode.state`); a State that cannot be loaded is a
-    node with its damage and no children.
+    node with its damage and no children. The tree is walked with a list, not by recursion, so
+    a chain of subagents of any depth is read.
     """
-    return _node(store, info, None, set())
+    root = _node(store, info, None)
+    seen = {info.id}
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if node.state is None:
+            continue
+        calls = {
+            tool_call.id: tool_call
+            for entry in node.state.history
+            if entry.kind == "model_reply"
+            for tool_call in entry.tool_calls
+        }
+        children: list[StateInfo] = store.list(parent_id=node.info.id)
+        children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
+        for child in children:
+            if child.id not in seen:
+                seen.add(child.id)
+                kid = _node(store, child, calls.get(child.parent_call_id or ""))
+                node.children.append(kid)
+                pending.append(kid)
+    return root
 
 
-def _node(store: Any, info: StateInfo, call: ToolCall | None, seen: set[str]) -> TreeNode:
-    seen.add(info.id)
+def _node(store: Any, info: StateInfo, call: ToolCall | None) -> TreeNode:
+    """The node of one State, loaded, without its children."""
     if info.damage is not None:
         return TreeNode(info, call=call)
     try:
         state: State = store.load(info.id)
     except (LookupError, OrchestratorError, ValueError) as error:
         return TreeNode(info, call=call, damage=str(error))
-    node = TreeNode(info, agent_name(state), call, state=state)
-    calls = {
-        tool_call.id: tool_call
-        for entry in state.history
-        if entry.kind == "model_reply"
-        for tool_call in entry.tool_calls
-    }
-    children: list[StateInfo] = store.list(parent_id=info.id)
-    children.sort(key=lambda child: (child.created_at is None, child.created_at or 0, child.id))
-    for child in children:
-        if child.id not in seen:
-            call_of = calls.get(child.parent_call_id or "")
-            node.children.append(_node(store, child, call_of, seen))
-    return node
+    return TreeNode(info, agent_name(state), call, state=state)

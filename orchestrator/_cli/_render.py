@@ -7,16 +7,18 @@ so a ``[bracket]`` in a message is shown as written.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+import pydantic_core
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from orchestrator import (
+    ApprovalEntry,
     AskEntry,
     ContextChangeEntry,
     ErrorEntry,
@@ -163,9 +165,9 @@ def _usage_text(usage: Usage) -> str:
 
 
 def _entry_row(
-    entry: HistoryEntry, limit: int | None, asked: dict[str, datetime]
+    entry: HistoryEntry, limit: int | None, asked: dict[str, tuple[datetime, ToolCall]]
 ) -> tuple[str, Text]:
-    """The label and the details of one history entry."""
+    """The label and the details of one history entry (`asked`: each call seen, and when)."""
     if isinstance(entry, RunStartEntry):
         start = entry.content
         text = Text(f"agent {start.agent or '(unnamed)'}, model {start.model or '-'}")
@@ -210,14 +212,14 @@ def _entry_row(
     if isinstance(entry, ModelReplyEntry):
         reply = entry.content
         for call in entry.tool_calls:
-            asked[call.id] = entry.at
+            asked[call.id] = (entry.at, call)
         text = _message_text(reply.message, limit) if reply.message.content else Text("(empty)")
         text.append(
             f"\n{_usage_text(reply.usage)}; stop reason {reply.stop_reason or '-'}", style="dim"
         )
         return "reply", text
     if isinstance(entry, ToolResultEntry):
-        took = seconds(asked.get(entry.call.id), entry.at)
+        took = seconds(asked[entry.call.id][0] if entry.call.id in asked else None, entry.at)
         text = Text(f"{entry.call.name} ", style="bold cyan")
         text.append(f"[{entry.call.id}] ")
         text.append(entry.outcome, style="green" if entry.outcome == "done" else "red")
@@ -238,7 +240,31 @@ def _entry_row(
         record = entry.content
         answer = record.error if record.error else json.dumps(record.answer, ensure_ascii=False)
         return "ask", Text(cut(f"{record.question} → {answer}", limit))
-    return str(getattr(entry, "kind", "entry")), Text(repr(entry))  # pragma: no cover
+    if isinstance(entry, ApprovalEntry):
+        return "approval", _approval_text(entry, limit, asked)
+    content = json.dumps(pydantic_core.to_jsonable_python(entry.content), ensure_ascii=False)
+    return str(entry.kind), Text(cut(content, limit))  # pragma: no cover - a kind added later
+
+
+def _approval_text(
+    entry: ApprovalEntry, limit: int | None, asked: dict[str, tuple[datetime, ToolCall]]
+) -> Text:
+    """A person's decision: approved or denied, which call, by whom, and why."""
+    record = entry.content
+    text = Text(
+        "approved" if record.approved else "denied", style="green" if record.approved else "red"
+    )
+    call = asked[record.call_id][1] if record.call_id in asked else None
+    text.append(" call ")
+    if call is not None:
+        text.append(call.name, style="bold cyan")
+        text.append(" ")
+    text.append(f"[{record.call_id}]")
+    if record.by:
+        text.append(f" by {record.by}")
+    if record.reason:
+        text.append(f": {cut(record.reason, limit)}")
+    return text
 
 
 def history_table(state: State, limit: int | None) -> Table:
@@ -248,7 +274,7 @@ def history_table(state: State, limit: int | None) -> Table:
     table.add_column("what", no_wrap=True, style="bold")
     table.add_column("")
     start = state.created_at
-    asked: dict[str, datetime] = {}
+    asked: dict[str, tuple[datetime, ToolCall]] = {}
     for entry in state.history:
         label, details = _entry_row(entry, limit, asked)
         offset = seconds(start, entry.at)
@@ -310,15 +336,32 @@ class TreeNode:
         self.state = state  # the State read, None when it could not be
         self.children: list[TreeNode] = []
 
+    def walk(self) -> Iterator[TreeNode]:
+        """This node and every node under it, each before its children, in order.
+
+        Walked with a list, not by recursion: a chain of subagents may be deeper than
+        Python's recursion limit.
+        """
+        pending: list[TreeNode] = [self]
+        while pending:
+            node = pending.pop()
+            yield node
+            pending.extend(reversed(node.children))
+
     def data(self) -> dict[str, Any]:
         """The node as JSON, its children nested."""
-        data = info_data(self.info, agent=self.agent)
-        if self.damage is not None:
-            data["damage"] = self.damage
-            data["status"] = "damaged"
-        data["call"] = None if self.call is None else {"id": self.call.id, "name": self.call.name}
-        data["children"] = [child.data() for child in self.children]
-        return data
+        nodes = list(self.walk())
+        found: dict[int, dict[str, Any]] = {}
+        for node in reversed(nodes):  # children first: each one's data is ready for its parent
+            data = info_data(node.info, agent=node.agent)
+            if node.damage is not None:
+                data["damage"] = node.damage
+                data["status"] = "damaged"
+            call = node.call
+            data["call"] = None if call is None else {"id": call.id, "name": call.name}
+            data["children"] = [found.pop(id(child)) for child in node.children]
+            found[id(node)] = data
+        return found[id(self)]
 
     def label(self) -> Text:
         """The node's line in the tree."""
@@ -338,12 +381,29 @@ class TreeNode:
         return text
 
 
+DEEPEST_DRAWN = 12
+"""Subagents nested deeper than this are drawn at this level, each line saying its own."""
+
+
 def tree_view(root: TreeNode) -> Tree:
-    """The tree of States under `root`, each under the call that started it."""
+    """The tree of States under `root`, each under the call that started it.
+
+    A chain deeper than `DEEPEST_DRAWN` would leave no room for its lines (each level takes
+    four columns): the States below that level are listed, in order, under the one at that
+    level, each line starting with its level.
+    """
     tree = Tree(root.label())
-    pending = [(tree, child) for child in root.children]
+    pending: list[tuple[Tree, TreeNode, int]] = [
+        (tree, child, 1) for child in reversed(root.children)
+    ]
     while pending:
-        branch, node = pending.pop(0)
-        twig = branch.add(node.label())
-        pending.extend((twig, child) for child in node.children)
+        branch, node, level = pending.pop()
+        if level <= DEEPEST_DRAWN:
+            twig = branch.add(node.label())
+        else:
+            label = Text(f"level {level}: ", style="dim")
+            label.append(node.label())
+            twig = branch
+            branch.add(label)
+        pending.extend((twig, child, level + 1) for child in reversed(node.children))
     return tree

@@ -31,13 +31,10 @@ def _span(state: State) -> tuple[datetime, datetime] | None:
     return (history[0].at, history[-1].at) if history else None
 
 
-def _starts(node: TreeNode) -> list[datetime]:
-    """The first moment of every State under `node` (itself included)."""
-    span = None if node.state is None else _span(node.state)
-    found = [] if span is None else [span[0]]
-    for child in node.children:
-        found += _starts(child)
-    return found
+def _starts(root: TreeNode) -> list[datetime]:
+    """The first moment of every State under `root` (itself included)."""
+    spans = (None if node.state is None else _span(node.state) for node in root.walk())
+    return [span[0] for span in spans if span is not None]
 
 
 def timeline_data(root: TreeNode) -> dict[str, Any]:
@@ -53,8 +50,7 @@ def timeline_data(root: TreeNode) -> dict[str, Any]:
     if not starts:
         return {"start": None, "seconds": 0.0, "rows": []}
     origin = min(starts)
-    rows: list[dict[str, Any]] = []
-    _rows(root, 0, origin, rows)
+    rows = _rows(root, origin)
     ends = [row["end"] for row in rows if row["end"] is not None]
     return {"start": origin.isoformat(), "seconds": max(ends, default=0.0), "rows": rows}
 
@@ -63,7 +59,26 @@ def _offset(moment: datetime, origin: datetime) -> float:
     return round((moment - origin).total_seconds(), 6)
 
 
-def _rows(node: TreeNode, depth: int, origin: datetime, rows: list[dict[str, Any]]) -> None:
+def _rows(root: TreeNode, origin: datetime) -> list[dict[str, Any]]:
+    """The rows under `root`: each State, then each of its calls and the States it started.
+
+    Walked with a list of what is left to write (a row, or a State to open), not by
+    recursion, so a chain of subagents of any depth is drawn.
+    """
+    rows: list[dict[str, Any]] = []
+    pending: list[dict[str, Any] | tuple[TreeNode, int]] = [(root, 0)]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            rows.append(item)
+            continue
+        node, depth = item
+        rows.append(_state_row(node, depth, origin))
+        pending.extend(reversed(_under(node, depth, origin)))
+    return rows
+
+
+def _state_row(node: TreeNode, depth: int, origin: datetime) -> dict[str, Any]:
     info = node.info
     state = node.state
     span = None if state is None else _span(state)
@@ -81,9 +96,8 @@ def _rows(node: TreeNode, depth: int, origin: datetime, rows: list[dict[str, Any
         "end": None if span is None else _offset(span[1], origin),
         "model": [],
     }
-    rows.append(row)
     if state is None or span is None:
-        return
+        return row
     for call in model_calls(state):
         end = call.reply or call.error
         row["model"].append(
@@ -94,10 +108,22 @@ def _rows(node: TreeNode, depth: int, origin: datetime, rows: list[dict[str, Any
                 "error": None if call.error is None else call.error.content,
             }
         )
+    return row
+
+
+def _under(
+    node: TreeNode, depth: int, origin: datetime
+) -> list[dict[str, Any] | tuple[TreeNode, int]]:
+    """What comes under a State's row, in order: each call's row, then the States it started."""
+    state = node.state
+    span = None if state is None else _span(state)
+    if state is None or span is None:
+        return []
+    under: list[dict[str, Any] | tuple[TreeNode, int]] = []
     placed: set[str] = set()
     for tool in tool_runs(state):
         result = tool.result
-        rows.append(
+        under.append(
             {
                 "kind": "call",
                 "id": tool.call.id,
@@ -114,7 +140,7 @@ def _rows(node: TreeNode, depth: int, origin: datetime, rows: list[dict[str, Any
         for child in node.children:
             if child.call is not None and child.call.id == tool.call.id:
                 placed.add(child.info.id)
-                _rows(child, depth + 2, origin, rows)
-    for child in node.children:  # a child whose call is not in the history (damage)
-        if child.info.id not in placed:
-            _rows(child, depth + 1, origin, rows)
+                under.append((child, depth + 2))
+    # a child whose call is not in the history (damage)
+    under += [(child, depth + 1) for child in node.children if child.info.id not in placed]
+    return under

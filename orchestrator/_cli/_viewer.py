@@ -22,7 +22,6 @@ its Content-Security-Policy lets the page load and fetch from the viewer itself 
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import threading
 from collections.abc import Callable, Generator
@@ -33,7 +32,9 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from orchestrator import OrchestratorError, StateInfo, validate_id
+from stores import redact_url
 
+from ._jsontext import dumps
 from ._reading import agent_of, read_tree
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
@@ -71,12 +72,13 @@ class Viewer:
 
     Args:
         store: An open store (`stores.SQLiteStore`, `stores.FileStore`, ...).
-        name: How the store was named on the command line, shown on the page.
+        name: How the store was named on the command line, shown on the page without its
+            passwords (`stores.redact_url`).
     """
 
     def __init__(self, store: Any, name: str) -> None:
         self.store = store
-        self.name = name
+        self.name = redact_url(name)
         self._lock = threading.Lock()
 
     def runs(self, limit: int = _RUNS_SHOWN) -> dict[str, Any]:
@@ -223,7 +225,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(HTTPStatus.OK, kind, data.read_bytes(), body)
 
     def _json(self, status: HTTPStatus, data: Any, body: bool) -> None:
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+        text = dumps(data)
         self._send(status, "application/json; charset=utf-8", text.encode(), body)
 
     def _send(self, status: HTTPStatus, kind: str, data: bytes, body: bool) -> None:

@@ -54,7 +54,8 @@ class RayJob:
         link: The parent State and tool call the child hangs under.
         state_id: The child State's id.
         task: The task of a new child; None continues the stored State.
-        store_url: The URL of the shared store (`stores.open_store`).
+        store_url: The URL of the shared store (`stores.open_store`); it may hold a password,
+            so the repr leaves it out.
         deadline: When the child must stop (`time.time()` seconds), or None.
         trace_context: The W3C trace context of the parent call's span (`ChildJob`'s), or
             empty: the worker runs the child under it, so its spans join the parent's trace.
@@ -64,7 +65,7 @@ class RayJob:
     link: Link
     state_id: str
     task: str | None
-    store_url: str
+    store_url: str = field(repr=False)
     deadline: float | None
     trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
 

@@ -7,11 +7,34 @@ its parallel subagents each get the right reply whatever order they ask in.
 
 from __future__ import annotations
 
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
-from orchestrator import Agent, Message, Reply, State, Tool, Usage, loop, tool
+import anyio
+
+from orchestrator import (
+    Agent,
+    HistoryEntry,
+    Message,
+    ModelReplyEntry,
+    ModelRequest,
+    ModelRequestEntry,
+    Reply,
+    RunStart,
+    RunStartEntry,
+    State,
+    Tool,
+    ToolCall,
+    Usage,
+    loop,
+    tool,
+)
 from orchestrator.models import Model, Request
 from orchestrator.testing import FakeModel, tool_call
+from stores import SQLiteStore
 
 QUESTION = "Why are refunds paid twice?"
 TOPICS = ("retries", "idempotency")
@@ -119,3 +142,52 @@ def build_short(model: Model) -> dict[str, Agent]:
     """The team with a lead that stops after one turn: its replay asks fewer requests."""
     team = build(model)
     return {**team, "lead": team["lead"].copy(max_turns=1)}
+
+
+DEEP = 1200  # States in a chain: deeper than Python's recursion limit (1000)
+
+
+def save_chain(path: Path) -> None:
+    """Save `chain(DEEP)` in the SQLite store at `path`, in a few group commits."""
+
+    async def save_all() -> None:
+        async with SQLiteStore(path) as store, anyio.create_task_group() as group:
+            for state in chain(DEEP):
+                group.start_soon(store.asave, state)
+
+    anyio.run(save_all)
+
+
+def deep_json(text: str) -> Any:
+    """Parse JSON nested deeper than Python's recursion limit: its parser recurses too."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(10 * DEEP)
+    try:
+        return json.loads(text)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def chain(length: int) -> list[State]:
+    """States `c0` ... that each started the next from its call ``to-<next>``: a deep tree.
+
+    Built from history entries, not by running agents, so a chain deeper than Python's
+    recursion limit costs a fraction of a second to make and save.
+    """
+    at = datetime.now(UTC)
+    states: list[State] = []
+    for index in range(length):
+        history: list[HistoryEntry] = []
+        if index:
+            start = RunStart(parent_id=f"c{index - 1}", parent_call_id=f"to-c{index}")
+            history.append(RunStartEntry(seq=0, turn=0, at=at, content=start))
+        else:
+            history.append(RunStartEntry(seq=0, turn=0, at=at, content=RunStart(agent="lead")))
+        if index + 1 < length:
+            call = ToolCall(id=f"to-c{index + 1}", name="delegate", args={"depth": index + 1})
+            reply = _reply(Message.assistant("Passing it on.", [call]), 10, 0.0)
+            request = ModelRequest(message_count=1, model="fake")
+            history.append(ModelRequestEntry(seq=1, turn=1, at=at, content=request))
+            history.append(ModelReplyEntry(seq=2, turn=1, at=at, content=reply))
+        states.append(State(id=f"c{index}", history=history))
+    return states

@@ -21,7 +21,17 @@ from orchestrator import Message, State
 from orchestrator._cli import cli
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, PostgresStore, SQLiteStore, decode_entry
-from tests.cli.team import NOTES, QUESTION, build, build_solo, deciding_model, record
+from tests.cli.team import (
+    DEEP,
+    NOTES,
+    QUESTION,
+    build,
+    build_solo,
+    deciding_model,
+    deep_json,
+    record,
+    save_chain,
+)
 from tests.postgres import fresh_schema
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -317,6 +327,42 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
     assert "agent every model fake, 2 runs" in lines
 
 
+def test_show_renders_approvals_with_who_decided_why_and_which_call(tmp_path: Path) -> None:
+    from orchestrator import Agent, approve, awaiting, deny, tool
+    from orchestrator.permissions import ApproveLater
+
+    @tool
+    def send(to: str) -> str:
+        """Send a mail.
+
+        Args:
+            to: Who gets it.
+        """
+        return f"sent to {to}"
+
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        model = FakeModel([[tool_call("send", to="bob"), tool_call("send", to="eve")], "done"])
+        agent = Agent(model, tools=[send], store=store, permissions=[ApproveLater("send")])
+        state = State(messages=[Message.user("Mail them.")])
+        agent.run(state)
+        to_bob, to_eve = (item.call.id for item in awaiting(state))
+        approve(state, to_bob, by="ann", reason="bob asked for it")
+        deny(state, to_eve)
+        agent.run(state)
+
+    result = run("show", str(tmp_path / "runs.db"), state.id)
+
+    assert result.exit_code == 0
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    approvals = [line.split(" ", 1)[1] for line in lines if line.split()[1:2] == ["approval"]]
+    assert approvals == [
+        f"approval approved call send [{to_bob}] by ann: bob asked for it",
+        f"approval denied call send [{to_eve}]",
+    ]
+    assert "ApprovalEntry(" not in result.stdout
+    assert "ApprovalRecord(" not in result.stdout
+
+
 # -- tree ---------------------------------------------------------------------------------------
 
 
@@ -363,6 +409,57 @@ def test_tree_json_nests_the_children_with_their_calls(recorded: Recorded) -> No
 
 
 # -- export -------------------------------------------------------------------------------------
+
+
+def test_tree_of_a_chain_deeper_than_the_recursion_limit(tmp_path: Path) -> None:
+    save_chain(tmp_path / "runs.db")
+
+    result = run("tree", str(tmp_path / "runs.db"), "c0")
+
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("lead c0 open")
+    assert [line.split("── ")[1].split()[0] for line in lines[1:13]] == ["(unnamed"] * 12
+    assert lines[13].split("── ")[1].startswith("level 13: (unnamed agent) c13 ")
+    assert lines[-1].split("── ")[1].startswith(f"level {DEEP - 1}: (unnamed agent) c{DEEP - 1} ")
+    assert len([line for line in lines if "(unnamed agent) c" in line]) == DEEP - 1
+    assert all(len(line) <= 250 for line in lines)
+
+    node = deep_json(as_json_text(run("tree", str(tmp_path / "runs.db"), "c0", "--json")))
+    for depth in range(1, DEEP):
+        (node,) = node["children"]
+        assert (node["id"], node["call"]) == (
+            f"c{depth}",
+            {"id": f"to-c{depth}", "name": "delegate"},
+        )
+    assert node["children"] == []
+
+
+def test_json_text_is_what_json_dumps_writes(recorded: Recorded) -> None:
+    # Private: the CLI's JSON writer, which writes the deep tree above without recursion.
+    from orchestrator._cli._jsontext import dumps
+    from orchestrator._cli._views import state_data
+
+    data: dict[str, Any] = {
+        **state_data(recorded.lead),
+        "empty": {},
+        "none": [],
+        "text": "é [x] \n",
+    }
+    assert dumps(data, indent=2) == json.dumps(data, ensure_ascii=False, indent=2)
+    assert dumps(data) == json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    deep: Any = []
+    for _ in range(DEEP):
+        deep = [{"n": deep}]
+    compact = '[{"n":' * DEEP + "[]" + "}]" * DEEP
+    assert dumps(deep) == compact
+    assert dumps(deep_json(dumps(deep, indent=2))) == compact  # the same value, indented
+    assert max(len(line) for line in dumps(deep, indent=2).splitlines()) < 100  # capped
+
+
+def as_json_text(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
 
 
 def test_export_prints_the_stored_entries_as_json_lines(recorded: Recorded) -> None:
@@ -457,6 +554,20 @@ def test_a_file_that_is_no_store_is_refused(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
 
     assert_trouble(run("runs", str(tmp_path / "notes.txt")), "is a file, but not an SQLite store")
+
+
+def test_a_folder_that_is_no_store_is_refused(tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    (project / "src").mkdir(parents=True)
+    (project / "README.md").write_text("hello")
+
+    for command in (["runs"], ["runs", "--json"], ["show"], ["tree"], ["view"]):
+        args = [command[0], str(project), *(["abc"] if command[0] in ("show", "tree") else [])]
+        assert_trouble(run(*args, *command[1:]), "is a folder, but not a FileStore")
+    assert_trouble(run("runs", project.as_uri()), "is a folder, but not a FileStore")
+    assert sorted(path.name for path in project.iterdir()) == ["README.md", "src"]
+    (tmp_path / "empty").mkdir()  # a store with nothing saved yet, or everything deleted
+    assert run("runs", str(tmp_path / "empty")).stdout == "No States match.\n"
 
 
 def test_a_damaged_sqlite_store_is_one_line_and_exit_2(tmp_path: Path) -> None:

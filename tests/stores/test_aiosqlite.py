@@ -6,9 +6,12 @@ error under trio runs on trio.
 
 from __future__ import annotations
 
+import gc
+import os
 import sqlite3
 import sys
 import textwrap
+import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -318,6 +321,39 @@ async def test_a_closed_store_says_so(path: Path) -> None:
     await store.aclose()
     with pytest.raises(ValueError, match="is closed"):
         await store.alist()
+
+
+@on_asyncio
+@pytest.mark.timeout(30)
+async def test_an_unclosed_store_closes_when_collected(tmp_path: Path) -> None:
+    """A store dropped without `aclose` ends its thread and closes its files, as SQLiteStore."""
+
+    def workers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if "_connection_worker_thread" in t.name}
+
+    async with AioSQLiteStore(tmp_path / "first.db") as first:  # anyio's worker thread, warm
+        await first.asave(State())
+    threads, fds = workers(), set(os.listdir("/proc/self/fd"))
+    for index in range(3):
+        store = AioSQLiteStore(tmp_path / f"{index}.db")
+        await store.asave(State(messages=[Message.user("hi")]))
+        del store
+    started = workers() - threads
+    assert len(started) == 3
+    gc.collect()
+    for thread in started:
+        thread.join(timeout=5)  # bounded: an unclosed connection's thread never ends
+    assert not any(thread.is_alive() for thread in started)
+    assert set(os.listdir("/proc/self/fd")) <= fds
+    with SQLiteStore(tmp_path / "0.db") as again:  # what was saved is there
+        assert [info.title for info in again.list()] == ["hi"]
+
+
+def test_a_folder_is_refused_when_the_store_is_made(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a folder: give a file in it") as refused:
+        AioSQLiteStore(tmp_path)
+    assert repr(str(tmp_path / "runs.db")) in str(refused.value)
+    assert f"FileStore({str(tmp_path)!r})" in str(refused.value)
 
 
 @on_asyncio

@@ -9,7 +9,15 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Message, State, StoreError
-from stores import FileStore, MemoryStore, PostgresStore, SQLiteStore, open_store
+from stores import (
+    FileStore,
+    MemoryStore,
+    PostgresStore,
+    SQLiteStore,
+    open_store,
+    redact_url,
+    url_secrets,
+)
 from tests.postgres import fresh_schema
 
 SECRET = "S3cret-pw_91"
@@ -56,6 +64,83 @@ def test_an_unknown_scheme_lists_the_valid_ones_without_the_password() -> None:
     assert "app:***@db.internal" in text
 
 
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        (f"sqlite://app:{SECRET}@db.internal/x.db", "names no file"),
+        (f"file://app:{SECRET}@db.internal/runs", "names no local folder"),
+        (f"mysql://db.internal/runs?user=app&password={SECRET}", "unknown scheme 'mysql:'"),
+        (f"redis://db.internal/0#token={SECRET}", "unknown scheme 'redis:'"),
+        (f"sqlite:///runs.db?password={SECRET}", "has a query or fragment"),
+        (f"file:///var/runs?key={SECRET}", "has a query or fragment"),
+    ],
+)
+def test_no_error_shows_a_secret_of_the_url(url: str, message: str, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=message) as raised:
+        open_store(url)
+    assert SECRET not in "".join(traceback.format_exception(raised.value))
+    assert "***" in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql://app:pw@db/runs", "postgresql://app:***@db/runs"),
+        ("postgresql://app:p@ss@db/runs", "postgresql://app:***@db/runs"),
+        ("postgresql://app@db/runs", "postgresql://app@db/runs"),
+        (
+            "postgres://db/runs?sslmode=require&sslpassword=pw&Api_Key=k&schema=s",
+            "postgres://db/runs?sslmode=require&sslpassword=***&Api_Key=***&schema=s",
+        ),
+        ("mysql://db/x?PASSWORD=s1;pwd=s2#token=s3", "mysql://db/x?PASSWORD=***;pwd=***#token=***"),
+        (
+            "host=db port=5432 user=app password='a b\\' c' sslkey=/k dbname=runs",
+            "host=db port=5432 user=app password=*** sslkey=*** dbname=runs",
+        ),
+        ("host=db password = pw dbname=runs", "host=db password = *** dbname=runs"),
+        ("sqlite:///runs.db", "sqlite:///runs.db"),
+        ("runs.db", "runs.db"),
+        ("memory:", "memory:"),
+    ],
+)
+def test_redact_url_replaces_each_secret(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+    for secret in url_secrets(url):
+        assert secret not in shown.replace("***", "")
+
+
+def test_url_secrets_lists_each_form_a_message_may_quote() -> None:
+    assert url_secrets("postgresql://app:p%40ss@db/runs?token=t+1") == (
+        "p%40ss",
+        "p@ss",
+        "t 1",
+        "t+1",
+    )
+    assert url_secrets("host=db password='a b\\' c'") == ("'a b\\' c'", "a b' c")
+    assert url_secrets("postgresql://app@db/runs") == ()
+
+
+def test_a_bare_path_opens_the_store_the_command_line_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with open_store("runs.db") as relative:  # not there yet: made on first use
+        assert isinstance(relative, SQLiteStore)
+        relative.save(State(id="r"))
+    with open_store(str(tmp_path / "runs.db")) as absolute:
+        assert [info.id for info in absolute.list()] == ["r"]
+    (tmp_path / "folder").mkdir()
+    folder = open_store("folder")
+    assert isinstance(folder, FileStore)
+    assert folder.path == Path("folder")
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(ValueError, match="is a file, but not an SQLite store"):
+        open_store("notes.txt")
+    with pytest.raises(ValueError, match="takes a URL or a path"):
+        open_store("")
+
+
 def test_not_a_str() -> None:
     with pytest.raises(TypeError, match="a URL"):
         open_store(Path("runs.db"))  # type: ignore[arg-type]  # pyright: ignore[reportArgumentType]
@@ -80,7 +165,7 @@ def test_the_password_is_never_in_reprs_logs_or_errors(caplog: pytest.LogCapture
     url = f"postgresql://app:{SECRET}@127.0.0.1:1/runs"
     store = open_store(url, timeout=2)
     assert SECRET not in repr(store)
-    assert "app@127.0.0.1:1/runs" in repr(store)
+    assert "app:***@127.0.0.1:1/runs" in repr(store)
     with pytest.raises(StoreError) as raised:
         store.list()
     shown = "".join(traceback.format_exception(raised.value))

@@ -503,6 +503,14 @@ def test_a_database_of_something_else_is_left_alone(path: Path) -> None:
     assert tables == [("invoices",)]
 
 
+def test_a_folder_is_refused_when_the_store_is_made(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="is a folder: give a file in it") as refused:
+        SQLiteStore(tmp_path)
+    assert repr(str(tmp_path / "runs.db")) in str(refused.value)
+    assert f"FileStore({str(tmp_path)!r})" in str(refused.value)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_the_file_is_private_and_a_closed_store_says_so(path: Path) -> None:
     store = SQLiteStore(path)
     assert repr(store) == f"SQLiteStore({str(path)!r})"

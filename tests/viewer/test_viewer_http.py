@@ -24,7 +24,7 @@ from orchestrator import State
 from orchestrator._cli import cli
 from orchestrator._cli._viewer import Viewer, ViewerServer, running
 from stores import FileStore, PostgresStore, SQLiteStore
-from tests.cli.team import record
+from tests.cli.team import DEEP, deep_json, record, save_chain
 from tests.postgres import fresh_schema
 from tests.viewer.conftest import ROOT, Research
 
@@ -321,6 +321,28 @@ def test_a_damaged_state_is_shown_as_damaged_and_the_rest_still_serves(tmp_path:
     (row,) = [row for row in run["timeline"]["rows"] if row["id"] == child]
     assert (row["status"], row["start"], row["end"]) == ("damaged", None, None)
     assert f"State '{child}' is damaged" in row["damage"]
+
+
+def test_a_chain_deeper_than_the_recursion_limit_is_served(tmp_path: Path) -> None:
+    save_chain(tmp_path / "runs.db")
+
+    with SQLiteStore(tmp_path / "runs.db") as store, running(Viewer(store, "runs.db")) as server:
+        run = fetch(server, "/api/runs/c0")
+        last = get_json(server, f"/api/states/c{DEEP - 1}")
+        (listed,) = get_json(server, "/api/runs")["runs"]
+
+    assert run.status == 200, run.body[:300]
+    data = deep_json(run.body.decode())
+    rows = data["timeline"]["rows"]
+    states = [row for row in rows if row["kind"] == "state"]
+    assert [(row["id"], row["depth"]) for row in states] == [(f"c{i}", 2 * i) for i in range(DEEP)]
+    assert [row["name"] for row in rows if row["kind"] == "call"] == ["delegate"] * (DEEP - 1)
+    node = data["tree"]
+    for depth in range(1, DEEP):
+        (node,) = node["children"]
+        assert node["id"] == f"c{depth}"
+    assert (last["run_id"], last["parent_id"]) == ("c0", f"c{DEEP - 2}")
+    assert listed["id"] == "c0"
 
 
 def test_an_unexpected_failure_is_a_500_and_the_viewer_goes_on(research: Research) -> None:
