@@ -7,11 +7,15 @@ one (`call_id`), when it happened (`at`) and its place in the stream (`seq`, fro
 back with ``EVENT_ADAPTER.validate_json(text)``.
 
 The stream is a reporter the run feeds, so it sees what every `Reporter` sees and the app's own
-reporter keeps working beside it. The buffer is bounded: at each step (a model request, a tool
-call) the run waits while the consumer is `buffer` events behind, so a slow consumer slows the
-run and memory stays bounded. Text deltas that arrive while the buffer is full are joined into
-the last one. Leaving the block before the run ends cancels the run: its pending calls are
-closed as interrupted and the State is saved, as for any cancelled run.
+reporter keeps working beside it. The buffer is bounded: before each step reports (a run or a
+subagent starting or ending, a model reply, a tool call starting or ending, a call closed) the
+run waits while `buffer` events are unread, then reports with no await in between, so at most
+`Events.bound` (`buffer` + 3: the most one step adds, less one) wait unread, whatever the number
+of calls or subagents. Text and retry notices arrive from the model while it
+streams, where the run cannot wait: when the buffer is full they are held for their State
+(text joined, the latest retry kept) and come before that State's next event. Leaving the block
+before the run ends cancels the run: its pending calls are closed as interrupted and the State
+is saved, as for any cancelled run; nothing waits for the consumer that left.
 """
 
 from __future__ import annotations
@@ -180,6 +184,14 @@ Event: TypeAlias = Annotated[
 EVENT_ADAPTER: pydantic.TypeAdapter[Event] = pydantic.TypeAdapter(Event)
 """Reads an event back from JSON (``EVENT_ADAPTER.validate_json(text)``) and writes it."""
 
+_OVER = 3
+"""How far past `buffer` the unread events may go: the most one step adds at once, less one.
+
+A step reports only when at most `buffer` - 1 events are unread. The most it adds is a run's end
+with calls awaiting approval: the retry notice and text held for its State, `ApprovalNeeded`
+and `RunEnded` (four).
+"""
+
 
 def _now() -> datetime:
     return datetime.now(UTC)
@@ -221,7 +233,9 @@ class Events:
         self._state = state
         self._limit = buffer
         self._queue: deque[Event] = deque()
+        self._held: dict[str, list[Event]] = {}  # text and retries that came while full
         self._seq = 0
+        self._left = False  # the consumer left the block: nothing waits for it any more
         self._done = False
         self._error: BaseException | None = None
         self._wake: anyio.Event | None = None  # set when an event arrives or the run ends
@@ -231,6 +245,19 @@ class Events:
     def state(self) -> State:
         """The State this stream runs."""
         return self._state
+
+    @property
+    def unread(self) -> int:
+        """How many events wait for the consumer now."""
+        return len(self._queue)
+
+    @property
+    def bound(self) -> int:
+        """The most events that ever wait unread: `buffer` + 3, whatever the size of the run.
+
+        The run waits before each step while `buffer` are unread; a step adds at most four.
+        """
+        return self._limit + _OVER
 
     def __aiter__(self) -> Events:
         return self
@@ -252,19 +279,37 @@ class Events:
         return event
 
     def push(self, event: Event) -> None:
-        """Add `event` (its `seq` set here); join a text delta into the last one when full."""
-        queue = self._queue
-        if (
-            isinstance(event, TextDelta)
-            and len(queue) >= self._limit
-            and isinstance(last := queue[-1], TextDelta)
-            and last.state_id == event.state_id
-        ):
-            queue[-1] = last.model_copy(update={"text": last.text + event.text})
+        """Add `event` (its `seq` set here), after the events held for its State.
+
+        A text delta or retry notice that comes while the buffer is full is held instead: text
+        joined into the held text, a retry notice replacing the held one (retries come before
+        any text of a model request).
+        """
+        if self._left:
+            return  # nobody reads any more
+        queue, state_id = self._queue, event.state_id
+        if isinstance(event, TextDelta | Retrying) and len(queue) >= self._limit:
+            self._hold(event)
             return
-        queue.append(event.model_copy(update={"seq": self._seq}))
-        self._seq += 1
+        held = self._held.pop(state_id, None)
+        if held is not None:
+            for item in held:
+                self._append(item)
+        self._append(event)
         self._notify()
+
+    def _hold(self, event: TextDelta | Retrying) -> None:
+        held = self._held.setdefault(event.state_id, [])
+        if isinstance(event, Retrying):
+            held[:] = [item for item in held if not isinstance(item, Retrying)] + [event]
+        elif held and isinstance(last := held[-1], TextDelta):
+            held[-1] = last.model_copy(update={"text": last.text + event.text})
+        else:
+            held.append(event)
+
+    def _append(self, event: Event) -> None:
+        self._queue.append(event.model_copy(update={"seq": self._seq}))
+        self._seq += 1
 
     def _notify(self) -> None:
         wake = self._wake
@@ -272,20 +317,42 @@ class Events:
             self._wake = None
             wake.set()
 
+    def full(self) -> bool:
+        """Whether `buffer` events are unread (and the consumer is still there to read them)."""
+        return len(self._queue) >= self._limit and not self._done and not self._left
+
     async def pace(self) -> None:
-        """Wait while the consumer is a full buffer behind: how a slow consumer slows the run."""
-        while len(self._queue) >= self._limit and not self._done:
+        """Return once fewer than `buffer` events are unread: how a slow consumer slows the run.
+
+        The check is the last thing it does (no await after it), so an event reported right
+        after it finds room. It returns at once when the consumer left the block.
+        """
+        await anyio.lowlevel.checkpoint()
+        while self.full():
             room = self._room
             if room is None:
                 room = self._room = anyio.Event()
             await room.wait()
-        await anyio.lowlevel.checkpoint()
+
+    def leave(self) -> None:
+        """The consumer left the block: the run stops waiting for it and its events are dropped."""
+        self._left = True
+        self._queue.clear()
+        self._held.clear()
+        self._wake_producers()
 
     def end(self, error: BaseException | None) -> None:
         """The run is over (with `error`, raised after the last event): the iteration ends."""
         self._done = True
         self._error = error
+        for held in self._held.values():  # a State whose end was never reported
+            for item in held:
+                self._append(item)
+        self._held.clear()
         self._notify()
+        self._wake_producers()
+
+    def _wake_producers(self) -> None:
         room = self._room
         if room is not None:
             self._room = None
@@ -299,8 +366,12 @@ class _Sink(Reporter):
         self.events = events
 
     async def pace(self) -> None:
-        """Let the run wait for the consumer (the run calls it at each step)."""
+        """Let the run wait for the consumer (the run calls it before each step reports)."""
         await self.events.pace()
+
+    def full(self) -> bool:
+        """Whether the run should wait for the consumer before its next step reports."""
+        return self.events.full()
 
     def on_run_start(self, state: State) -> None:
         self.events.push(
@@ -444,6 +515,7 @@ async def open_events(
                 error = exc
                 ending.shield = True  # ending the group must not raise in its place
             finally:
+                events.leave()  # a run closing its calls does not wait for a reader gone
                 group.cancel_scope.cancel()
     if error is not None:
         raise error

@@ -109,7 +109,7 @@ class _Turn:
                 await self.run_call(call)
         except BaseException as error:  # a cancellation from outside: run_call keeps the rest
             with anyio.CancelScope(shield=True):
-                self._close(error)
+                await self._close(error)
                 await saver.flush_after(error)
             raise
         if self.awaiting and not self.stopped and self.fatal is None:
@@ -117,31 +117,37 @@ class _Turn:
             record_stop(self.state, StoppedByApproval(waiting))
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
-            self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
+            await self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
             merge_turn(self.state, self.handlers)
         # The turn's end is a save point: marked here, on the way back to the loop, so the next
         # step's save writes it with its own when nothing is awaited in between.
         saver.mark()
         if self.fatal is not None:
             with anyio.CancelScope(shield=True):
-                self._close(self.fatal)
+                await self._close(self.fatal)
                 await saver.flush_after(self.fatal)
             raise self.fatal
 
-    def _close(self, error: BaseException) -> None:
+    async def _close(self, error: BaseException) -> None:
         """Close the calls still pending after `error`: interrupted, or aborted."""
         if is_interruption(error):
             closed = close_pending(self.state, "interrupted", INTERRUPTED, self._links())
         else:
             text = f"(aborted: {type(error).__name__})"
             closed = close_pending(self.state, "aborted", text, self._links())
-        self._report_closed(closed)
         merge_turn(self.state, self.handlers)
+        await self._report_closed(closed)
 
-    def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
-        """Report the end of calls that were closed without running to their end."""
+    async def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
+        """Report the end of calls that were closed without running to their end.
+
+        Each waits for a slow events consumer first (a consumer that left is not waited for).
+        """
+        run = self.run
         for entry in entries:
-            self.run.report("on_tool_end", self.state, entry.call, entry)
+            if run.pacers:
+                await run.pace()
+            run.report("on_tool_end", self.state, entry.call, entry)
 
     async def run_call(self, call: ToolCall) -> None:
         """Run one call; an exception other than a cancellation is kept, never raised here.
@@ -264,6 +270,8 @@ class _Turn:
                 # A subagent of this call failed: the model gets an error result it can act on.
                 text = f"(a subagent of this call failed: {error_text(error)})"
                 outcome, content, is_error = "error", _text(text), True
+                if run.pacers:
+                    await run.pace()  # and here, before its end is reported
                 entry = self._record(call, content, is_error, outcome, context, update)
                 run.report("on_tool_end", state, call, entry)
                 await self._save_result()
@@ -278,6 +286,8 @@ class _Turn:
             if self.fatal is None:
                 self.fatal = error
             return
+        if run.pacers:
+            await run.pace()  # and here, before its end is reported
         entry = self._record(call, content, is_error, outcome, context, update)
         if debugging:  # the fields cost time on every call: only when they are logged
             _log.debug(

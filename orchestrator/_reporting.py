@@ -41,10 +41,14 @@ def report_retry(attempt: int, delay: float, error: BaseException) -> None:
 
 @runtime_checkable
 class Pacer(Protocol):
-    """A reporter the run waits for at each step: an events stream whose consumer fell behind."""
+    """A reporter the run waits for before each step reports: an events stream's buffer."""
 
     async def pace(self) -> None:
-        """Return once the reporter has room for the run's next events."""
+        """Return once the reporter has room, with no await after its last check."""
+        ...
+
+    def full(self) -> bool:
+        """Whether the run must wait (`pace`) before it reports its next step."""
         ...
 
 

@@ -198,9 +198,17 @@ class Run:
             getattr(reporter, hook)(*args)
 
     async def pace(self) -> None:
-        """Wait until every reporter that paces the run has room: called at each step."""
-        for reporter in self.pacers:
-            await reporter.pace()
+        """Wait until every reporter that paces the run has room: called before each step reports.
+
+        It returns with no await after its last check, so the step's reports (made right
+        after, with no await between) find room: that keeps an events stream's buffer bound.
+        """
+        pacers = self.pacers
+        while True:  # waiting for one lets another fill: until all have room at once
+            for reporter in pacers:
+                await reporter.pace()
+            if len(pacers) == 1 or not any(reporter.full() for reporter in pacers):
+                return
 
     def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
         """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
@@ -431,6 +439,9 @@ async def _run_agent(
             turn=state.turn,
             error=None if error is None else repr(error),
         )
+        if run.pacers:
+            with anyio.CancelScope(shield=True):  # a consumer that left is not waited for
+                await run.pace()
         run.report("on_run_end", state, error)
 
 
@@ -438,6 +449,8 @@ async def _run_loop(run: Run) -> None:
     state, settings = run.state, run.settings
     if settings.schema is not None:
         bind_schema(state, settings.schema)
+    if run.pacers:
+        await run.pace()  # before the start (and a subagent's link) is reported
     _start(run, run.link, run.given)
     merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
     run.saver.mark()  # written with the first request, or the run's end

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from orchestrator import (
@@ -200,3 +201,92 @@ async def test_buffer_must_be_positive() -> None:
     with pytest.raises(ValueError, match="buffer"):
         async with agent.events("go", buffer=0):
             pass
+
+
+@tool
+async def find(where: str) -> str:
+    """Find something somewhere (async)."""
+    await anyio.lowlevel.checkpoint()
+    return f"found {where}"
+
+
+class _Sampler(Reporter):
+    """Sees each step just before the stream does: the most events the stream held unread."""
+
+    def __init__(self) -> None:
+        self.events: Any = None
+        self.most = 0
+
+    def _sample(self) -> None:
+        if self.events is not None:
+            self.most = max(self.most, self.events.unread)
+
+    def on_run_start(self, state: State) -> None:
+        self._sample()
+
+    def on_think_end(self, state: State, reply: Any) -> None:
+        self._sample()
+
+    def on_tool_start(self, state: State, call: Any) -> None:
+        self._sample()
+
+    def on_tool_end(self, state: State, call: Any, entry: Any) -> None:
+        self._sample()
+
+    def on_child_start(self, parent: State, call: Any, child: State) -> None:
+        self._sample()
+
+    def on_run_end(self, state: State, error: BaseException | None) -> None:
+        self._sample()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tool_kind", ["async", "sync"])
+async def test_the_buffer_bounds_a_turn_of_2000_calls(tool_kind: str) -> None:
+    """A consumer that reads nothing during a 2,000-call turn holds the run at the buffer."""
+    calls = [
+        tool_call("find" if tool_kind == "async" else "look", where=str(i)) for i in range(2000)
+    ]
+    sampler = _Sampler()
+    agent = Agent(FakeModel([calls, "done"]), tools=[look, find], reporter=sampler)
+    async with agent.events("go", buffer=16) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert events.bound == 16 + 3
+    assert held <= events.bound
+    assert sampler.most <= events.bound
+    assert [event.seq for event in seen] == list(range(len(seen)))  # nothing lost, in order
+    starts = [str(event.call_id) for event in seen if event.kind == "tool_start"]
+    ends = [str(event.call_id) for event in seen if event.kind == "tool_end"]
+    assert sorted(starts) == sorted(ends) == sorted(call.id for call in calls)
+    where = {event.call_id: index for index, event in enumerate(seen) if event.kind == "tool_start"}
+    assert all(
+        where[event.call_id] < index for index, event in enumerate(seen) if event.kind == "tool_end"
+    )
+    assert seen[-1].kind == "run_end"
+    assert seen[-1].answer == "done"
+    assert len(seen) == 2 * 2000 + 5  # run start, two replies, text, run end
+
+
+@pytest.mark.timeout(60)
+async def test_the_buffer_bounds_a_turn_of_many_subagents() -> None:
+    """Each subagent's start, replies and end wait for room too: the bound holds for a tree."""
+    count = 300
+    child = Agent(FakeModel(["child answer"] * count), name="helper", description="Helps")
+    calls = [tool_call("helper", task=str(i)) for i in range(count)]
+    sampler = _Sampler()
+    root = Agent(FakeModel([calls, "root answer"]), tools=[child], reporter=sampler)
+    async with root.events("go", buffer=8) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert held <= events.bound == 8 + 3
+    assert sampler.most <= events.bound
+    assert [event.seq for event in seen] == list(range(len(seen)))
+    assert len([event for event in seen if event.kind == "child_start"]) == count
+    ended = [event for event in seen if event.kind == "run_end"]
+    assert len(ended) == count + 1
+    assert ended[-1].answer == "root answer"
