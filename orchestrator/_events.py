@@ -53,6 +53,7 @@ __all__ = (
     "RunEnded",
     "RunStarted",
     "TextDelta",
+    "ToolDeferred",
     "ToolEnded",
     "ToolStarted",
     "open_events",
@@ -126,11 +127,28 @@ class ModelReplied(_EventBase):
 
 
 class ToolStarted(_EventBase):
-    """A tool call is about to run (`call_id`)."""
+    """A tool call is about to run (`call_id`): allowed, or about to end with its error.
+
+    A call deferred to a person has `ToolDeferred` instead, and this event only when it runs
+    once approved (in a later run).
+    """
 
     kind: Literal["tool_start"] = "tool_start"
     name: str
     args: dict[str, Any]
+
+
+class ToolDeferred(_EventBase):
+    """A permission deferred a tool call (`call_id`) to a person: it waits, not running.
+
+    The run stops with `ApprovalNeeded` listing it. Approved, it starts (`ToolStarted`) in
+    the run that carries out the decision; denied, it starts and ends with an error there.
+    """
+
+    kind: Literal["tool_deferred"] = "tool_deferred"
+    name: str
+    args: dict[str, Any]
+    reason: str | None = None
 
 
 class ToolEnded(_EventBase):
@@ -173,6 +191,7 @@ Event: TypeAlias = Annotated[
     | TextDelta
     | ModelReplied
     | ToolStarted
+    | ToolDeferred
     | ToolEnded
     | ChildStarted
     | ApprovalNeeded
@@ -419,6 +438,19 @@ class _Sink(Reporter):
                 call_id=call.id,
                 name=call.name,
                 args=thaw(call.args),
+            )
+        )
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        self.events.push(
+            ToolDeferred(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                call_id=call.id,
+                name=call.name,
+                args=thaw(call.args),
+                reason=reason,
             )
         )
 

@@ -196,9 +196,6 @@ class _Turn:
     async def _run_call(self, call: ToolCall) -> None:
         run, state = self.run, self.state
         settings = run.settings
-        if run.pacers:
-            await run.pace()  # a slow events consumer slows the run here
-        run.report("on_tool_start", state, call)
         debugging = _log.debugging  # asked once: it costs a call into logging
         started = time.perf_counter() if debugging else 0.0
         tool = self.tools.get(call.name)
@@ -206,17 +203,21 @@ class _Turn:
         outcome: Outcome = "done"
         update: dict[str, Any] | None = None
         try:
-            if tool is None:
-                names = ", ".join(sorted(self.tools)) or "none"
-                raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
             # No permissions, nothing waiting: every call is allowed, with no await on the way.
-            if settings.permissions is not None or value_of(state).awaiting:
+            if tool is not None and (settings.permissions is not None or value_of(state).awaiting):
                 decision = await self._decide(call, tool, context)
             else:
                 decision = ALLOWED
+            if run.pacers:
+                await run.pace()  # a slow events consumer slows the run here
             if isinstance(decision, Deferred):
                 self.awaiting[call.id] = (AwaitingCall(state.id, call, decision.reason),)
-                return  # no result: the call waits for a person
+                run.report("on_tool_deferred", state, call, decision.reason)
+                return  # no result, and no start: the call waits for a person
+            run.report("on_tool_start", state, call)  # decided: it starts (or ends at once)
+            if tool is None:
+                names = ", ".join(sorted(self.tools)) or "none"
+                raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
             if isinstance(decision, Denied):
                 raise _Result("denied", f"(denied: {decision.reason})")
             try:

@@ -71,7 +71,18 @@ class Reporter:
         """The model request failed with `error` and is tried again (`attempt`) after `delay` s."""
 
     def on_tool_start(self, state: State, call: ToolCall) -> None:
-        """A tool call is about to run."""
+        """A tool call is about to run: its permissions allowed it (or it ends at once).
+
+        A call deferred to a person has no start until it is approved and runs (in a later
+        run): `on_tool_deferred` tells that it waits.
+        """
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        """A permission deferred a tool call to a person: it waits, not running, for approval.
+
+        The run then stops with the call in `StoppedByApproval`. Once approved, the run that
+        carries it out reports `on_tool_start`; once denied, its start and its error result.
+        """
 
     def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
         """A tool call's result is recorded."""

@@ -8,7 +8,9 @@ semantic conventions (``gen_ai.*``), nested like the tree of States:
 - ``chat {model}``: one model request under its run (``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``, the finish reason);
 - ``execute_tool {tool}``: one tool call under its run (``gen_ai.tool.name``,
-  ``gen_ai.tool.call.id``, ``orchestrator.tool.outcome``);
+  ``gen_ai.tool.call.id``, ``orchestrator.tool.outcome``), current while the tool runs, so
+  spans the tool makes (an MCP client's, say) hang under it; a call deferred to a person has
+  none until it runs, only an ``orchestrator.tool.deferred`` event on its run's span;
 - a subagent's run under the span of the tool call that started it, here or on a runner's
   worker (the job carries the call span's W3C trace context, `trace_context`, and the worker
   runs the child under it).
@@ -188,6 +190,18 @@ class OtelReporter(Reporter):
             if self.capture_content:
                 span.set_attribute("gen_ai.tool.call.arguments", _json(call.args))
         self._calls[state.id, call.id] = span
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        """Note on the run's span that a call waits for a person: it gets no span, not running.
+
+        Its ``execute_tool`` span starts when it runs once approved, under that later run.
+        """
+        span = self._runs.get(state.id)
+        if span is not None and span.is_recording():
+            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id}
+            if reason is not None:
+                attributes["orchestrator.reason"] = reason
+            span.add_event("orchestrator.tool.deferred", attributes)
 
     def on_child_start(self, parent: State, call: ToolCall, child: State) -> None:
         """Remember that the child's run goes under the call's span."""

@@ -290,3 +290,89 @@ async def test_the_buffer_bounds_a_turn_of_many_subagents() -> None:
     ended = [event for event in seen if event.kind == "run_end"]
     assert len(ended) == count + 1
     assert ended[-1].answer == "root answer"
+
+
+SENT_TO: list[str] = []
+
+
+@tool
+def send(to: str) -> str:
+    """Send a message."""
+    SENT_TO.append(to)
+    return f"sent to {to}"
+
+
+class _Calls(Reporter):
+    """Records the tool hooks as (hook, call name)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def on_tool_start(self, state: State, call: Any) -> None:
+        self.seen.append(("start", call.name))
+
+    def on_tool_deferred(self, state: State, call: Any, reason: str | None) -> None:
+        self.seen.append((f"deferred: {reason}", call.name))
+
+    def on_tool_end(self, state: State, call: Any, entry: Any) -> None:
+        self.seen.append((f"end: {entry.outcome}", call.name))
+
+
+def _mailer(store: MemoryStore, reporter: Reporter, replies: list[Any]) -> Agent:
+    from orchestrator.permissions import AllowByName, ApproveLater
+
+    return Agent(
+        FakeModel(replies),
+        tools=[send, look],
+        store=store,
+        reporter=reporter,
+        permissions=[AllowByName("look"), ApproveLater("send", reason="mail leaves")],
+    )
+
+
+@pytest.mark.parametrize("verdict", ["approve", "deny"])
+async def test_a_deferred_call_waits_without_starting_and_starts_once_approved(
+    verdict: str,
+) -> None:
+    """No `tool_start` for a call deferred to a person: `tool_deferred`, then a start if run."""
+    from orchestrator import aapprove, adeny
+
+    SENT_TO.clear()
+    store = MemoryStore()
+    calls = _Calls()
+    replies: list[Any] = [[tool_call("send", to="bob"), tool_call("look", where="desk")], "done"]
+    state = State(id=f"deferred-{verdict}", messages=[Message.user("mail bob")])
+    async with _mailer(store, calls, replies).events(state) as events:
+        first = [event async for event in events]
+    sent = next(call for call in state.pending_calls if call.name == "send")
+    kinds = [(event.kind, getattr(event, "name", None)) for event in first]
+    assert ("tool_deferred", "send") in kinds
+    assert ("tool_start", "send") not in kinds
+    assert ("tool_end", "send") not in kinds
+    assert ("tool_start", "look") in kinds
+    assert ("tool_end", "look") in kinds
+    deferred = next(event for event in first if event.kind == "tool_deferred")
+    assert deferred.call_id == sent.id
+    assert deferred.args == {"to": "bob"}
+    assert deferred.reason == "mail leaves"
+    assert kinds.index(("tool_deferred", "send")) < kinds.index(("approval_needed", None))
+    assert calls.seen.count(("start", "send")) == 0
+    assert ("deferred: mail leaves", "send") in calls.seen
+    assert SENT_TO == []
+
+    loaded = store.load(state.id)
+    if verdict == "approve":
+        await aapprove(loaded, sent.id, by="ann")
+    else:
+        await adeny(loaded, sent.id, by="ann", reason="no")
+    calls.seen.clear()
+    async with _mailer(store, calls, ["sent it"]).events(loaded) as events:
+        second = [event async for event in events]
+    starts = [event for event in second if event.kind == "tool_start"]
+    ends = [event for event in second if event.kind == "tool_end"]
+    assert [event.call_id for event in starts] == [event.call_id for event in ends] == [sent.id]
+    assert not [event for event in second if event.kind == "tool_deferred"]
+    outcome = "done" if verdict == "approve" else "denied"
+    assert ends[0].outcome == outcome
+    assert calls.seen == [("start", "send"), (f"end: {outcome}", "send")]
+    assert (["bob"] if verdict == "approve" else []) == SENT_TO

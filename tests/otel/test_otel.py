@@ -334,3 +334,44 @@ async def test_the_trace_context_a_child_carries_names_its_call_span_else_its_ru
             f"00-{context.trace_id:032x}-{context.span_id:016x}-"
         )
     assert OtelReporter().trace_context(state, call) == {}  # no provider: nothing to carry
+
+
+async def test_a_deferred_call_has_no_span_until_it_runs_once_approved(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A call waiting for a person never ran: an event on the run span, no execute_tool span."""
+    from orchestrator import aapprove
+    from orchestrator.permissions import ApproveLater
+    from stores import MemoryStore
+
+    store = MemoryStore()
+    reporter = OtelReporter(tracer_provider=provider_for(exporter))
+
+    def agent(replies: list[Any]) -> Agent:
+        return Agent(
+            FakeModel(replies),
+            tools=[lookup],
+            store=store,
+            reporter=reporter,
+            permissions=[ApproveLater("lookup", reason="costly")],
+        )
+
+    state = State(id="waits", messages=[Message.user("go")])
+    await agent([reply("", tool_call("lookup", topic="x"))]).arun(state)
+    first = exporter.get_finished_spans()
+    assert not [span for span in first if span.name.startswith("execute_tool")]
+    (run,) = [span for span in first if span.name.startswith("invoke_agent")]
+    (event,) = [event for event in run.events if event.name == "orchestrator.tool.deferred"]
+    call_id = state.pending_calls[0].id
+    assert dict(event.attributes or {}) == {
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.call.id": call_id,
+        "orchestrator.reason": "costly",
+    }
+    exporter.clear()
+    loaded = store.load("waits")
+    await aapprove(loaded, call_id, by="ann")
+    await agent([reply("done")]).arun(loaded)
+    (tool_span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert dict(tool_span.attributes or {})["gen_ai.tool.call.id"] == call_id
+    assert dict(tool_span.attributes or {})["orchestrator.tool.outcome"] == "done"
