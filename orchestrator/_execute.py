@@ -224,7 +224,8 @@ class _Turn:
                 kwargs = tool.bind(call.args, state, memory=settings.memory)
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
-            value = await self._invoke(tool, kwargs, context)
+            with run.tool_scope(call):  # a tracer's call span is current in the tool's code
+                value = await self._invoke(tool, kwargs, context)
             resumed = context.resume
             if (
                 resumed is not None

@@ -8,6 +8,7 @@ before the model is asked, a tool runs, or the run returns): read the State it i
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._frame import current_frame
@@ -92,6 +93,16 @@ class Reporter:
 
     def on_run_end(self, state: State, error: BaseException | None) -> None:
         """A run ended, with the exception that ended it or None."""
+
+    def tool_scope(self, state: State, call: ToolCall) -> AbstractContextManager[object]:
+        """The context `call`'s tool runs in: entered right before the tool is called.
+
+        It is entered and left in the task that runs the tool (threads and tasks the tool starts
+        copy it), so what it sets in context variables holds for the tool's own code:
+        `OtelReporter` makes the call's span current there, so spans a library makes inside
+        the tool (the MCP client's requests, an HTTP client's) hang under it. Here: nothing.
+        """
+        return nullcontext()
 
     def trace_context(self, state: State, call: ToolCall) -> Mapping[str, str]:
         """What a child run of `call` carries to where it runs (`ChildJob.trace_context`).

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
@@ -202,6 +203,19 @@ class OtelReporter(Reporter):
             if reason is not None:
                 attributes["orchestrator.reason"] = reason
             span.add_event("orchestrator.tool.deferred", attributes)
+
+    def tool_scope(self, state: State, call: ToolCall) -> AbstractContextManager[object]:
+        """Make the call's span current while its tool runs (in the task that runs it).
+
+        So spans made inside the tool by code that uses the current span (the MCP SDK's client
+        requests, an instrumented HTTP client) are its children, in the run's trace.
+        """
+        span = self._calls.get((state.id, call.id))
+        if span is None or not span.get_span_context().is_valid:
+            return nullcontext()
+        return trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
 
     def on_child_start(self, parent: State, call: ToolCall, child: State) -> None:
         """Remember that the child's run goes under the call's span."""

@@ -375,3 +375,48 @@ async def test_a_deferred_call_has_no_span_until_it_runs_once_approved(
     (tool_span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
     assert dict(tool_span.attributes or {})["gen_ai.tool.call.id"] == call_id
     assert dict(tool_span.attributes or {})["orchestrator.tool.outcome"] == "done"
+
+
+def ids(span: ReadableSpan) -> tuple[int, int]:
+    """The span's trace id and span id."""
+    context = span.get_span_context()
+    assert context is not None
+    return context.trace_id, context.span_id
+
+
+@pytest.mark.parametrize("colour", ["async", "sync"])
+async def test_spans_made_inside_a_tool_hang_under_its_execute_tool_span(
+    exporter: InMemorySpanExporter, colour: str
+) -> None:
+    """The call's span is current while its tool runs: in its task, or its worker thread."""
+    provider = provider_for(exporter)
+    library = provider.get_tracer("a-library")  # say, an instrumented HTTP or MCP client
+
+    @tool
+    async def fetch_async() -> str:
+        """Fetch (async)."""
+        with library.start_as_current_span("library request"):
+            await anyio.lowlevel.checkpoint()
+        return "fetched"
+
+    @tool
+    def fetch_sync() -> str:
+        """Fetch (in a worker thread)."""
+        with library.start_as_current_span("library request"):
+            return "fetched"
+
+    name = f"fetch_{colour}"
+    agent = Agent(
+        FakeModel([[tool_call(name), tool_call(name)], "done"]),
+        tools=[fetch_async, fetch_sync],
+        reporter=OtelReporter(tracer_provider=provider),
+    )
+    assert await agent.arun("go") == "done"
+    spans = exporter.get_finished_spans()
+    calls = {ids(span)[1]: span for span in spans if span.name == f"execute_tool {name}"}
+    inner = [span for span in spans if span.name == "library request"]
+    assert len(calls) == len(inner) == 2
+    parents = {span.parent.span_id for span in inner if span.parent is not None}
+    assert parents == set(calls)  # each under its own call's span
+    assert {ids(span)[0] for span in spans} == {ids(inner[0])[0]}
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left current after the run
