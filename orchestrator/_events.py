@@ -258,7 +258,7 @@ class Events:
         self._done = False
         self._error: BaseException | None = None
         self._wake: anyio.Event | None = None  # set when an event arrives or the run ends
-        self._room: anyio.Event | None = None  # set when the consumer takes one
+        self._waiting: deque[anyio.Event] = deque()  # steps waiting for room, first come first
 
     @property
     def state(self) -> State:
@@ -288,13 +288,12 @@ class Events:
                 if error is not None:
                     raise error
                 raise StopAsyncIteration
+            self._let_one_in()  # nothing to read: a step that waits may go
             wake = self._wake = anyio.Event()
             await wake.wait()
         event = self._queue.popleft()
-        room = self._room
-        if room is not None and len(self._queue) < self._limit:
-            self._room = None
-            room.set()
+        if len(self._queue) < self._limit:
+            self._let_one_in()
         return event
 
     def push(self, event: Event) -> None:
@@ -348,10 +347,23 @@ class Events:
         """
         await anyio.lowlevel.checkpoint()
         while self.full():
-            room = self._room
-            if room is None:
-                room = self._room = anyio.Event()
-            await room.wait()
+            turn = anyio.Event()
+            self._waiting.append(turn)
+            try:
+                await turn.wait()
+            except BaseException:  # cancelled: its turn, if it had come, goes to the next
+                if turn.is_set():
+                    self._let_one_in()
+                else:
+                    self._waiting.remove(turn)
+                raise
+        if len(self._queue) + 1 < self._limit:
+            self._let_one_in()  # room for more than this step: the next one may go too
+
+    def _let_one_in(self) -> None:
+        """Wake the step that has waited longest: one per free place, not all of them."""
+        if self._waiting:
+            self._waiting.popleft().set()
 
     def leave(self) -> None:
         """The consumer left the block: the run stops waiting for it and its events are dropped."""
@@ -372,10 +384,9 @@ class Events:
         self._wake_producers()
 
     def _wake_producers(self) -> None:
-        room = self._room
-        if room is not None:
-            self._room = None
-            room.set()
+        waiting = self._waiting
+        while waiting:
+            waiting.popleft().set()
 
 
 class _Sink(Reporter):

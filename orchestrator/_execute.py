@@ -208,8 +208,8 @@ class _Turn:
                 decision = await self._decide(call, tool, context)
             else:
                 decision = ALLOWED
-            if run.pacers:
-                await run.pace()  # a slow events consumer slows the run here
+            if run.pacers:  # a slow events consumer slows the run here
+                await self._pace(shield=isinstance(decision, Denied))  # a denial ends at once
             if isinstance(decision, Deferred):
                 self.awaiting[call.id] = (AwaitingCall(state.id, call, decision.reason),)
                 run.report("on_tool_deferred", state, call, decision.reason)
@@ -273,7 +273,7 @@ class _Turn:
                 text = f"(a subagent of this call failed: {error_text(error)})"
                 outcome, content, is_error = "error", _text(text), True
                 if run.pacers:
-                    await run.pace()  # and here, before its end is reported
+                    await self._pace(shield=True)  # and before its end is reported
                 entry = self._record(call, content, is_error, outcome, context, update)
                 run.report("on_tool_end", state, call, entry)
                 await self._save_result()
@@ -289,7 +289,7 @@ class _Turn:
                 self.fatal = error
             return
         if run.pacers:
-            await run.pace()  # and here, before its end is reported
+            await self._pace(shield=True)  # and before its end is reported
         entry = self._record(call, content, is_error, outcome, context, update)
         if debugging:  # the fields cost time on every call: only when they are logged
             _log.debug(
@@ -303,6 +303,16 @@ class _Turn:
             )
         run.report("on_tool_end", state, call, entry)
         await self._save_result()
+
+    async def _pace(self, *, shield: bool) -> None:
+        """Wait while a slow events consumer is a full buffer behind (`Run.pace`).
+
+        Shielded before a call's end is reported: a stop that cancels the turn meanwhile does
+        not turn the result the call has into ``cancelled``. A consumer that left is never
+        waited for.
+        """
+        with anyio.CancelScope(shield=shield):
+            await self.run.pace()
 
     async def _save_result(self) -> None:
         """Write a result at once while the turn's other calls still run.

@@ -376,3 +376,31 @@ async def test_a_deferred_call_waits_without_starting_and_starts_once_approved(
     assert ends[0].outcome == outcome
     assert calls.seen == [("start", "send"), (f"end: {outcome}", "send")]
     assert (["bob"] if verdict == "approve" else []) == SENT_TO
+
+
+@pytest.mark.timeout(60)
+async def test_the_buffer_bounds_the_calls_a_permission_stop_closes() -> None:
+    """A stop closes the turn's other calls at once: their ends wait for room one by one."""
+    from orchestrator import StoppedByPermission
+    from orchestrator.permissions import AllowByName, DenyByName
+
+    calls = [tool_call("find", where=str(i)) for i in range(1000)] + [tool_call("look", where="x")]
+    sampler = _Sampler()
+    agent = Agent(
+        FakeModel([calls]),
+        tools=[look, find],
+        reporter=sampler,
+        permissions=[DenyByName("look", stop=True), AllowByName("find")],
+    )
+    async with agent.events("go", buffer=16) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert held <= events.bound
+    assert sampler.most <= events.bound
+    assert isinstance(events.state.stopped, StoppedByPermission)
+    assert [event.seq for event in seen] == list(range(len(seen)))
+    ends = [event for event in seen if event.kind == "tool_end"]
+    assert sorted(str(event.call_id) for event in ends) == sorted(call.id for call in calls)
+    assert {event.outcome for event in ends} >= {"cancelled", "denied"}
