@@ -111,6 +111,7 @@ if _typing.TYPE_CHECKING:
     from ._events import RunEnded as RunEnded
     from ._events import RunStarted as RunStarted
     from ._events import TextDelta as TextDelta
+    from ._events import ToolDeferred as ToolDeferred
     from ._events import ToolEnded as ToolEnded
     from ._events import ToolStarted as ToolStarted
 
@@ -132,6 +133,7 @@ _LAZY = {"ConsoleReporter": "._console"} | dict.fromkeys(
         "RunEnded",
         "RunStarted",
         "TextDelta",
+        "ToolDeferred",
         "ToolEnded",
         "ToolStarted",
     ),
@@ -220,6 +222,7 @@ __all__ = (
     "TextDelta",
     "Tool",
     "ToolCall",
+    "ToolDeferred",
     "ToolEnded",
     "ToolError",
     "ToolInputError",

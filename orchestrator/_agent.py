@@ -378,10 +378,14 @@ class Agent:
         a `kind`, the State's id and parent's id, the call's id, a time and a `seq`; JSON with
         ``event.model_dump_json()``. The agent's own reporter keeps seeing the run too.
 
-        At most `buffer` events wait for the consumer: then the run waits at its next step, so
-        a slow consumer slows the run and memory stays bounded. Leaving the block before the
-        run ends cancels it (its pending calls are closed, the State saved). When the run
-        fails, the iteration raises its exception after the last event.
+        The buffer bounds the run whatever its size: before each step reports (a run or
+        subagent starting or ending, a model reply, a tool call starting, waiting or ending),
+        the run waits while `buffer` events are unread, so at most `Events.bound` (`buffer` + 3)
+        ever wait and a slow consumer slows the run. Text and retry notices that come while the
+        buffer is full are held for their State and come before its next event: nothing is
+        lost. Leaving the block before the run ends cancels it (its pending calls are closed,
+        the State saved). When the run fails, the iteration raises its exception after the
+        last event.
 
         Example:
             ```python

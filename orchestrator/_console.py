@@ -136,6 +136,13 @@ class ConsoleReporter(Reporter):
             node.calls[call.id] = _Call(call)
             self._refresh()
 
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        """Add the call under its State as waiting for a person, not running."""
+        node = self._nodes.get(state.id)
+        if node is not None:
+            node.calls[call.id] = _Call(call, status="awaiting approval")
+            self._refresh()
+
     def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
         """Show how the call ended."""
         node = self._nodes.get(state.id)

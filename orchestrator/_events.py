@@ -7,11 +7,15 @@ one (`call_id`), when it happened (`at`) and its place in the stream (`seq`, fro
 back with ``EVENT_ADAPTER.validate_json(text)``.
 
 The stream is a reporter the run feeds, so it sees what every `Reporter` sees and the app's own
-reporter keeps working beside it. The buffer is bounded: at each step (a model request, a tool
-call) the run waits while the consumer is `buffer` events behind, so a slow consumer slows the
-run and memory stays bounded. Text deltas that arrive while the buffer is full are joined into
-the last one. Leaving the block before the run ends cancels the run: its pending calls are
-closed as interrupted and the State is saved, as for any cancelled run.
+reporter keeps working beside it. The buffer is bounded: before each step reports (a run or a
+subagent starting or ending, a model reply, a tool call starting or ending, a call closed) the
+run waits while `buffer` events are unread, then reports with no await in between, so at most
+`Events.bound` (`buffer` + 3: the most one step adds, less one) wait unread, whatever the number
+of calls or subagents. Text and retry notices arrive from the model while it
+streams, where the run cannot wait: when the buffer is full they are held for their State
+(text joined, the latest retry kept) and come before that State's next event. Leaving the block
+before the run ends cancels the run: its pending calls are closed as interrupted and the State
+is saved, as for any cancelled run; nothing waits for the consumer that left.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ __all__ = (
     "RunEnded",
     "RunStarted",
     "TextDelta",
+    "ToolDeferred",
     "ToolEnded",
     "ToolStarted",
     "open_events",
@@ -122,11 +127,28 @@ class ModelReplied(_EventBase):
 
 
 class ToolStarted(_EventBase):
-    """A tool call is about to run (`call_id`)."""
+    """A tool call is about to run (`call_id`): allowed, or about to end with its error.
+
+    A call deferred to a person has `ToolDeferred` instead, and this event only when it runs
+    once approved (in a later run).
+    """
 
     kind: Literal["tool_start"] = "tool_start"
     name: str
     args: dict[str, Any]
+
+
+class ToolDeferred(_EventBase):
+    """A permission deferred a tool call (`call_id`) to a person: it waits, not running.
+
+    The run stops with `ApprovalNeeded` listing it. Approved, it starts (`ToolStarted`) in
+    the run that carries out the decision; denied, it starts and ends with an error there.
+    """
+
+    kind: Literal["tool_deferred"] = "tool_deferred"
+    name: str
+    args: dict[str, Any]
+    reason: str | None = None
 
 
 class ToolEnded(_EventBase):
@@ -169,6 +191,7 @@ Event: TypeAlias = Annotated[
     | TextDelta
     | ModelReplied
     | ToolStarted
+    | ToolDeferred
     | ToolEnded
     | ChildStarted
     | ApprovalNeeded
@@ -179,6 +202,14 @@ Event: TypeAlias = Annotated[
 
 EVENT_ADAPTER: pydantic.TypeAdapter[Event] = pydantic.TypeAdapter(Event)
 """Reads an event back from JSON (``EVENT_ADAPTER.validate_json(text)``) and writes it."""
+
+_OVER = 3
+"""How far past `buffer` the unread events may go: the most one step adds at once, less one.
+
+A step reports only when at most `buffer` - 1 events are unread. The most it adds is a run's end
+with calls awaiting approval: the retry notice and text held for its State, `ApprovalNeeded`
+and `RunEnded` (four).
+"""
 
 
 def _now() -> datetime:
@@ -221,16 +252,31 @@ class Events:
         self._state = state
         self._limit = buffer
         self._queue: deque[Event] = deque()
+        self._held: dict[str, list[Event]] = {}  # text and retries that came while full
         self._seq = 0
+        self._left = False  # the consumer left the block: nothing waits for it any more
         self._done = False
         self._error: BaseException | None = None
         self._wake: anyio.Event | None = None  # set when an event arrives or the run ends
-        self._room: anyio.Event | None = None  # set when the consumer takes one
+        self._waiting: deque[anyio.Event] = deque()  # steps waiting for room, first come first
 
     @property
     def state(self) -> State:
         """The State this stream runs."""
         return self._state
+
+    @property
+    def unread(self) -> int:
+        """How many events wait for the consumer now."""
+        return len(self._queue)
+
+    @property
+    def bound(self) -> int:
+        """The most events that ever wait unread: `buffer` + 3, whatever the size of the run.
+
+        The run waits before each step while `buffer` are unread; a step adds at most four.
+        """
+        return self._limit + _OVER
 
     def __aiter__(self) -> Events:
         return self
@@ -242,29 +288,46 @@ class Events:
                 if error is not None:
                     raise error
                 raise StopAsyncIteration
+            self._let_one_in()  # nothing to read: a step that waits may go
             wake = self._wake = anyio.Event()
             await wake.wait()
         event = self._queue.popleft()
-        room = self._room
-        if room is not None and len(self._queue) < self._limit:
-            self._room = None
-            room.set()
+        if len(self._queue) < self._limit:
+            self._let_one_in()
         return event
 
     def push(self, event: Event) -> None:
-        """Add `event` (its `seq` set here); join a text delta into the last one when full."""
-        queue = self._queue
-        if (
-            isinstance(event, TextDelta)
-            and len(queue) >= self._limit
-            and isinstance(last := queue[-1], TextDelta)
-            and last.state_id == event.state_id
-        ):
-            queue[-1] = last.model_copy(update={"text": last.text + event.text})
+        """Add `event` (its `seq` set here), after the events held for its State.
+
+        A text delta or retry notice that comes while the buffer is full is held instead: text
+        joined into the held text, a retry notice replacing the held one (retries come before
+        any text of a model request).
+        """
+        if self._left:
+            return  # nobody reads any more
+        queue, state_id = self._queue, event.state_id
+        if isinstance(event, TextDelta | Retrying) and len(queue) >= self._limit:
+            self._hold(event)
             return
-        queue.append(event.model_copy(update={"seq": self._seq}))
-        self._seq += 1
+        held = self._held.pop(state_id, None)
+        if held is not None:
+            for item in held:
+                self._append(item)
+        self._append(event)
         self._notify()
+
+    def _hold(self, event: TextDelta | Retrying) -> None:
+        held = self._held.setdefault(event.state_id, [])
+        if isinstance(event, Retrying):
+            held[:] = [item for item in held if not isinstance(item, Retrying)] + [event]
+        elif held and isinstance(last := held[-1], TextDelta):
+            held[-1] = last.model_copy(update={"text": last.text + event.text})
+        else:
+            held.append(event)
+
+    def _append(self, event: Event) -> None:
+        self._queue.append(event.model_copy(update={"seq": self._seq}))
+        self._seq += 1
 
     def _notify(self) -> None:
         wake = self._wake
@@ -272,24 +335,58 @@ class Events:
             self._wake = None
             wake.set()
 
+    def full(self) -> bool:
+        """Whether `buffer` events are unread (and the consumer is still there to read them)."""
+        return len(self._queue) >= self._limit and not self._done and not self._left
+
     async def pace(self) -> None:
-        """Wait while the consumer is a full buffer behind: how a slow consumer slows the run."""
-        while len(self._queue) >= self._limit and not self._done:
-            room = self._room
-            if room is None:
-                room = self._room = anyio.Event()
-            await room.wait()
+        """Return once fewer than `buffer` events are unread: how a slow consumer slows the run.
+
+        The check is the last thing it does (no await after it), so an event reported right
+        after it finds room. It returns at once when the consumer left the block.
+        """
         await anyio.lowlevel.checkpoint()
+        while self.full():
+            turn = anyio.Event()
+            self._waiting.append(turn)
+            try:
+                await turn.wait()
+            except BaseException:  # cancelled: its turn, if it had come, goes to the next
+                if turn.is_set():
+                    self._let_one_in()
+                else:
+                    self._waiting.remove(turn)
+                raise
+        if len(self._queue) + 1 < self._limit:
+            self._let_one_in()  # room for more than this step: the next one may go too
+
+    def _let_one_in(self) -> None:
+        """Wake the step that has waited longest: one per free place, not all of them."""
+        if self._waiting:
+            self._waiting.popleft().set()
+
+    def leave(self) -> None:
+        """The consumer left the block: the run stops waiting for it and its events are dropped."""
+        self._left = True
+        self._queue.clear()
+        self._held.clear()
+        self._wake_producers()
 
     def end(self, error: BaseException | None) -> None:
         """The run is over (with `error`, raised after the last event): the iteration ends."""
         self._done = True
         self._error = error
+        for held in self._held.values():  # a State whose end was never reported
+            for item in held:
+                self._append(item)
+        self._held.clear()
         self._notify()
-        room = self._room
-        if room is not None:
-            self._room = None
-            room.set()
+        self._wake_producers()
+
+    def _wake_producers(self) -> None:
+        waiting = self._waiting
+        while waiting:
+            waiting.popleft().set()
 
 
 class _Sink(Reporter):
@@ -299,8 +396,12 @@ class _Sink(Reporter):
         self.events = events
 
     async def pace(self) -> None:
-        """Let the run wait for the consumer (the run calls it at each step)."""
+        """Let the run wait for the consumer (the run calls it before each step reports)."""
         await self.events.pace()
+
+    def full(self) -> bool:
+        """Whether the run should wait for the consumer before its next step reports."""
+        return self.events.full()
 
     def on_run_start(self, state: State) -> None:
         self.events.push(
@@ -348,6 +449,19 @@ class _Sink(Reporter):
                 call_id=call.id,
                 name=call.name,
                 args=thaw(call.args),
+            )
+        )
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        self.events.push(
+            ToolDeferred(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                call_id=call.id,
+                name=call.name,
+                args=thaw(call.args),
+                reason=reason,
             )
         )
 
@@ -444,6 +558,7 @@ async def open_events(
                 error = exc
                 ending.shield = True  # ending the group must not raise in its place
             finally:
+                events.leave()  # a run closing its calls does not wait for a reader gone
                 group.cancel_scope.cancel()
     if error is not None:
         raise error

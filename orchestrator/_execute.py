@@ -109,7 +109,7 @@ class _Turn:
                 await self.run_call(call)
         except BaseException as error:  # a cancellation from outside: run_call keeps the rest
             with anyio.CancelScope(shield=True):
-                self._close(error)
+                await self._close(error)
                 await saver.flush_after(error)
             raise
         if self.awaiting and not self.stopped and self.fatal is None:
@@ -117,31 +117,37 @@ class _Turn:
             record_stop(self.state, StoppedByApproval(waiting))
         if self.stopped:
             text = "(cancelled: a permission stopped the run)"
-            self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
+            await self._report_closed(close_pending(self.state, "cancelled", text, self._links()))
             merge_turn(self.state, self.handlers)
         # The turn's end is a save point: marked here, on the way back to the loop, so the next
         # step's save writes it with its own when nothing is awaited in between.
         saver.mark()
         if self.fatal is not None:
             with anyio.CancelScope(shield=True):
-                self._close(self.fatal)
+                await self._close(self.fatal)
                 await saver.flush_after(self.fatal)
             raise self.fatal
 
-    def _close(self, error: BaseException) -> None:
+    async def _close(self, error: BaseException) -> None:
         """Close the calls still pending after `error`: interrupted, or aborted."""
         if is_interruption(error):
             closed = close_pending(self.state, "interrupted", INTERRUPTED, self._links())
         else:
             text = f"(aborted: {type(error).__name__})"
             closed = close_pending(self.state, "aborted", text, self._links())
-        self._report_closed(closed)
         merge_turn(self.state, self.handlers)
+        await self._report_closed(closed)
 
-    def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
-        """Report the end of calls that were closed without running to their end."""
+    async def _report_closed(self, entries: tuple[ToolResultEntry, ...]) -> None:
+        """Report the end of calls that were closed without running to their end.
+
+        Each waits for a slow events consumer first (a consumer that left is not waited for).
+        """
+        run = self.run
         for entry in entries:
-            self.run.report("on_tool_end", self.state, entry.call, entry)
+            if run.pacers:
+                await run.pace()
+            run.report("on_tool_end", self.state, entry.call, entry)
 
     async def run_call(self, call: ToolCall) -> None:
         """Run one call; an exception other than a cancellation is kept, never raised here.
@@ -190,9 +196,6 @@ class _Turn:
     async def _run_call(self, call: ToolCall) -> None:
         run, state = self.run, self.state
         settings = run.settings
-        if run.pacers:
-            await run.pace()  # a slow events consumer slows the run here
-        run.report("on_tool_start", state, call)
         debugging = _log.debugging  # asked once: it costs a call into logging
         started = time.perf_counter() if debugging else 0.0
         tool = self.tools.get(call.name)
@@ -200,24 +203,29 @@ class _Turn:
         outcome: Outcome = "done"
         update: dict[str, Any] | None = None
         try:
-            if tool is None:
-                names = ", ".join(sorted(self.tools)) or "none"
-                raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
             # No permissions, nothing waiting: every call is allowed, with no await on the way.
-            if settings.permissions is not None or value_of(state).awaiting:
+            if tool is not None and (settings.permissions is not None or value_of(state).awaiting):
                 decision = await self._decide(call, tool, context)
             else:
                 decision = ALLOWED
+            if run.pacers:  # a slow events consumer slows the run here
+                await self._pace(shield=isinstance(decision, Denied))  # a denial ends at once
             if isinstance(decision, Deferred):
                 self.awaiting[call.id] = (AwaitingCall(state.id, call, decision.reason),)
-                return  # no result: the call waits for a person
+                run.report("on_tool_deferred", state, call, decision.reason)
+                return  # no result, and no start: the call waits for a person
+            run.report("on_tool_start", state, call)  # decided: it starts (or ends at once)
+            if tool is None:
+                names = ", ".join(sorted(self.tools)) or "none"
+                raise _Result("error", f"Unknown tool {call.name!r}. The tools are: {names}.")
             if isinstance(decision, Denied):
                 raise _Result("denied", f"(denied: {decision.reason})")
             try:
                 kwargs = tool.bind(call.args, state, memory=settings.memory)
             except ToolInputError as error:
                 raise _Result("input_error", str(error)) from None
-            value = await self._invoke(tool, kwargs, context)
+            with run.tool_scope(call):  # a tracer's call span is current in the tool's code
+                value = await self._invoke(tool, kwargs, context)
             resumed = context.resume
             if (
                 resumed is not None
@@ -264,6 +272,8 @@ class _Turn:
                 # A subagent of this call failed: the model gets an error result it can act on.
                 text = f"(a subagent of this call failed: {error_text(error)})"
                 outcome, content, is_error = "error", _text(text), True
+                if run.pacers:
+                    await self._pace(shield=True)  # and before its end is reported
                 entry = self._record(call, content, is_error, outcome, context, update)
                 run.report("on_tool_end", state, call, entry)
                 await self._save_result()
@@ -278,6 +288,8 @@ class _Turn:
             if self.fatal is None:
                 self.fatal = error
             return
+        if run.pacers:
+            await self._pace(shield=True)  # and before its end is reported
         entry = self._record(call, content, is_error, outcome, context, update)
         if debugging:  # the fields cost time on every call: only when they are logged
             _log.debug(
@@ -291,6 +303,16 @@ class _Turn:
             )
         run.report("on_tool_end", state, call, entry)
         await self._save_result()
+
+    async def _pace(self, *, shield: bool) -> None:
+        """Wait while a slow events consumer is a full buffer behind (`Run.pace`).
+
+        Shielded before a call's end is reported: a stop that cancels the turn meanwhile does
+        not turn the result the call has into ``cancelled``. A consumer that left is never
+        waited for.
+        """
+        with anyio.CancelScope(shield=shield):
+            await self.run.pace()
 
     async def _save_result(self) -> None:
         """Write a result at once while the turn's other calls still run.

@@ -8,6 +8,7 @@ before the model is asked, a tool runs, or the run returns): read the State it i
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from ._frame import current_frame
@@ -41,10 +42,14 @@ def report_retry(attempt: int, delay: float, error: BaseException) -> None:
 
 @runtime_checkable
 class Pacer(Protocol):
-    """A reporter the run waits for at each step: an events stream whose consumer fell behind."""
+    """A reporter the run waits for before each step reports: an events stream's buffer."""
 
     async def pace(self) -> None:
-        """Return once the reporter has room for the run's next events."""
+        """Return once the reporter has room, with no await after its last check."""
+        ...
+
+    def full(self) -> bool:
+        """Whether the run must wait (`pace`) before it reports its next step."""
         ...
 
 
@@ -67,7 +72,18 @@ class Reporter:
         """The model request failed with `error` and is tried again (`attempt`) after `delay` s."""
 
     def on_tool_start(self, state: State, call: ToolCall) -> None:
-        """A tool call is about to run."""
+        """A tool call is about to run: its permissions allowed it (or it ends at once).
+
+        A call deferred to a person has no start until it is approved and runs (in a later
+        run): `on_tool_deferred` tells that it waits.
+        """
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        """A permission deferred a tool call to a person: it waits, not running, for approval.
+
+        The run then stops with the call in `StoppedByApproval`. Once approved, the run that
+        carries it out reports `on_tool_start`; once denied, its start and its error result.
+        """
 
     def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
         """A tool call's result is recorded."""
@@ -77,6 +93,16 @@ class Reporter:
 
     def on_run_end(self, state: State, error: BaseException | None) -> None:
         """A run ended, with the exception that ended it or None."""
+
+    def tool_scope(self, state: State, call: ToolCall) -> AbstractContextManager[object]:
+        """The context `call`'s tool runs in: entered right before the tool is called.
+
+        It is entered and left in the task that runs the tool (threads and tasks the tool starts
+        copy it), so what it sets in context variables holds for the tool's own code:
+        `OtelReporter` makes the call's span current there, so spans a library makes inside
+        the tool (the MCP client's requests, an HTTP client's) hang under it. Here: nothing.
+        """
+        return nullcontext()
 
     def trace_context(self, state: State, call: ToolCall) -> Mapping[str, str]:
         """What a child run of `call` carries to where it runs (`ChildJob.trace_context`).

@@ -18,6 +18,7 @@ import dataclasses
 import itertools
 import threading
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -43,7 +44,7 @@ from ._recording import (
     store_of,
     value_of,
 )
-from ._reporting import Pacer
+from ._reporting import Pacer, Reporter
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
 from ._subagents import cut_off, resume_children
@@ -54,7 +55,6 @@ if TYPE_CHECKING:
     from ._memory import Memory
     from ._messages import ToolCall
     from ._permissions import Permission
-    from ._reporting import Reporter
     from ._state import State
     from ._tools import Tool, ToolSpec
     from ._toolsets import Toolset
@@ -65,6 +65,7 @@ __all__ = ("CallContext", "Run", "Settings", "run_agent", "step", "wait_for")
 
 _T = TypeVar("_T")
 _log = get_log("agent")
+_NOTHING = nullcontext()  # the tool scope of a run whose reporters give none
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -155,6 +156,7 @@ class Run:
         "parent",
         "reporters",
         "saver",
+        "scopers",
         "settings",
         "slots",
         "state",
@@ -182,6 +184,12 @@ class Run:
         self.reporters = reporters
         # The reporters the run waits for at each step (an events stream with a full buffer).
         self.pacers = tuple(reporter for reporter in reporters if isinstance(reporter, Pacer))
+        # The reporters with a context for tool code (a tracer's current span): asked per call.
+        self.scopers = tuple(
+            reporter
+            for reporter in reporters
+            if getattr(type(reporter), "tool_scope", Reporter.tool_scope) is not Reporter.tool_scope
+        )
         self.link: CallContext | None = None  # the call to link the State to, when it starts
         self.given: Link | None = None  # the link `arun(link=)` gave, if any
         self.parent: CallContext | None = None  # that call, once linked
@@ -198,9 +206,29 @@ class Run:
             getattr(reporter, hook)(*args)
 
     async def pace(self) -> None:
-        """Wait until every reporter that paces the run has room: called at each step."""
-        for reporter in self.pacers:
-            await reporter.pace()
+        """Wait until every reporter that paces the run has room: called before each step reports.
+
+        It returns with no await after its last check, so the step's reports (made right
+        after, with no await between) find room: that keeps an events stream's buffer bound.
+        """
+        pacers = self.pacers
+        while True:  # waiting for one lets another fill: until all have room at once
+            for reporter in pacers:
+                await reporter.pace()
+            if len(pacers) == 1 or not any(reporter.full() for reporter in pacers):
+                return
+
+    def tool_scope(self, call: ToolCall) -> AbstractContextManager[object]:
+        """The context the reporters give `call`'s tool code (`Reporter.tool_scope`)."""
+        scopers, state = self.scopers, self.state
+        if not scopers:
+            return _NOTHING
+        if len(scopers) == 1:
+            return scopers[0].tool_scope(state, call)
+        stack = ExitStack()
+        for reporter in scopers:
+            stack.enter_context(reporter.tool_scope(state, call))
+        return stack
 
     def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
         """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
@@ -431,6 +459,9 @@ async def _run_agent(
             turn=state.turn,
             error=None if error is None else repr(error),
         )
+        if run.pacers:
+            with anyio.CancelScope(shield=True):  # a consumer that left is not waited for
+                await run.pace()
         run.report("on_run_end", state, error)
 
 
@@ -438,6 +469,8 @@ async def _run_loop(run: Run) -> None:
     state, settings = run.state, run.settings
     if settings.schema is not None:
         bind_schema(state, settings.schema)
+    if run.pacers:
+        await run.pace()  # before the start (and a subagent's link) is reported
     _start(run, run.link, run.given)
     merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
     run.saver.mark()  # written with the first request, or the run's end

@@ -36,6 +36,8 @@ async def think(run: Run) -> Reply:
     try:
         await run.saver.flush()
         reply = await _respond(run, request)
+        if run.pacers:
+            await run.pace()  # a slow events consumer slows the run here
     except BaseException as error:
         with anyio.CancelScope(shield=True):
             record_error(state, error, again=True)

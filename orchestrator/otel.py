@@ -8,7 +8,9 @@ semantic conventions (``gen_ai.*``), nested like the tree of States:
 - ``chat {model}``: one model request under its run (``gen_ai.request.model``,
   ``gen_ai.usage.input_tokens``, ``gen_ai.usage.output_tokens``, the finish reason);
 - ``execute_tool {tool}``: one tool call under its run (``gen_ai.tool.name``,
-  ``gen_ai.tool.call.id``, ``orchestrator.tool.outcome``);
+  ``gen_ai.tool.call.id``, ``orchestrator.tool.outcome``), current while the tool runs, so
+  spans the tool makes (an MCP client's, say) hang under it; a call deferred to a person has
+  none until it runs, only an ``orchestrator.tool.deferred`` event on its run's span;
 - a subagent's run under the span of the tool call that started it, here or on a runner's
   worker (the job carries the call span's W3C trace context, `trace_context`, and the worker
   runs the child under it).
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
@@ -188,6 +191,31 @@ class OtelReporter(Reporter):
             if self.capture_content:
                 span.set_attribute("gen_ai.tool.call.arguments", _json(call.args))
         self._calls[state.id, call.id] = span
+
+    def on_tool_deferred(self, state: State, call: ToolCall, reason: str | None) -> None:
+        """Note on the run's span that a call waits for a person: it gets no span, not running.
+
+        Its ``execute_tool`` span starts when it runs once approved, under that later run.
+        """
+        span = self._runs.get(state.id)
+        if span is not None and span.is_recording():
+            attributes = {"gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id}
+            if reason is not None:
+                attributes["orchestrator.reason"] = reason
+            span.add_event("orchestrator.tool.deferred", attributes)
+
+    def tool_scope(self, state: State, call: ToolCall) -> AbstractContextManager[object]:
+        """Make the call's span current while its tool runs (in the task that runs it).
+
+        So spans made inside the tool by code that uses the current span (the MCP SDK's client
+        requests, an instrumented HTTP client) are its children, in the run's trace.
+        """
+        span = self._calls.get((state.id, call.id))
+        if span is None or not span.get_span_context().is_valid:
+            return nullcontext()
+        return trace.use_span(
+            span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
 
     def on_child_start(self, parent: State, call: ToolCall, child: State) -> None:
         """Remember that the child's run goes under the call's span."""

@@ -3,6 +3,7 @@ over stdio and over streamable HTTP on 127.0.0.1) and from a PyPI package (`mcp-
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -348,3 +349,64 @@ async def test_a_toolset_tool_clashing_with_the_agents_own_is_refused(tmp_path: 
     with pytest.raises(ValueError, match="prefix"):
         await agent.arun("go")
     assert gone(int((tmp_path / "pid").read_text()))
+
+
+# The app's own process: its global tracer provider records to memory, the way an app that
+# configured OpenTelemetry does; the MCP SDK makes its client spans with that global provider.
+# It runs apart, so the global provider it sets does not leak into the other tests.
+TRACED_APP = """
+import json
+import sys
+
+import anyio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from orchestrator import Agent
+from orchestrator.mcp import MCPToolset
+from orchestrator.otel import OtelReporter
+from orchestrator.testing import FakeModel, tool_call
+
+server, marks, backend = sys.argv[1:4]
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(exporter))
+trace.set_tracer_provider(provider)
+toolset = MCPToolset.stdio(sys.executable, [server], env={"MCP_TEST_DIR": marks})
+agent = Agent(
+    FakeModel([tool_call("add", a=2, b=3), "5"]), tools=[toolset], reporter=OtelReporter()
+)
+assert anyio.run(agent.arun, "2 + 3?", backend=backend) == "5"
+spans = [
+    {
+        "name": span.name,
+        "trace": span.context.trace_id,
+        "id": span.context.span_id,
+        "parent": span.parent.span_id if span.parent else None,
+    }
+    for span in exporter.get_finished_spans()
+]
+print(json.dumps(spans))
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_the_mcp_sdks_spans_hang_under_the_calls_execute_tool_span(
+    tmp_path: Path, anyio_backend: str
+) -> None:
+    """The SDK's client span of a tool call is a child of our span, in the run's trace."""
+    app = tmp_path / "app.py"
+    app.write_text(TRACED_APP)
+    done = await anyio.run_process(
+        [sys.executable, str(app), str(SERVER), str(tmp_path), anyio_backend],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    spans = json.loads(done.stdout)
+    (tool_span,) = [span for span in spans if span["name"] == "execute_tool add"]
+    (sdk_span,) = [span for span in spans if span["name"] == "MCP send tools/call add"]
+    (run_span,) = [span for span in spans if span["name"].startswith("invoke_agent")]
+    assert sdk_span["parent"] == tool_span["id"]
+    assert sdk_span["trace"] == tool_span["trace"] == run_span["trace"]
+    assert tool_span["parent"] == run_span["id"]

@@ -230,8 +230,11 @@ def tool_hooks(reporter: Recorder) -> tuple[list[str], dict[str, str]]:
 async def test_a_call_cancelled_by_a_permission_stop_still_gets_on_tool_end() -> None:
     # DESIGN 6 Reporter: on_tool_end(state, call, entry) once "A tool call's result is
     # recorded". A started call closed as `cancelled` has a recorded result too.
+    running = anyio.Event()
+
     @tool
     async def slow() -> str:
+        running.set()
         await anyio.sleep_forever()
         return "never"
 
@@ -239,12 +242,23 @@ async def test_a_call_cancelled_by_a_permission_stop_still_gets_on_tool_end() ->
     def shell() -> str:
         return "never"
 
+    class StopAtShellOnceSlowRuns(Permission):
+        """Stops the run at `shell`, once `slow` started (a call starts once it is decided)."""
+
+        deny_first = True
+
+        async def check(self, call: ToolCall, tool: Any | None, state: State) -> Denied | None:
+            if call.name != "shell":
+                return None
+            await running.wait()
+            return Denied("no shells", stop=True)
+
     reporter = Recorder()
     agent = Agent(
         FakeModel([[tool_call("slow"), tool_call("shell")]]),
         tools=[slow, shell],
         reporter=reporter,
-        permissions=[AllowByName("*"), DenyByName("shell", stop=True)],
+        permissions=[AllowByName("*"), StopAtShellOnceSlowRuns()],
     )
     state = State(messages=[Message.user("go")])
     await agent.arun(state)

@@ -64,3 +64,20 @@ def test_streamed_text_is_shown_and_can_be_hidden() -> None:
     console, out = _console()
     Agent(FakeModel(["hidden words"]), reporter=ConsoleReporter(console, show_text=False)).run("go")
     assert "hidden words" not in out.getvalue()
+
+
+def test_a_deferred_call_is_shown_awaiting_approval_not_running() -> None:
+    from orchestrator.permissions import ApproveLater
+
+    console, out = _console()
+    agent = Agent(
+        FakeModel([tool_call("grep", pattern="x")]),
+        tools=[grep],
+        reporter=ConsoleReporter(console),
+        permissions=[ApproveLater("grep")],
+    )
+    agent.run("go")
+    tree = out.getvalue()
+    final = tree[tree.rfind("orchestrator") :]
+    assert "grep awaiting approval" in final
+    assert "grep running" not in final

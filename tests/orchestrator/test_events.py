@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import pytest
 
 from orchestrator import (
@@ -200,3 +201,206 @@ async def test_buffer_must_be_positive() -> None:
     with pytest.raises(ValueError, match="buffer"):
         async with agent.events("go", buffer=0):
             pass
+
+
+@tool
+async def find(where: str) -> str:
+    """Find something somewhere (async)."""
+    await anyio.lowlevel.checkpoint()
+    return f"found {where}"
+
+
+class _Sampler(Reporter):
+    """Sees each step just before the stream does: the most events the stream held unread."""
+
+    def __init__(self) -> None:
+        self.events: Any = None
+        self.most = 0
+
+    def _sample(self) -> None:
+        if self.events is not None:
+            self.most = max(self.most, self.events.unread)
+
+    def on_run_start(self, state: State) -> None:
+        self._sample()
+
+    def on_think_end(self, state: State, reply: Any) -> None:
+        self._sample()
+
+    def on_tool_start(self, state: State, call: Any) -> None:
+        self._sample()
+
+    def on_tool_end(self, state: State, call: Any, entry: Any) -> None:
+        self._sample()
+
+    def on_child_start(self, parent: State, call: Any, child: State) -> None:
+        self._sample()
+
+    def on_run_end(self, state: State, error: BaseException | None) -> None:
+        self._sample()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("tool_kind", ["async", "sync"])
+async def test_the_buffer_bounds_a_turn_of_2000_calls(tool_kind: str) -> None:
+    """A consumer that reads nothing during a 2,000-call turn holds the run at the buffer."""
+    calls = [
+        tool_call("find" if tool_kind == "async" else "look", where=str(i)) for i in range(2000)
+    ]
+    sampler = _Sampler()
+    agent = Agent(FakeModel([calls, "done"]), tools=[look, find], reporter=sampler)
+    async with agent.events("go", buffer=16) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert events.bound == 16 + 3
+    assert held <= events.bound
+    assert sampler.most <= events.bound
+    assert [event.seq for event in seen] == list(range(len(seen)))  # nothing lost, in order
+    starts = [str(event.call_id) for event in seen if event.kind == "tool_start"]
+    ends = [str(event.call_id) for event in seen if event.kind == "tool_end"]
+    assert sorted(starts) == sorted(ends) == sorted(call.id for call in calls)
+    where = {event.call_id: index for index, event in enumerate(seen) if event.kind == "tool_start"}
+    assert all(
+        where[event.call_id] < index for index, event in enumerate(seen) if event.kind == "tool_end"
+    )
+    assert seen[-1].kind == "run_end"
+    assert seen[-1].answer == "done"
+    assert len(seen) == 2 * 2000 + 5  # run start, two replies, text, run end
+
+
+@pytest.mark.timeout(60)
+async def test_the_buffer_bounds_a_turn_of_many_subagents() -> None:
+    """Each subagent's start, replies and end wait for room too: the bound holds for a tree."""
+    count = 300
+    child = Agent(FakeModel(["child answer"] * count), name="helper", description="Helps")
+    calls = [tool_call("helper", task=str(i)) for i in range(count)]
+    sampler = _Sampler()
+    root = Agent(FakeModel([calls, "root answer"]), tools=[child], reporter=sampler)
+    async with root.events("go", buffer=8) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert held <= events.bound == 8 + 3
+    assert sampler.most <= events.bound
+    assert [event.seq for event in seen] == list(range(len(seen)))
+    assert len([event for event in seen if event.kind == "child_start"]) == count
+    ended = [event for event in seen if event.kind == "run_end"]
+    assert len(ended) == count + 1
+    assert ended[-1].answer == "root answer"
+
+
+SENT_TO: list[str] = []
+
+
+@tool
+def send(to: str) -> str:
+    """Send a message."""
+    SENT_TO.append(to)
+    return f"sent to {to}"
+
+
+class _Calls(Reporter):
+    """Records the tool hooks as (hook, call name)."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str]] = []
+
+    def on_tool_start(self, state: State, call: Any) -> None:
+        self.seen.append(("start", call.name))
+
+    def on_tool_deferred(self, state: State, call: Any, reason: str | None) -> None:
+        self.seen.append((f"deferred: {reason}", call.name))
+
+    def on_tool_end(self, state: State, call: Any, entry: Any) -> None:
+        self.seen.append((f"end: {entry.outcome}", call.name))
+
+
+def _mailer(store: MemoryStore, reporter: Reporter, replies: list[Any]) -> Agent:
+    from orchestrator.permissions import AllowByName, ApproveLater
+
+    return Agent(
+        FakeModel(replies),
+        tools=[send, look],
+        store=store,
+        reporter=reporter,
+        permissions=[AllowByName("look"), ApproveLater("send", reason="mail leaves")],
+    )
+
+
+@pytest.mark.parametrize("verdict", ["approve", "deny"])
+async def test_a_deferred_call_waits_without_starting_and_starts_once_approved(
+    verdict: str,
+) -> None:
+    """No `tool_start` for a call deferred to a person: `tool_deferred`, then a start if run."""
+    from orchestrator import aapprove, adeny
+
+    SENT_TO.clear()
+    store = MemoryStore()
+    calls = _Calls()
+    replies: list[Any] = [[tool_call("send", to="bob"), tool_call("look", where="desk")], "done"]
+    state = State(id=f"deferred-{verdict}", messages=[Message.user("mail bob")])
+    async with _mailer(store, calls, replies).events(state) as events:
+        first = [event async for event in events]
+    sent = next(call for call in state.pending_calls if call.name == "send")
+    kinds = [(event.kind, getattr(event, "name", None)) for event in first]
+    assert ("tool_deferred", "send") in kinds
+    assert ("tool_start", "send") not in kinds
+    assert ("tool_end", "send") not in kinds
+    assert ("tool_start", "look") in kinds
+    assert ("tool_end", "look") in kinds
+    deferred = next(event for event in first if event.kind == "tool_deferred")
+    assert deferred.call_id == sent.id
+    assert deferred.args == {"to": "bob"}
+    assert deferred.reason == "mail leaves"
+    assert kinds.index(("tool_deferred", "send")) < kinds.index(("approval_needed", None))
+    assert calls.seen.count(("start", "send")) == 0
+    assert ("deferred: mail leaves", "send") in calls.seen
+    assert SENT_TO == []
+
+    loaded = store.load(state.id)
+    if verdict == "approve":
+        await aapprove(loaded, sent.id, by="ann")
+    else:
+        await adeny(loaded, sent.id, by="ann", reason="no")
+    calls.seen.clear()
+    async with _mailer(store, calls, ["sent it"]).events(loaded) as events:
+        second = [event async for event in events]
+    starts = [event for event in second if event.kind == "tool_start"]
+    ends = [event for event in second if event.kind == "tool_end"]
+    assert [event.call_id for event in starts] == [event.call_id for event in ends] == [sent.id]
+    assert not [event for event in second if event.kind == "tool_deferred"]
+    outcome = "done" if verdict == "approve" else "denied"
+    assert ends[0].outcome == outcome
+    assert calls.seen == [("start", "send"), (f"end: {outcome}", "send")]
+    assert (["bob"] if verdict == "approve" else []) == SENT_TO
+
+
+@pytest.mark.timeout(60)
+async def test_the_buffer_bounds_the_calls_a_permission_stop_closes() -> None:
+    """A stop closes the turn's other calls at once: their ends wait for room one by one."""
+    from orchestrator import StoppedByPermission
+    from orchestrator.permissions import AllowByName, DenyByName
+
+    calls = [tool_call("find", where=str(i)) for i in range(1000)] + [tool_call("look", where="x")]
+    sampler = _Sampler()
+    agent = Agent(
+        FakeModel([calls]),
+        tools=[look, find],
+        reporter=sampler,
+        permissions=[DenyByName("look", stop=True), AllowByName("find")],
+    )
+    async with agent.events("go", buffer=16) as events:
+        sampler.events = events
+        await anyio.wait_all_tasks_blocked()
+        held = events.unread
+        seen = [event async for event in events]
+    assert held <= events.bound
+    assert sampler.most <= events.bound
+    assert isinstance(events.state.stopped, StoppedByPermission)
+    assert [event.seq for event in seen] == list(range(len(seen)))
+    ends = [event for event in seen if event.kind == "tool_end"]
+    assert sorted(str(event.call_id) for event in ends) == sorted(call.id for call in calls)
+    assert {event.outcome for event in ends} >= {"cancelled", "denied"}

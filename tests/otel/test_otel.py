@@ -334,3 +334,89 @@ async def test_the_trace_context_a_child_carries_names_its_call_span_else_its_ru
             f"00-{context.trace_id:032x}-{context.span_id:016x}-"
         )
     assert OtelReporter().trace_context(state, call) == {}  # no provider: nothing to carry
+
+
+async def test_a_deferred_call_has_no_span_until_it_runs_once_approved(
+    exporter: InMemorySpanExporter,
+) -> None:
+    """A call waiting for a person never ran: an event on the run span, no execute_tool span."""
+    from orchestrator import aapprove
+    from orchestrator.permissions import ApproveLater
+    from stores import MemoryStore
+
+    store = MemoryStore()
+    reporter = OtelReporter(tracer_provider=provider_for(exporter))
+
+    def agent(replies: list[Any]) -> Agent:
+        return Agent(
+            FakeModel(replies),
+            tools=[lookup],
+            store=store,
+            reporter=reporter,
+            permissions=[ApproveLater("lookup", reason="costly")],
+        )
+
+    state = State(id="waits", messages=[Message.user("go")])
+    await agent([reply("", tool_call("lookup", topic="x"))]).arun(state)
+    first = exporter.get_finished_spans()
+    assert not [span for span in first if span.name.startswith("execute_tool")]
+    (run,) = [span for span in first if span.name.startswith("invoke_agent")]
+    (event,) = [event for event in run.events if event.name == "orchestrator.tool.deferred"]
+    call_id = state.pending_calls[0].id
+    assert dict(event.attributes or {}) == {
+        "gen_ai.tool.name": "lookup",
+        "gen_ai.tool.call.id": call_id,
+        "orchestrator.reason": "costly",
+    }
+    exporter.clear()
+    loaded = store.load("waits")
+    await aapprove(loaded, call_id, by="ann")
+    await agent([reply("done")]).arun(loaded)
+    (tool_span,) = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert dict(tool_span.attributes or {})["gen_ai.tool.call.id"] == call_id
+    assert dict(tool_span.attributes or {})["orchestrator.tool.outcome"] == "done"
+
+
+def ids(span: ReadableSpan) -> tuple[int, int]:
+    """The span's trace id and span id."""
+    context = span.get_span_context()
+    assert context is not None
+    return context.trace_id, context.span_id
+
+
+@pytest.mark.parametrize("colour", ["async", "sync"])
+async def test_spans_made_inside_a_tool_hang_under_its_execute_tool_span(
+    exporter: InMemorySpanExporter, colour: str
+) -> None:
+    """The call's span is current while its tool runs: in its task, or its worker thread."""
+    provider = provider_for(exporter)
+    library = provider.get_tracer("a-library")  # say, an instrumented HTTP or MCP client
+
+    @tool
+    async def fetch_async() -> str:
+        """Fetch (async)."""
+        with library.start_as_current_span("library request"):
+            await anyio.lowlevel.checkpoint()
+        return "fetched"
+
+    @tool
+    def fetch_sync() -> str:
+        """Fetch (in a worker thread)."""
+        with library.start_as_current_span("library request"):
+            return "fetched"
+
+    name = f"fetch_{colour}"
+    agent = Agent(
+        FakeModel([[tool_call(name), tool_call(name)], "done"]),
+        tools=[fetch_async, fetch_sync],
+        reporter=OtelReporter(tracer_provider=provider),
+    )
+    assert await agent.arun("go") == "done"
+    spans = exporter.get_finished_spans()
+    calls = {ids(span)[1]: span for span in spans if span.name == f"execute_tool {name}"}
+    inner = [span for span in spans if span.name == "library request"]
+    assert len(calls) == len(inner) == 2
+    parents = {span.parent.span_id for span in inner if span.parent is not None}
+    assert parents == set(calls)  # each under its own call's span
+    assert {ids(span)[0] for span in spans} == {ids(inner[0])[0]}
+    assert trace.get_current_span() is trace.INVALID_SPAN  # nothing left current after the run
