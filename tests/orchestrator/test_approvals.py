@@ -184,12 +184,21 @@ async def test_a_subagents_waiting_call_stops_the_root_and_the_decision_reaches_
     loaded = store.load("root")
     await aapprove(loaded, waiting[0].call.id, by="ann")
     await adeny(loaded, waiting[1].call.id, by="ann", reason="not eve")
-    stored_child = store.load(child_id)  # the decisions reached the child, saved
-    assert len([e for e in stored_child.history if e.kind == "approval"]) == 2
+    stored_child = store.load(child_id)  # recorded at the root alone: one save
+    assert [e for e in stored_child.history if e.kind == "approval"] == []
 
     resumed = store.load("root")
     assert await agent.arun(resumed) == "root done"
     assert SENT == ["bob"]
+    # The root handed its decisions down: the child recorded them, who and why, before it ran.
+    kinds = [e.kind for e in store.load(child_id).history]
+    first = kinds.index("approval")
+    assert kinds[first : first + 3] == ["approval", "approval", "run_start"]
+    handed = [e.content for e in store.load(child_id).history if isinstance(e, ApprovalEntry)]
+    assert [(r.call_id, r.approved, r.by, r.reason) for r in handed] == [
+        (waiting[0].call.id, True, "ann", None),
+        (waiting[1].call.id, False, "ann", "not eve"),
+    ]
     result = next(e for e in resumed.history if e.kind == "tool_result")
     assert result.child_ids == (child_id,)  # the same child continued, not a new one
     assert resumed.child(child_id).answer == "child done"
@@ -341,3 +350,179 @@ def test_two_processes_resume_one_runs_the_other_gets_a_clear_error(tmp_path: Pa
     final = store.load("race")
     assert final.answer == "done"
     assert issubclass(StoreConflictError, ValueError)
+
+
+# -- one source of truth: a decision is saved in the State it was made on, in one save --------
+
+
+def _waiting_for(state: State) -> list[str]:
+    """Whom the waiting calls of `state` would mail."""
+    return [item.call.args["to"] for item in awaiting(state)]
+
+
+def _call_to(state: State, to: str) -> str:
+    return next(item.call.id for item in awaiting(state) if item.call.args["to"] == to)
+
+
+def _approvals_in(state: State) -> list[tuple[str, bool]]:
+    return [(e.content.call_id, e.content.approved) for e in state.history if e.kind == "approval"]
+
+
+async def test_an_approval_whose_root_save_conflicts_takes_effect_nowhere(
+    sync_store: MemoryStore,
+) -> None:
+    store = sync_store
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    first, second = store.load("root"), store.load("root")
+    bob, eve = _call_to(first, "bob"), _call_to(first, "eve")
+    await adeny(second, eve, by="bo")  # another copy of the root is saved meanwhile
+    with pytest.raises(StoreConflictError, match="load"):
+        await aapprove(first, bob, by="ann")
+    assert _waiting_for(first) == ["bob", "eve"]  # taken back: the State passed is as it was
+    fresh = store.load("root")
+    assert _waiting_for(fresh) == ["bob"]  # decidable: nothing of it was stored anywhere
+    child_id = awaiting(fresh)[0].state_id
+    assert _approvals_in(store.load(child_id)) == []
+
+    await agent.arun(fresh)  # eve's denial is carried out; bob still waits
+    assert SENT == []
+    assert isinstance(fresh.stopped, StoppedByApproval)
+    assert _waiting_for(store.load("root")) == ["bob"]
+
+    await aapprove(store.load("root"), bob, by="ann")  # a later approval works
+    resumed = store.load("root")
+    assert await agent.arun(resumed) == "root done"
+    assert SENT == ["bob"]  # once, only after the approval that was saved
+    assert _approvals_in(store.load(child_id)) == [(eve, False), (bob, True)]
+
+
+class _RootSaveFails(MemoryStore):
+    """A store whose saves of the State `root` fail while `failing` is set."""
+
+    failing = False
+
+    def save(self, state: State) -> None:
+        if self.failing and state.id == "root":
+            raise OSError("the disk is full")
+        super().save(state)
+
+    async def asave(self, state: State) -> None:
+        if self.failing and state.id == "root":
+            raise OSError("the disk is full")
+        await super().asave(state)
+
+
+@pytest.mark.parametrize("verdict", [aapprove, adeny])
+async def test_a_decision_whose_root_save_fails_is_never_carried_out(verdict: object) -> None:
+    store = _RootSaveFails()
+    agent = _tree(store)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    bob = _call_to(root, "bob")
+    child_id = awaiting(root)[0].state_id
+    store.failing = True
+    with pytest.raises(OSError, match="disk is full"):
+        await verdict(root, bob, by="ann")  # type: ignore[operator]
+    store.failing = False
+    assert _waiting_for(root) == ["bob", "eve"]  # the State in memory: as it was
+    assert _approvals_in(store.load(child_id)) == []
+    await agent.arun(root)  # the next run: nothing was decided, so nothing runs
+    assert SENT == []
+    assert _waiting_for(root) == ["bob", "eve"]
+    assert _waiting_for(store.load("root")) == ["bob", "eve"]
+
+    await aapprove(root, bob, by="ann")  # decided again: now it runs, once
+    await adeny(root, _call_to(root, "eve"), by="ann")
+    assert await agent.arun(store.load("root")) == "root done"
+    assert SENT == ["bob"]
+
+
+async def test_a_decision_only_the_subagent_holds_is_not_carried_out_by_the_root() -> None:
+    # What an earlier version left when the root's save failed, or a decision made on the
+    # subagent State itself: the root's run never carries it out against the root's view.
+    store = MemoryStore()
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    root = store.load("root")
+    bob = _call_to(root, "bob")
+    child_id = awaiting(root)[0].state_id
+    await aapprove(store.load(child_id), bob, by="ann")  # in the child alone
+    assert _approvals_in(store.load(child_id)) == [(bob, True)]
+    assert _waiting_for(root) == ["bob", "eve"]  # the root still sees it decidable
+    await agent.arun(root)
+    assert SENT == []
+    assert isinstance(root.stopped, StoppedByApproval)
+    assert _waiting_for(store.load("root")) == ["bob", "eve"]
+
+    loaded = store.load("root")
+    await aapprove(loaded, bob, by="ann")  # the same decision at the root: harmless twice
+    await adeny(loaded, _call_to(loaded, "eve"), by="ann")
+    assert await agent.arun(store.load("root")) == "root done"
+    assert SENT == ["bob"]
+    child = store.load(child_id)
+    assert sorted(_approvals_in(child)) == sorted([(bob, True), (_call_to(root, "eve"), False)])
+
+
+async def test_opposite_decisions_in_the_root_and_the_subagent_run_nothing() -> None:
+    store = MemoryStore()
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    root = store.load("root")
+    bob, eve = _call_to(root, "bob"), _call_to(root, "eve")
+    child_id = awaiting(root)[0].state_id
+    await aapprove(store.load(child_id), bob, by="ann")  # in the child alone
+    loaded = store.load("root")
+    await adeny(loaded, bob, by="bo")
+    await adeny(loaded, eve, by="bo")
+    assert await agent.arun(loaded) == "root done"
+    assert SENT == []
+    (result,) = [e for e in loaded.history if e.kind == "tool_result"]
+    assert result.outcome == "error"
+    assert "approved by ann" in result.content.text
+    assert "denied by bo" in result.content.text
+    assert child_id in result.content.text
+
+
+def _nested(store: MemoryStore | None) -> Agent:
+    """root -> manager -> mailer: the mailer's mail waits for a person."""
+    mailer = Agent(
+        FakeModel([tool_call("send", to="bob"), "mailer done"]),
+        name="mailer",
+        description="Sends mail",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+    manager = Agent(
+        FakeModel([tool_call("mailer", task="mail bob"), "manager done"]),
+        name="manager",
+        description="Manages",
+        tools=[mailer],
+    )
+    return Agent(
+        FakeModel([tool_call("manager", task="go"), "root done"]), tools=[manager], store=store
+    )
+
+
+@pytest.mark.parametrize("stored", [True, False])
+async def test_each_level_hands_the_decision_down(stored: bool) -> None:
+    store = MemoryStore() if stored else None
+    agent = _nested(store)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    (item,) = awaiting(root)
+    assert item.via == root.pending_calls[0].id
+    if store is not None:
+        root = store.load("root")
+    await aapprove(root, item.call.id, by="ann", reason="fine")
+    assert await agent.arun(root) == "root done"
+    assert SENT == ["bob"]
+    (result,) = [e for e in root.history if e.kind == "tool_result"]
+    (manager_id,) = result.child_ids
+    manager = root.child(manager_id)
+    mailer_id = next(i for e in manager.history if e.kind == "tool_result" for i in e.child_ids)
+    mailer = manager.child(mailer_id)
+    assert mailer.id == item.state_id  # the same mailer continued
+    for state in (root, manager, mailer):
+        assert _approvals_in(state) == [(item.call.id, True)], state.id
+    assert mailer.answer == "mailer done"
