@@ -16,7 +16,8 @@ down (`hand_down`): the subagent records them in its own history just before it 
 level does the same for the next one. A decision a subagent holds that its parent never made
 (one made on the subagent State itself, or one an earlier version wrote there when the root's
 save then failed) is never carried out by the parent's run: the call stays waiting at the
-parent until it is decided there.
+parent until it is decided there. Opposite decisions in a parent and its subagent carry out
+neither: the parent's call gets an error result that says so.
 """
 
 from __future__ import annotations
@@ -157,9 +158,13 @@ def approve(
 ) -> None:
     """Approve the waiting call `call_id`: the next run of `state` runs it, once.
 
-    The decision is recorded in `state` and in the subagent State the call belongs to (loaded
-    from the store, then saved); `state` is saved when it is bound to a store. Approving a call
-    that is approved already does nothing.
+    The decision is recorded in `state` alone and, when `state` is bound to a store, saved in
+    one save: it takes effect whole or not at all, whatever fails or dies on the way. When this
+    returns, it is stored. When the save fails (`StoreConflictError`: another copy of `state`
+    was saved meanwhile, so load it again and decide again; or any error of the store), the
+    decision is taken back out of `state` and the call stays decidable. A call of a subagent
+    is carried out by the next run of `state`, which hands the decision down to the subagent
+    before it continues it. Approving a call that is approved already does nothing (but save).
 
     Args:
         state: The State that stopped with `StoppedByApproval` (the root of the tree).
@@ -170,6 +175,8 @@ def approve(
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was denied already.
+        StoreConflictError: Another copy of `state` was saved since it was loaded; nothing was
+            decided (a `ValueError`).
         TypeError: Called on a thread that runs an event loop (use `aapprove` there).
     """
     run_sync(_decide, state, call_id, True, by, reason, name="approve")
@@ -178,11 +185,14 @@ def approve(
 def deny(state: State, call_id: str, *, by: str | None = None, reason: str | None = None) -> None:
     """Deny the waiting call `call_id`: the next run gives it an error result the model reads.
 
-    Recorded and saved like `approve`; denying a call denied already does nothing.
+    Recorded and saved like `approve`, whole or not at all; denying a call denied already does
+    nothing (but save).
 
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was approved already.
+        StoreConflictError: Another copy of `state` was saved since it was loaded; nothing was
+            decided (a `ValueError`).
         TypeError: Called on a thread that runs an event loop (use `adeny` there).
     """
     run_sync(_decide, state, call_id, False, by, reason, name="deny")
@@ -191,7 +201,7 @@ def deny(state: State, call_id: str, *, by: str | None = None, reason: str | Non
 async def aapprove(
     state: State, call_id: str, *, by: str | None = None, reason: str | None = None
 ) -> None:
-    """The async twin of `approve` (a sync store is used from a worker thread)."""
+    """The async twin of `approve`, for request handlers (a sync store is used from a thread)."""
     await _decide(state, call_id, True, by, reason)
 
 

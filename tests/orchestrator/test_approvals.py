@@ -464,6 +464,27 @@ async def test_a_decision_only_the_subagent_holds_is_not_carried_out_by_the_root
     assert sorted(_approvals_in(child)) == sorted([(bob, True), (_call_to(root, "eve"), False)])
 
 
+async def test_a_decision_made_on_a_subagent_is_carried_out_when_it_runs() -> None:
+    store = MemoryStore()
+    mailer = Agent(
+        FakeModel([tool_call("send", to="bob"), "child done"]),
+        name="mailer",
+        description="Sends mail",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+    root_agent = Agent(
+        FakeModel([tool_call("mailer", task="mail bob")]), tools=[mailer], store=store
+    )
+    await root_agent.arun(State(id="root", messages=[Message.user("go")]))
+    (item,) = awaiting(store.load("root"))
+    child = store.load(item.state_id)
+    await aapprove(child, item.call.id, by="ann")
+    assert _approvals_in(store.load(child.id)) == [(item.call.id, True)]  # saved in the child
+    assert await mailer.arun(child) == "child done"
+    assert SENT == ["bob"]
+
+
 async def test_opposite_decisions_in_the_root_and_the_subagent_run_nothing() -> None:
     store = MemoryStore()
     agent = _tree(store)
