@@ -6,8 +6,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator import (
@@ -26,9 +30,12 @@ from orchestrator import (
 )
 from orchestrator.permissions import AllowByName, ApproveLater, Deferred
 from orchestrator.testing import FakeModel, tool_call
-from stores import MemoryStore, SQLiteStore
+from stores import AioSQLiteStore, MemoryStore, PostgresStore, SQLiteStore
+from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
+
+Loader = Callable[[str], Awaitable[State]]
 
 SENT: list[str] = []
 
@@ -368,33 +375,59 @@ def _approvals_in(state: State) -> list[tuple[str, bool]]:
     return [(e.content.call_id, e.content.approved) for e in state.history if e.kind == "approval"]
 
 
-async def test_an_approval_whose_root_save_conflicts_takes_effect_nowhere(
-    sync_store: MemoryStore,
-) -> None:
-    store = sync_store
+async def _approve_while_another_copy_is_saved(store: Any, load: Loader) -> None:
+    """An approval whose save of the root conflicts takes effect nowhere; a later one works."""
     agent = _tree(store)
     await agent.arun(State(id="root", messages=[Message.user("go")]))
-    first, second = store.load("root"), store.load("root")
+    first, second = await load("root"), await load("root")
     bob, eve = _call_to(first, "bob"), _call_to(first, "eve")
     await adeny(second, eve, by="bo")  # another copy of the root is saved meanwhile
     with pytest.raises(StoreConflictError, match="load"):
         await aapprove(first, bob, by="ann")
     assert _waiting_for(first) == ["bob", "eve"]  # taken back: the State passed is as it was
-    fresh = store.load("root")
+    fresh = await load("root")
     assert _waiting_for(fresh) == ["bob"]  # decidable: nothing of it was stored anywhere
     child_id = awaiting(fresh)[0].state_id
-    assert _approvals_in(store.load(child_id)) == []
+    assert _approvals_in(await load(child_id)) == []
 
     await agent.arun(fresh)  # eve's denial is carried out; bob still waits
     assert SENT == []
     assert isinstance(fresh.stopped, StoppedByApproval)
-    assert _waiting_for(store.load("root")) == ["bob"]
+    assert _waiting_for(await load("root")) == ["bob"]
 
-    await aapprove(store.load("root"), bob, by="ann")  # a later approval works
-    resumed = store.load("root")
+    await aapprove(await load("root"), bob, by="ann")  # a later approval works
+    resumed = await load("root")
     assert await agent.arun(resumed) == "root done"
     assert SENT == ["bob"]  # once, only after the approval that was saved
-    assert _approvals_in(store.load(child_id)) == [(eve, False), (bob, True)]
+    assert _approvals_in(await load(child_id)) == [(eve, False), (bob, True)]
+
+
+def _threaded(store: Any) -> Loader:
+    async def load(state_id: str) -> State:
+        return await anyio.to_thread.run_sync(store.load, state_id)
+
+    return load
+
+
+async def test_an_approval_whose_root_save_conflicts_takes_effect_nowhere(
+    sync_store: MemoryStore,
+) -> None:
+    await _approve_while_another_copy_is_saved(sync_store, _threaded(sync_store))
+
+
+async def test_an_approval_whose_root_save_conflicts_on_postgres() -> None:
+    with fresh_schema() as (dsn, schema):
+        store = PostgresStore(dsn, schema=schema, pool_size=2)
+        try:
+            await _approve_while_another_copy_is_saved(store, _threaded(store))
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiosqlite runs on asyncio only
+async def test_an_approval_whose_root_save_conflicts_on_aiosqlite(tmp_path: Path) -> None:
+    async with AioSQLiteStore(tmp_path / "runs.db") as store:
+        await _approve_while_another_copy_is_saved(store, store.aload)
 
 
 class _RootSaveFails(MemoryStore):
