@@ -92,16 +92,13 @@ async def _decide(
     """
     plan = _plan(state, call_id, approved, by, reason)
     store: Any = store_of(state)
-    if plan is None and store is None:
-        await anyio.lowlevel.checkpoint()
-        return  # decided the same way already
     before = value_of(state)
     if plan is not None:
         record_approval(state, plan[1])
-    after = value_of(state)
     if store is None:
         await anyio.lowlevel.checkpoint()
         return
+    after = value_of(state)
     try:
         await call_twin(store, "save", state)
     except BaseException:
@@ -164,7 +161,8 @@ def approve(
     was saved meanwhile, so load it again and decide again; or any error of the store), the
     decision is taken back out of `state` and the call stays decidable. A call of a subagent
     is carried out by the next run of `state`, which hands the decision down to the subagent
-    before it continues it. Approving a call that is approved already does nothing (but save).
+    before it continues it. Approving a call that is approved already records nothing (it only
+    saves `state`).
 
     Args:
         state: The State that stopped with `StoppedByApproval` (the root of the tree).
@@ -185,8 +183,8 @@ def approve(
 def deny(state: State, call_id: str, *, by: str | None = None, reason: str | None = None) -> None:
     """Deny the waiting call `call_id`: the next run gives it an error result the model reads.
 
-    Recorded and saved like `approve`, whole or not at all; denying a call denied already does
-    nothing (but save).
+    Recorded and saved like `approve`, whole or not at all; denying a call denied already
+    records nothing (it only saves `state`).
 
     Raises:
         KeyError: No such call waits; the message lists the calls that do.

@@ -196,6 +196,7 @@ class _Turn:
         The decisions are handed down and recorded in `child` (saved, so a runner that loads
         it elsewhere sees them) before it runs. The call was allowed when it first ran.
         """
+        before = value_of(child)
         try:
             waiting = hand_down(self.state, child, call.id)
         except ValueError as error:
@@ -204,7 +205,7 @@ class _Turn:
             self.awaiting[call.id] = waiting
             return STILL_WAITING
         store = store_of(child)
-        if store is not None:
+        if store is not None and value_of(child) is not before:
             await call_twin(store, "save", child)
         context.resume = child
         return ALLOWED
@@ -400,6 +401,9 @@ class _Turn:
             self.scope.cancel()
 
 
+_MAX_DEPTH = 1000  # a tree of subagents deeper than this is a loop in the stored links
+
+
 async def _open_child(run: Run, state: State, owner_id: str) -> State:
     """The subagent State of `state` that leads to `owner_id`: from the store, or in memory.
 
@@ -427,9 +431,6 @@ async def _open_child(run: Run, state: State, owner_id: str) -> State:
             " there is no store to load it from: run the State loaded from its store."
         )
     return child_in_memory
-
-
-_MAX_DEPTH = 1000  # a tree deeper than this is a loop in the stored links
 
 
 def _leading_to(state: State, owner_id: str) -> State | None:
