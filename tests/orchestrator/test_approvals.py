@@ -580,3 +580,52 @@ async def test_each_level_hands_the_decision_down(stored: bool) -> None:
     for state in (root, manager, mailer):
         assert _approvals_in(state) == [(item.call.id, True)], state.id
     assert mailer.answer == "mailer done"
+
+
+async def test_a_subagent_neither_in_memory_nor_in_a_store_is_a_clear_error() -> None:
+    agent = _tree(None)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    copy = State(id="root", history=root.history)  # the children stay with the original
+    await aapprove(copy, _call_to(copy, "bob"))
+    with pytest.raises(ValueError, match="not in memory and there is no store"):
+        await agent.arun(copy)
+    assert SENT == []
+
+
+async def test_a_waiting_call_of_a_state_the_store_does_not_link_is_a_clear_error() -> None:
+    first = MemoryStore()
+    await _tree(first).arun(State(id="root", messages=[Message.user("go")]))
+    root = first.load("root")
+    other = MemoryStore()  # the root copied alone; another State under the subagent's id
+    other.save(State(id="root", history=root.history))
+    other.save(State(id=awaiting(root)[0].state_id, messages=[Message.user("unrelated")]))
+    copy = other.load("root")
+    await aapprove(copy, _call_to(copy, "bob"))
+    with pytest.raises(ValueError, match="does not link to it"):
+        await _tree(other).arun(copy)
+    assert SENT == []
+
+
+class _RecordsThenFails(MemoryStore):
+    """A store whose save of `root` records a message in it, then fails."""
+
+    async def asave(self, state: State) -> None:
+        if state.id == "root":
+            state.add_message(Message.user("meanwhile"))
+            raise OSError("the disk is full")
+        await super().asave(state)
+
+
+async def test_a_failed_save_keeps_the_decision_when_more_was_recorded_meanwhile() -> None:
+    agent = _tree(None)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    bob = _call_to(root, "bob")
+    store = _RecordsThenFails()
+    store.save(root)  # binds it
+    with pytest.raises(OSError, match="disk is full"):
+        await aapprove(root, bob)
+    # Taking the decision back would take the message too: both stay, for the next save.
+    assert _waiting_for(root) == ["eve"]
+    assert root.history[-1].kind == "user"
