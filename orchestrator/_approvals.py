@@ -7,24 +7,34 @@ the State again: approved calls run exactly once, denied calls get error results
 
 A decision is a history entry (`ApprovalEntry`: the call, approved or not, who, why; when is the
 entry's time), so a State still is its history. A subagent's waiting calls are listed at its
-parent (and up to the root, `AwaitingCall.via` naming the call that leads there): a decision made
-at the root is recorded there and in the subagent State the call belongs to, which is saved, and
-the next run of the root continues that subagent.
+parent (and up to the root, `AwaitingCall.via` naming the call that leads there).
+
+One source of truth: a decision is recorded and saved only in the State it was made on, in one
+save, so it takes effect at every level or at none, whatever fails or dies. When that State
+runs again and continues the waiting subagent, it hands its decisions on that subagent's calls
+down (`hand_down`): the subagent records them in its own history just before it runs, and each
+level does the same for the next one. A decision a subagent holds that its parent never made
+(one made on the subagent State itself, or one an earlier version wrote there when the root's
+save then failed) is never carried out by the parent's run: the call stays waiting at the
+parent until it is decided there. Opposite decisions in a parent and its subagent carry out
+neither: the parent's call gets an error result that says so.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import anyio.lowlevel
+
 from ._history import ApprovalRecord
-from ._recording import child_store, known_child, record_approval, store_of, value_of
+from ._recording import record_approval, store_of, take_back, value_of
 from ._stopped import AwaitingCall
 from ._sync import call_twin, run_sync
 
 if TYPE_CHECKING:
     from ._state import State
 
-__all__ = ("aapprove", "adeny", "approve", "awaiting", "deny")
+__all__ = ("aapprove", "adeny", "approve", "awaiting", "deny", "hand_down")
 
 
 def awaiting(state: State) -> tuple[AwaitingCall, ...]:
@@ -72,43 +82,72 @@ def _plan(
     return item, ApprovalRecord(call_id=call_id, approved=approved, by=by, reason=reason)
 
 
-def _owner_in_memory(state: State, item: AwaitingCall) -> State | None:
-    """The State the call belongs to, when no store holds it: `state` or a child in memory."""
-    if item.state_id == state.id:
-        return state
-    return known_child(state, item.state_id)
-
-
-def _no_owner(state: State, item: AwaitingCall) -> ValueError:
-    return ValueError(
-        f"The call {item.call.id} belongs to the subagent State {item.state_id}, which is not"
-        f" in memory, and State {state.id} is bound to no store to load it from: decide on the"
-        " State loaded from its store (store.load(id))."
-    )
-
-
 async def _decide(
     state: State, call_id: str, approved: bool, by: str | None, reason: str | None
 ) -> None:
-    """Record the decision in `state` and in the State the call belongs to; save both."""
+    """Record the decision in `state` alone and save it: one save, so all of it or none.
+
+    A save that fails takes the decision back out of `state` (unless something else was
+    recorded in it meanwhile), so the call stays decidable.
+    """
     plan = _plan(state, call_id, approved, by, reason)
-    if plan is None:
+    store: Any = store_of(state)
+    before = value_of(state)
+    if plan is not None:
+        record_approval(state, plan[1])
+    if store is None:
+        await anyio.lowlevel.checkpoint()
         return
-    item, record = plan
-    store: Any = child_store(state)
-    if item.state_id != state.id:
-        if store is not None:
-            owner: State = await call_twin(store, "load", item.state_id)
-            record_approval(owner, record)
-            await call_twin(store, "save", owner)
-        else:
-            found = _owner_in_memory(state, item)
-            if found is None:
-                raise _no_owner(state, item)
-            record_approval(found, record)
-    record_approval(state, record)
-    if store_of(state) is not None:
-        await call_twin(store_of(state), "save", state)
+    after = value_of(state)
+    try:
+        await call_twin(store, "save", state)
+    except BaseException:
+        take_back(state, before, after)
+        raise
+
+
+def hand_down(parent: State, child: State, call_id: str) -> tuple[AwaitingCall, ...]:
+    """Record in `child` the decisions `parent` holds on the calls that wait through `call_id`.
+
+    The run of `parent` calls it before it continues `child`, the subagent State its waiting
+    call `call_id` started: the child's own run then carries the decisions out, and its
+    history says who made them. A decision the child holds already is left as it is, and so is
+    a call the child no longer waits on.
+
+    Returns:
+        Empty when `child` may be continued. Otherwise the calls (as `parent` lists them) that
+        must stay waiting, and nothing was recorded: `child` holds a decision on one of them
+        that `parent` never made, which the parent's run must not carry out.
+
+    Raises:
+        ValueError: `child` holds the opposite of one of `parent`'s decisions (nothing is
+            recorded).
+    """
+    value, known = value_of(parent), value_of(child)
+    items = tuple(item for item in value.awaiting if item.via == call_id)
+    waiting_in_child = {item.call.id for item in known.awaiting}
+    records: list[ApprovalRecord] = []
+    for item in items:
+        mine, theirs = value.decisions.get(item.call.id), known.decisions.get(item.call.id)
+        if theirs is None:
+            if mine is not None and item.call.id in waiting_in_child:
+                records.append(mine)
+        elif mine is None:
+            return items
+        elif mine.approved != theirs.approved:
+            raise ValueError(
+                f"The call {item.call.id} ({item.call.name}) was {_done(mine)} in State"
+                f" {parent.id} and {_done(theirs)} in its subagent State {child.id}, so it was"
+                " not carried out and the subagent was not continued."
+            )
+    for record in records:
+        record_approval(child, record)
+    return ()
+
+
+def _done(record: ApprovalRecord) -> str:
+    done = "approved" if record.approved else "denied"
+    return f"{done} by {record.by}" if record.by else done
 
 
 def approve(
@@ -116,9 +155,14 @@ def approve(
 ) -> None:
     """Approve the waiting call `call_id`: the next run of `state` runs it, once.
 
-    The decision is recorded in `state` and in the subagent State the call belongs to (loaded
-    from the store, then saved); `state` is saved when it is bound to a store. Approving a call
-    that is approved already does nothing.
+    The decision is recorded in `state` alone and, when `state` is bound to a store, saved in
+    one save: it takes effect whole or not at all, whatever fails or dies on the way. When this
+    returns, it is stored. When the save fails (`StoreConflictError`: another copy of `state`
+    was saved meanwhile, so load it again and decide again; or any error of the store), the
+    decision is taken back out of `state` and the call stays decidable. A call of a subagent
+    is carried out by the next run of `state`, which hands the decision down to the subagent
+    before it continues it. Approving a call that is approved already records nothing (it only
+    saves `state`).
 
     Args:
         state: The State that stopped with `StoppedByApproval` (the root of the tree).
@@ -129,6 +173,8 @@ def approve(
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was denied already.
+        StoreConflictError: Another copy of `state` was saved since it was loaded; nothing was
+            decided (a `ValueError`).
         TypeError: Called on a thread that runs an event loop (use `aapprove` there).
     """
     run_sync(_decide, state, call_id, True, by, reason, name="approve")
@@ -137,11 +183,14 @@ def approve(
 def deny(state: State, call_id: str, *, by: str | None = None, reason: str | None = None) -> None:
     """Deny the waiting call `call_id`: the next run gives it an error result the model reads.
 
-    Recorded and saved like `approve`; denying a call denied already does nothing.
+    Recorded and saved like `approve`, whole or not at all; denying a call denied already
+    records nothing (it only saves `state`).
 
     Raises:
         KeyError: No such call waits; the message lists the calls that do.
         ValueError: The call was approved already.
+        StoreConflictError: Another copy of `state` was saved since it was loaded; nothing was
+            decided (a `ValueError`).
         TypeError: Called on a thread that runs an event loop (use `adeny` there).
     """
     run_sync(_decide, state, call_id, False, by, reason, name="deny")
@@ -150,7 +199,7 @@ def deny(state: State, call_id: str, *, by: str | None = None, reason: str | Non
 async def aapprove(
     state: State, call_id: str, *, by: str | None = None, reason: str | None = None
 ) -> None:
-    """The async twin of `approve` (a sync store is used from a worker thread)."""
+    """The async twin of `approve`, for request handlers (a sync store is used from a thread)."""
     await _decide(state, call_id, True, by, reason)
 
 

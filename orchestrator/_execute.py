@@ -10,7 +10,7 @@ A call a permission defers to a person (`Deferred`) gets no result: it stays pen
 other calls run, and the turn ends with a `StoppedByApproval` stop listing it, with the calls of
 subagents that stopped the same way. The next run carries out the decisions recorded meanwhile:
 an approved call runs, a denied one gets an error result, and a subagent call continues its
-child State.
+child State, handing it this State's decisions on its calls first (`hand_down`).
 
 Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
 not JSON become error results the model can act on. Any other exception waits for the calls
@@ -30,6 +30,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from ._approvals import hand_down
 from ._errors import ToolError, error_text, is_interruption
 from ._frame import Frame, enter, leave
 from ._history import Outcome, ToolResultEntry
@@ -40,10 +41,11 @@ from ._recording import (
     check_update,
     child_store,
     close_pending,
-    known_child,
+    known_children,
     merge_turn,
     record_stop,
     record_tool_result,
+    store_of,
     value_of,
 )
 from ._reply import NO_USAGE, Usage
@@ -63,6 +65,7 @@ _log = get_log("tools")
 
 INTERRUPTED = "(interrupted by user)"
 ALLOWED = Allowed()
+STILL_WAITING = Deferred()  # a subagent's calls still wait: `awaiting` lists them already
 
 
 def _text(text: str) -> tuple[TextBlock | Image, ...]:
@@ -182,16 +185,36 @@ class _Turn:
                     return ALLOWED
                 by = f" by {record.by}" if record.by else ""
                 return Denied(f"a person denied it{by}: {record.reason or 'no reason given'}")
-            child_id = next((item.state_id for item in value.awaiting if item.via == call.id), None)
-            if child_id is not None:
-                context.resume = await _open_child(run, state, child_id)
-                return ALLOWED  # allowed when it first ran; its subagent's calls are decided
+            owner = next((item.state_id for item in value.awaiting if item.via == call.id), None)
+            if owner is not None:
+                child = await _open_child(run, state, owner)
+                return await self._continue(call, child, context)
         if run.settings.permissions is None:
             return ALLOWED
         decision, by = await decide(run.settings.permissions, call, tool, state)
         if isinstance(decision, Denied) and decision.stop:
             self._stop(call, by)
         return decision
+
+    async def _continue(self, call: ToolCall, child: State, context: CallContext) -> Decision:
+        """Continue `child`, the subagent `call` waits on, with this State's decisions on it.
+
+        The decisions are handed down and recorded in `child` (saved, so a runner that loads
+        it elsewhere sees them) before it runs. The call was allowed when it first ran.
+        """
+        before = value_of(child)
+        try:
+            waiting = hand_down(self.state, child, call.id)
+        except ValueError as error:
+            raise _Result("error", f"(not run: {error})") from None
+        if waiting:  # the child holds a decision this State never made: not carried out
+            self.awaiting[call.id] = waiting
+            return STILL_WAITING
+        store = store_of(child)
+        if store is not None and value_of(child) is not before:
+            await call_twin(store, "save", child)
+        context.resume = child
+        return ALLOWED
 
     async def _run_call(self, call: ToolCall) -> None:
         run, state = self.run, self.state
@@ -211,6 +234,8 @@ class _Turn:
             if run.pacers:  # a slow events consumer slows the run here
                 await self._pace(shield=isinstance(decision, Denied))  # a denial ends at once
             if isinstance(decision, Deferred):
+                if decision is STILL_WAITING:  # `awaiting` lists its subagent's calls already
+                    return
                 self.awaiting[call.id] = (AwaitingCall(state.id, call, decision.reason),)
                 run.report("on_tool_deferred", state, call, decision.reason)
                 return  # no result, and no start: the call waits for a person
@@ -399,22 +424,44 @@ class _Turn:
             self.scope.cancel()
 
 
-async def _open_child(run: Run, state: State, child_id: str) -> State:
-    """The subagent State `child_id` of `state`: from the store, or in memory without one.
+_MAX_DEPTH = 1000  # a tree of subagents deeper than this is a loop in the stored links
 
-    With a store, the stored State holds the decisions made since (`approve` saves them there).
+
+async def _open_child(run: Run, state: State, owner_id: str) -> State:
+    """The subagent State of `state` that leads to `owner_id`: from the store, or in memory.
+
+    `owner_id` is the State a waiting call belongs to: the child itself, or a State further
+    down (its child, or theirs). The child holds the decisions made on it directly; the ones
+    `state` holds are handed down next.
     """
     store = child_store(state) or run.store
     if store is not None:
-        loaded: State = await call_twin(store, "load", child_id)
-        return loaded
-    child = known_child(state, child_id)
-    if child is None:
+        child: State = await call_twin(store, "load", owner_id)
+        for _ in range(_MAX_DEPTH):
+            if child.parent_id == state.id or child.parent_id is None:
+                break
+            child = await call_twin(store, "load", child.parent_id)
+        if child.parent_id != state.id:
+            raise ValueError(
+                f"State {state.id} waits on a call of State {owner_id}, which the store does not"
+                " link to it as a subagent (or to a subagent of it)."
+            )
+        return child
+    child_in_memory = _leading_to(state, owner_id)
+    if child_in_memory is None:
         raise ValueError(
-            f"State {state.id} waits on its subagent {child_id}, which is not in memory and"
+            f"State {state.id} waits on its subagent State {owner_id}, which is not in memory and"
             " there is no store to load it from: run the State loaded from its store."
         )
-    return child
+    return child_in_memory
+
+
+def _leading_to(state: State, owner_id: str) -> State | None:
+    """The child of `state` in memory that is, or leads down to, the State `owner_id`."""
+    for child in known_children(state):
+        if child.id == owner_id or _leading_to(child, owner_id) is not None:
+            return child
+    return None
 
 
 def _children_usage(context: CallContext) -> Usage:

@@ -70,6 +70,7 @@ __all__ = (
     "held_for_decision",
     "init_state",
     "known_child",
+    "known_children",
     "merge_turn",
     "record",
     "record_approval",
@@ -86,6 +87,7 @@ __all__ = (
     "snapshot_of",
     "storage_view",
     "store_of",
+    "take_back",
     "validate_id",
     "value_of",
 )
@@ -196,6 +198,11 @@ def child_store(state: StateParts) -> Any:
 def known_child(state: StateParts, child_id: str) -> State | None:
     """The child `child_id` if it is in memory (this State's run started it), else None."""
     return state._children.get(child_id)
+
+
+def known_children(state: StateParts) -> tuple[State, ...]:
+    """The children of `state` in memory (its runs started them), in the order they started."""
+    return tuple(state._children.values())
 
 
 def snapshot_of(state: StateParts) -> StateSnapshot:
@@ -327,6 +334,21 @@ def record_approval(state: StateParts, decision: ApprovalRecord) -> ApprovalEntr
         ValueError: The call waits for no decision, or it is decided already.
     """
     return cast("ApprovalEntry", record(state, ApprovalEntry, decision))
+
+
+def take_back(state: StateParts, before: Folded, after: Folded) -> bool:
+    """Give `state` its value `before` again, if it still is `after`; whether it did.
+
+    For entries that must not stay in memory when their save failed (a person's decision,
+    which the caller may make again): what was recorded from `before` to `after` goes, unless
+    something else was recorded since, which then keeps it (the next save writes both).
+    """
+    with state._lock:
+        if state._folded is not after:
+            return False
+        state._folded = before
+        state._snapshot = None
+        return True
 
 
 def held_for_decision(value: Folded) -> frozenset[str]:

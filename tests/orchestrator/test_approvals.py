@@ -6,8 +6,12 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator import (
@@ -26,9 +30,12 @@ from orchestrator import (
 )
 from orchestrator.permissions import AllowByName, ApproveLater, Deferred
 from orchestrator.testing import FakeModel, tool_call
-from stores import MemoryStore, SQLiteStore
+from stores import AioSQLiteStore, MemoryStore, PostgresStore, SQLiteStore
+from tests.postgres import fresh_schema
 
 pytestmark = pytest.mark.anyio
+
+Loader = Callable[[str], Awaitable[State]]
 
 SENT: list[str] = []
 
@@ -184,12 +191,21 @@ async def test_a_subagents_waiting_call_stops_the_root_and_the_decision_reaches_
     loaded = store.load("root")
     await aapprove(loaded, waiting[0].call.id, by="ann")
     await adeny(loaded, waiting[1].call.id, by="ann", reason="not eve")
-    stored_child = store.load(child_id)  # the decisions reached the child, saved
-    assert len([e for e in stored_child.history if e.kind == "approval"]) == 2
+    stored_child = store.load(child_id)  # recorded at the root alone: one save
+    assert [e for e in stored_child.history if e.kind == "approval"] == []
 
     resumed = store.load("root")
     assert await agent.arun(resumed) == "root done"
     assert SENT == ["bob"]
+    # The root handed its decisions down: the child recorded them, who and why, before it ran.
+    kinds = [e.kind for e in store.load(child_id).history]
+    first = kinds.index("approval")
+    assert kinds[first : first + 3] == ["approval", "approval", "run_start"]
+    handed = [e.content for e in store.load(child_id).history if isinstance(e, ApprovalEntry)]
+    assert [(r.call_id, r.approved, r.by, r.reason) for r in handed] == [
+        (waiting[0].call.id, True, "ann", None),
+        (waiting[1].call.id, False, "ann", "not eve"),
+    ]
     result = next(e for e in resumed.history if e.kind == "tool_result")
     assert result.child_ids == (child_id,)  # the same child continued, not a new one
     assert resumed.child(child_id).answer == "child done"
@@ -341,3 +357,275 @@ def test_two_processes_resume_one_runs_the_other_gets_a_clear_error(tmp_path: Pa
     final = store.load("race")
     assert final.answer == "done"
     assert issubclass(StoreConflictError, ValueError)
+
+
+# -- one source of truth: a decision is saved in the State it was made on, in one save --------
+
+
+def _waiting_for(state: State) -> list[str]:
+    """Whom the waiting calls of `state` would mail."""
+    return [item.call.args["to"] for item in awaiting(state)]
+
+
+def _call_to(state: State, to: str) -> str:
+    return next(item.call.id for item in awaiting(state) if item.call.args["to"] == to)
+
+
+def _approvals_in(state: State) -> list[tuple[str, bool]]:
+    return [(e.content.call_id, e.content.approved) for e in state.history if e.kind == "approval"]
+
+
+async def _approve_while_another_copy_is_saved(store: Any, load: Loader) -> None:
+    """An approval whose save of the root conflicts takes effect nowhere; a later one works."""
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    first, second = await load("root"), await load("root")
+    bob, eve = _call_to(first, "bob"), _call_to(first, "eve")
+    await adeny(second, eve, by="bo")  # another copy of the root is saved meanwhile
+    with pytest.raises(StoreConflictError, match="load"):
+        await aapprove(first, bob, by="ann")
+    assert _waiting_for(first) == ["bob", "eve"]  # taken back: the State passed is as it was
+    fresh = await load("root")
+    assert _waiting_for(fresh) == ["bob"]  # decidable: nothing of it was stored anywhere
+    child_id = awaiting(fresh)[0].state_id
+    assert _approvals_in(await load(child_id)) == []
+
+    await agent.arun(fresh)  # eve's denial is carried out; bob still waits
+    assert SENT == []
+    assert isinstance(fresh.stopped, StoppedByApproval)
+    assert _waiting_for(await load("root")) == ["bob"]
+
+    await aapprove(await load("root"), bob, by="ann")  # a later approval works
+    resumed = await load("root")
+    assert await agent.arun(resumed) == "root done"
+    assert SENT == ["bob"]  # once, only after the approval that was saved
+    assert _approvals_in(await load(child_id)) == [(eve, False), (bob, True)]
+
+
+def _threaded(store: Any) -> Loader:
+    async def load(state_id: str) -> State:
+        return await anyio.to_thread.run_sync(store.load, state_id)
+
+    return load
+
+
+async def test_an_approval_whose_root_save_conflicts_takes_effect_nowhere(
+    sync_store: MemoryStore,
+) -> None:
+    await _approve_while_another_copy_is_saved(sync_store, _threaded(sync_store))
+
+
+async def test_an_approval_whose_root_save_conflicts_on_postgres() -> None:
+    with fresh_schema() as (dsn, schema):
+        store = PostgresStore(dsn, schema=schema, pool_size=2)
+        try:
+            await _approve_while_another_copy_is_saved(store, _threaded(store))
+        finally:
+            store.close()
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # aiosqlite runs on asyncio only
+async def test_an_approval_whose_root_save_conflicts_on_aiosqlite(tmp_path: Path) -> None:
+    async with AioSQLiteStore(tmp_path / "runs.db") as store:
+        await _approve_while_another_copy_is_saved(store, store.aload)
+
+
+class _RootSaveFails(MemoryStore):
+    """A store whose saves of the State `root` fail while `failing` is set."""
+
+    failing = False
+
+    def save(self, state: State) -> None:
+        if self.failing and state.id == "root":
+            raise OSError("the disk is full")
+        super().save(state)
+
+    async def asave(self, state: State) -> None:
+        if self.failing and state.id == "root":
+            raise OSError("the disk is full")
+        await super().asave(state)
+
+
+@pytest.mark.parametrize("verdict", [aapprove, adeny])
+async def test_a_decision_whose_root_save_fails_is_never_carried_out(verdict: object) -> None:
+    store = _RootSaveFails()
+    agent = _tree(store)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    bob = _call_to(root, "bob")
+    child_id = awaiting(root)[0].state_id
+    store.failing = True
+    with pytest.raises(OSError, match="disk is full"):
+        await verdict(root, bob, by="ann")  # type: ignore[operator]
+    store.failing = False
+    assert _waiting_for(root) == ["bob", "eve"]  # the State in memory: as it was
+    assert _approvals_in(store.load(child_id)) == []
+    await agent.arun(root)  # the next run: nothing was decided, so nothing runs
+    assert SENT == []
+    assert _waiting_for(root) == ["bob", "eve"]
+    assert _waiting_for(store.load("root")) == ["bob", "eve"]
+
+    await aapprove(root, bob, by="ann")  # decided again: now it runs, once
+    await adeny(root, _call_to(root, "eve"), by="ann")
+    assert await agent.arun(store.load("root")) == "root done"
+    assert SENT == ["bob"]
+
+
+async def test_a_decision_only_the_subagent_holds_is_not_carried_out_by_the_root() -> None:
+    # What an earlier version left when the root's save failed, or a decision made on the
+    # subagent State itself: the root's run never carries it out against the root's view.
+    store = MemoryStore()
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    root = store.load("root")
+    bob = _call_to(root, "bob")
+    child_id = awaiting(root)[0].state_id
+    await aapprove(store.load(child_id), bob, by="ann")  # in the child alone
+    assert _approvals_in(store.load(child_id)) == [(bob, True)]
+    assert _waiting_for(root) == ["bob", "eve"]  # the root still sees it decidable
+    await agent.arun(root)
+    assert SENT == []
+    assert isinstance(root.stopped, StoppedByApproval)
+    assert _waiting_for(store.load("root")) == ["bob", "eve"]
+
+    loaded = store.load("root")
+    await aapprove(loaded, bob, by="ann")  # the same decision at the root: harmless twice
+    await adeny(loaded, _call_to(loaded, "eve"), by="ann")
+    assert await agent.arun(store.load("root")) == "root done"
+    assert SENT == ["bob"]
+    child = store.load(child_id)
+    assert sorted(_approvals_in(child)) == sorted([(bob, True), (_call_to(root, "eve"), False)])
+
+
+async def test_a_decision_made_on_a_subagent_is_carried_out_when_it_runs() -> None:
+    store = MemoryStore()
+    mailer = Agent(
+        FakeModel([tool_call("send", to="bob"), "child done"]),
+        name="mailer",
+        description="Sends mail",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+    root_agent = Agent(
+        FakeModel([tool_call("mailer", task="mail bob")]), tools=[mailer], store=store
+    )
+    await root_agent.arun(State(id="root", messages=[Message.user("go")]))
+    (item,) = awaiting(store.load("root"))
+    child = store.load(item.state_id)
+    await aapprove(child, item.call.id, by="ann")
+    assert _approvals_in(store.load(child.id)) == [(item.call.id, True)]  # saved in the child
+    assert await mailer.arun(child) == "child done"
+    assert SENT == ["bob"]
+
+
+async def test_opposite_decisions_in_the_root_and_the_subagent_run_nothing() -> None:
+    store = MemoryStore()
+    agent = _tree(store)
+    await agent.arun(State(id="root", messages=[Message.user("go")]))
+    root = store.load("root")
+    bob, eve = _call_to(root, "bob"), _call_to(root, "eve")
+    child_id = awaiting(root)[0].state_id
+    await aapprove(store.load(child_id), bob, by="ann")  # in the child alone
+    loaded = store.load("root")
+    await adeny(loaded, bob, by="bo")
+    await adeny(loaded, eve, by="bo")
+    assert await agent.arun(loaded) == "root done"
+    assert SENT == []
+    (result,) = [e for e in loaded.history if e.kind == "tool_result"]
+    assert result.outcome == "error"
+    assert "approved by ann" in result.content.text
+    assert "denied by bo" in result.content.text
+    assert child_id in result.content.text
+
+
+def _nested(store: MemoryStore | None) -> Agent:
+    """root -> manager -> mailer: the mailer's mail waits for a person."""
+    mailer = Agent(
+        FakeModel([tool_call("send", to="bob"), "mailer done"]),
+        name="mailer",
+        description="Sends mail",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+    manager = Agent(
+        FakeModel([tool_call("mailer", task="mail bob"), "manager done"]),
+        name="manager",
+        description="Manages",
+        tools=[mailer],
+    )
+    return Agent(
+        FakeModel([tool_call("manager", task="go"), "root done"]), tools=[manager], store=store
+    )
+
+
+@pytest.mark.parametrize("stored", [True, False])
+async def test_each_level_hands_the_decision_down(stored: bool) -> None:
+    store = MemoryStore() if stored else None
+    agent = _nested(store)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    (item,) = awaiting(root)
+    assert item.via == root.pending_calls[0].id
+    if store is not None:
+        root = store.load("root")
+    await aapprove(root, item.call.id, by="ann", reason="fine")
+    assert await agent.arun(root) == "root done"
+    assert SENT == ["bob"]
+    (result,) = [e for e in root.history if e.kind == "tool_result"]
+    (manager_id,) = result.child_ids
+    manager = root.child(manager_id)
+    mailer_id = next(i for e in manager.history if e.kind == "tool_result" for i in e.child_ids)
+    mailer = manager.child(mailer_id)
+    assert mailer.id == item.state_id  # the same mailer continued
+    for state in (root, manager, mailer):
+        assert _approvals_in(state) == [(item.call.id, True)], state.id
+    assert mailer.answer == "mailer done"
+
+
+async def test_a_subagent_neither_in_memory_nor_in_a_store_is_a_clear_error() -> None:
+    agent = _tree(None)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    copy = State(id="root", history=root.history)  # the children stay with the original
+    await aapprove(copy, _call_to(copy, "bob"))
+    with pytest.raises(ValueError, match="not in memory and there is no store"):
+        await agent.arun(copy)
+    assert SENT == []
+
+
+async def test_a_waiting_call_of_a_state_the_store_does_not_link_is_a_clear_error() -> None:
+    first = MemoryStore()
+    await _tree(first).arun(State(id="root", messages=[Message.user("go")]))
+    root = first.load("root")
+    other = MemoryStore()  # the root copied alone; another State under the subagent's id
+    other.save(State(id="root", history=root.history))
+    other.save(State(id=awaiting(root)[0].state_id, messages=[Message.user("unrelated")]))
+    copy = other.load("root")
+    await aapprove(copy, _call_to(copy, "bob"))
+    with pytest.raises(ValueError, match="does not link to it"):
+        await _tree(other).arun(copy)
+    assert SENT == []
+
+
+class _RecordsThenFails(MemoryStore):
+    """A store whose save of `root` records a message in it, then fails."""
+
+    async def asave(self, state: State) -> None:
+        if state.id == "root":
+            state.add_message(Message.user("meanwhile"))
+            raise OSError("the disk is full")
+        await super().asave(state)
+
+
+async def test_a_failed_save_keeps_the_decision_when_more_was_recorded_meanwhile() -> None:
+    agent = _tree(None)
+    root = State(id="root", messages=[Message.user("go")])
+    await agent.arun(root)
+    bob = _call_to(root, "bob")
+    store = _RecordsThenFails()
+    store.save(root)  # binds it
+    with pytest.raises(OSError, match="disk is full"):
+        await aapprove(root, bob)
+    # Taking the decision back would take the message too: both stay, for the next save.
+    assert _waiting_for(root) == ["eve"]
+    assert root.history[-1].kind == "user"

@@ -48,8 +48,19 @@ from typing import Any
 
 import anyio
 
-from orchestrator import Agent, Message, Reply, State, Usage, tool, waiting_for_user
+from orchestrator import (
+    Agent,
+    Message,
+    Reply,
+    State,
+    Usage,
+    aapprove,
+    awaiting,
+    tool,
+    waiting_for_user,
+)
 from orchestrator.models import Request
+from orchestrator.permissions import ApproveLater
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, PostgresStore, SQLiteStore, encode_entry
 from tests.postgres import DSN_VARIABLE
@@ -172,6 +183,83 @@ def build_agents(store: Any) -> Agents:
     )
     by_name = {agent.name: agent for agent in (lead, researcher, reviewer, helper)}
     return Agents(lead, {str(name): agent for name, agent in by_name.items()})
+
+
+# -- the approval scenario: root -> manager -> mailer, whose mail waits for a person -----------
+
+ROOT = "root"  # the State the approval lives are about
+_sent = ""  # where `send` marks each mail it sends (a file outside the store)
+
+
+def set_sent(path: str) -> None:
+    """Make `send` append a line to the file `path` for each mail it sends."""
+    global _sent
+    _sent = path
+
+
+@tool
+def send(to: str) -> str:
+    """Send a mail (sync): marked in a file, so the test counts how often it ran."""
+    with open(_sent, "a", encoding="ascii") as out:
+        out.write(to + "\n")
+    return f"sent to {to}"
+
+
+def _then(call: Any, answer: str) -> Callable[[Request], Any]:
+    """A model that makes `call` first, then answers `answer` once a result came back.
+
+    Any result, even one a recovery closed as ``unknown``: the call is never made again.
+    """
+
+    def reply(request: Request) -> Any:
+        if any(m.tool_results for m in request.messages):
+            return _reply(answer, 40)
+        return call
+
+    return reply
+
+
+def build_approval_agents(store: Any, *, nested: bool) -> Agents:
+    """The root agent (saved in `store`) and its mailer subagent, or a manager between them.
+
+    The mailer's `send` waits for a person (`ApproveLater`): its call is listed at the root.
+    """
+    mailer = Agent(
+        FakeModel([_then(tool_call("send", to="bob"), "mailer done")] * REPLIES),
+        name="mailer",
+        description="Sends mail.",
+        tools=[send],
+        permissions=[ApproveLater("send")],
+    )
+    agents = [mailer]
+    if nested:
+        agents.append(
+            Agent(
+                FakeModel([_then(tool_call("mailer", task="mail bob"), "manager done")] * REPLIES),
+                name="manager",
+                description="Has mail sent.",
+                tools=[mailer],
+            )
+        )
+    first = agents[-1]
+    task = "mail bob" if first is mailer else "go"
+    root = Agent(
+        FakeModel([_then(tool_call(str(first.name), task=task), "root done")] * REPLIES),
+        name="approver",
+        tools=[first],
+        store=store,
+    )
+    return Agents(root, {str(agent.name): agent for agent in (root, *agents)})
+
+
+def approval_note(record: str) -> Path:
+    """Where a life notes ``start`` before an approval and ``end`` after it returned."""
+    return Path(record).with_suffix(".approving")
+
+
+def sent_marks(record: str) -> Path:
+    """Where the lives of one store mark the mails `send` sent."""
+    return Path(record).with_suffix(".sent")
 
 
 # -- the stores, recording each save that returned --------------------------------------------
@@ -315,6 +403,11 @@ class _Steps:
         self.kill_at = kill_at
         self.rng = rng
 
+    def arm(self, after: int | None) -> None:
+        """Die `after` steps from now (None: leave the step to die at as it is)."""
+        if after is not None:
+            self.kill_at = self.count + after
+
     def step(self) -> bool:
         """Count one step; True if this is the one to die at (the caller may tear a write)."""
         self.count += 1
@@ -428,10 +521,19 @@ class Life:
     kill_step: int | None = None
     kill_after: float | None = None
     timeout: float = 60.0
+    scenario: str = "lead"  # or "approval": approve the root's waiting call, then run it
+    nested: bool = False  # approval: a manager subagent between the root and the mailer
+    kill_in_approval: int | None = None  # die at this step counted from the approval's start
 
 
-async def _live(life: Life, rng: random.Random) -> None:
+async def _live(life: Life, rng: random.Random, steps: _Steps) -> None:
     store = open_store(life.backend, store_path(life.backend, Path(life.folder)), life.record)
+    if life.scenario == "approval":
+        try:
+            await _live_approval(life, store, steps)
+        finally:
+            await _close(store)
+        return
     try:
         agents = build_agents(store)
         try:
@@ -443,9 +545,31 @@ async def _live(life: Life, rng: random.Random) -> None:
                 lead.add_message(Message.user(f"Investigate more ({rng.random():.6f}, {number})."))
             await agents.lead.arun(lead)
     finally:
-        close = getattr(store, "aclose", None)
-        if close is not None:
-            await close()
+        await _close(store)
+
+
+async def _close(store: Any) -> None:
+    close = getattr(store, "aclose", None)
+    if close is not None:
+        await close()
+
+
+async def _live_approval(life: Life, store: Any, steps: _Steps) -> None:
+    """Approve the calls waiting at the root (noting when), then run the root to its end."""
+    set_sent(str(sent_marks(life.record)))
+    agents = build_approval_agents(store, nested=life.nested)
+    root = await store.aload(ROOT)
+    if waiting_for_user(root):
+        return  # answered: nothing left to do
+    note = approval_note(life.record)
+    for item in awaiting(root):
+        with note.open("a", encoding="ascii") as out:
+            out.write("start\n")
+        steps.arm(life.kill_in_approval)
+        await aapprove(root, item.call.id, by="chaos")
+        with note.open("a", encoding="ascii") as out:
+            out.write("end\n")
+    await agents.lead.arun(root)
 
 
 def _live_and_exit(life: Life) -> None:
@@ -462,7 +586,7 @@ def _live_and_exit(life: Life) -> None:
         else:
             _hook_sqlite(steps)
         backend = "asyncio" if life.backend == "aiosqlite" or rng.random() < 0.5 else "trio"
-        anyio.run(_live, life, rng, backend=backend)
+        anyio.run(_live, life, rng, steps, backend=backend)
     except BaseException:
         traceback.print_exc()
         code = 3
