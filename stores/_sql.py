@@ -72,11 +72,13 @@ from ._codec import (
 from .backend import (
     Tail,
     TailCache,
+    adopted,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
+    to_adopt,
 )
 
 __all__ = (
@@ -619,6 +621,23 @@ def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
 
 
 def _load(state_id: str, store: object, where: str) -> Plan[State]:
+    state = yield from _read(state_id, where)
+    children: list[StateInfo] = []
+    if state.pending_calls:  # a cut-off call: the children it started stay listed
+        listed = yield from _list(state_id, -1, where)
+        for info in to_adopt(state, listed):
+            try:
+                child = yield from _read(info.id, where)
+            except LookupError:
+                continue  # deleted since
+            children.append(adopted(where, state, info, child))
+    recover_state(state, children)
+    bind_state(state, store)
+    return state
+
+
+def _read(state_id: str, where: str) -> Plan[State]:
+    """The State `state_id` as its history holds it, read in one transaction (not recovered)."""
     yield Query(BEGIN_READ)
     yield from _check_format(where)
     counted: list[Row] = yield Query(COUNT_ENTRIES, (state_id,))
@@ -639,11 +658,6 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
     state: State = yield Work(
         lambda: _rebuild(state_id, expected, head, rows, where), heavy=len(rows) > HEAVY_ENTRIES
     )
-    children: list[StateInfo] = []
-    if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
-        children = yield from _list(state_id, -1, where)
-    recover_state(state, children)
-    bind_state(state, store)
     return state
 
 

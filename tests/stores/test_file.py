@@ -498,14 +498,19 @@ def test_recovery_reads_only_the_loaded_states_own_data(store: FileStore, root: 
     assert [info.damage for name, info in infos.items() if name != "stranger"] == [None] * 3
 
 
-def test_a_child_with_damaged_info_stays_listed_without_its_usage(
+def test_a_child_with_damaged_info_is_named_when_its_parent_is_recovered(
     store: FileStore, root: Path
 ) -> None:
+    # Recovery checks each child's link against the child's own history: a child that cannot
+    # be read cannot be checked, so it is named, never listed unchecked.
     cut_off_lead_with_children(store)
     (root / "kid-a" / INFO).write_bytes(b"[]")
     (root / "kid-b").rename(root / ".gone")  # deleted meanwhile: left out
+    with pytest.raises(StoreDamagedError, match=r"State 'kid-a' is damaged: info.json"):
+        FileStore(root).load("lead")
+    store.delete("kid-a")
     lead = FileStore(root).load("lead")
-    assert results(lead)[-2].child_ids == ("kid-a",)
+    assert results(lead)[-2].child_ids == ()
 
 
 def test_a_damaged_list_of_children_names_the_parent(store: FileStore, root: Path) -> None:
