@@ -19,7 +19,8 @@ The tables::
 
 The memory tables are made when a connection opens (``IF NOT EXISTS``), so a file written
 before they existed gains them. A file of format 1 (no digests) is migrated when a connection
-opens it: the two digest columns are added and filled, in one transaction.
+opens it: the two digest columns are added and filled, in one transaction. A file that has
+them already says format 1 only because its format was set back: it is refused as damaged.
 
 A memory write with an effect key inserts the key in the same transaction as the write, and
 writes nothing if the key is there already.
@@ -201,6 +202,7 @@ MIGRATE_V1 = (
     "ALTER TABLE entries ADD COLUMN digest BLOB",
     "ALTER TABLE states ADD COLUMN head BLOB",
 )
+ENTRY_COLUMNS = "PRAGMA table_info(entries)"  # (cid, name, type, notnull, default, pk) each
 STATE_IDS = "SELECT id FROM states"
 ENTRIES_BY_SEQ = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq"
 SET_DIGEST = "UPDATE entries SET digest = ? WHERE state_id = ? AND seq = ?"
@@ -354,7 +356,7 @@ def open_plan(where: str) -> Plan[None]:
         found: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
         version = check_format(found[0][0] if found else None, where=where, readable=(FORMAT_V1,))
         if version == FORMAT_V1:
-            yield from _migrate_v1()
+            yield from _migrate_v1(where)
     elif tables:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -375,8 +377,20 @@ def _check_format(where: str) -> Plan[None]:
     check_format(rows[0][0] if rows else None, where=where)
 
 
-def _migrate_v1() -> Plan[None]:
-    """Give a file of format 1 its digests (in the transaction that opens it)."""
+def _migrate_v1(where: str) -> Plan[None]:
+    """Give a file of format 1 its digests (in the transaction that opens it).
+
+    Raises:
+        StoreDamagedError: The file has its digest columns already: it was written in format 2
+            or later and its format was set back (which would turn the digests off).
+    """
+    columns: list[Row] = yield Query(ENTRY_COLUMNS)
+    if any(row[1] == "digest" for row in columns):
+        raise StoreDamagedError(
+            f"{where} says it is of format {FORMAT_V1} (before digests), but its entries have"
+            f" digests: it was written in format {FORMAT_VERSION} and its format was set back,"
+            " which would turn the integrity checks off. Restore the file from a backup."
+        )
     for statement in MIGRATE_V1:
         yield Query(statement)
     ids: list[Row] = yield Query(STATE_IDS)

@@ -26,6 +26,7 @@ from orchestrator import (
     StoreConflictError,
     StoreDamagedError,
     StoreError,
+    ToolResultEntry,
     storage_view,
 )
 from stores import FORMAT_VERSION, PostgresStore
@@ -36,6 +37,7 @@ from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation
 from stores.contract import StoreContract
 from tests.postgres import fresh_schema
+from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
@@ -454,3 +456,57 @@ def test_a_delete_during_a_save_leaves_no_entry_behind(
         deleter.join()
     assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(0,)]
     assert sql(dsn, f'SELECT count(*) FROM "{schema}".entries') == [(0,)]
+
+
+# -- links and format, checked against the histories ------------------------------------------
+
+
+def test_a_link_to_an_unrelated_state_is_damage_on_recovery(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    lead, kid, stranger = the_states()
+    for state in (lead, kid, stranger):
+        store.save(state)
+    sql(
+        dsn,
+        f"UPDATE \"{schema}\".states SET parent_id = 'lead', parent_call_id = 'c3'"
+        " WHERE id = 'stranger'",
+    )
+    sql(dsn, f"UPDATE \"{schema}\".states SET usage = '{{\"input_tokens\": 7}}' WHERE id = 'kid'")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off"):
+            fresh.load("lead")
+        assert fresh.load("stranger").snapshot() == stranger.snapshot()
+    sql(dsn, f"UPDATE \"{schema}\".states SET parent_id = NULL WHERE id = 'stranger'")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        recovered = fresh.load("lead")
+    c2, c3 = cast("list[ToolResultEntry]", list(recovered.history[-2:]))
+    assert (c2.child_ids, c3.child_ids) == (("kid",), ())
+    assert c2.usage.input_tokens == 10  # the child's own, not its edited row
+
+
+@pytest.mark.anyio
+async def test_a_link_to_an_unrelated_state_is_damage_to_aload(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as store:
+        for state in the_states():
+            await store.asave(state)
+        sql(
+            dsn,
+            f"UPDATE \"{schema}\".states SET parent_id = 'lead', parent_call_id = 'c3'"
+            " WHERE id = 'stranger'",
+        )
+        with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off"):
+            await store.aload("lead")
+
+
+def test_a_format_set_back_to_1_is_refused(where: tuple[str, str], store: PostgresStore) -> None:
+    dsn, schema = where
+    store.save(grown(State(id="paid"), "Pay 100 EUR"))
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'format_version'")
+    with (
+        PostgresStore(dsn, schema=schema) as fresh,
+        pytest.raises(StoreDamagedError, match=r"format version 1"),
+    ):
+        fresh.load("paid")
