@@ -18,6 +18,7 @@ store reads it and adds them (`FORMAT_V1`); any other version is refused, naming
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from typing import Annotated, Any
 
@@ -37,6 +38,7 @@ __all__ = (
     "decode_entry",
     "encode_entry",
     "first_digest",
+    "listing_seal",
     "missing_entries",
 )
 
@@ -137,6 +139,19 @@ def chain_digests(previous: bytes, lines: Iterable[bytes]) -> list[bytes]:
         previous = blake2b(previous + line, digest_size=DIGEST_SIZE).digest()
         digests.append(previous)
     return digests
+
+
+def listing_seal(head: bytes | None, listing: object) -> bytes:
+    """The digest of a State's listed info (`listing`, as stored), chained to its `head`.
+
+    What `list` shows (title, times, turn, stopped, usage, parent ids, the entry count) is
+    stored beside the history, not in it: a store keeps this seal with it and checks it when it
+    lists, so an edited listing shows as damage instead of a different title or usage.
+    `listing` is any JSON value the backend stores (a row's values, an info file's fields);
+    `head` is the digest of the State's last entry (None: no entries).
+    """
+    data = json.dumps(listing, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.blake2b((head or b"") + data, digest_size=DIGEST_SIZE).digest()
 
 
 def check_chain(

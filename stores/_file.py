@@ -4,8 +4,9 @@ Layout under the store's folder::
 
     <id>/log.jsonl   one history entry per line, appended and fsynced on each save:
                      ``{"d": "<digest>", "e": <the entry's encoded JSON>}``
-    <id>/info.json   the State's `StateInfo`, the stored format version and the digest of the
-                     last entry it counts (``head``), replaced atomically after each append
+    <id>/info.json   the State's `StateInfo`, the stored format version, the digest of the
+                     last entry it counts (``head``) and the seal of the listed info chained
+                     to it (``seal``, checked by `list`), replaced atomically after each append
     <id>/children.jsonl   ``{"id", "call"}`` of each child State saved here, appended when the
                      child is first saved with its parent link (crash recovery reads it)
     .memory/<agent>/log.jsonl   the agent's memory: one write per line, appended and fsynced
@@ -72,6 +73,7 @@ from ._codec import (
     damaged,
     decode_entry,
     first_digest,
+    listing_seal,
     missing_entries,
 )
 from ._offload import ThreadedAsync
@@ -239,6 +241,7 @@ class _Stored:
     info: StateInfo
     format: int
     head: bytes | None
+    sealed: bool = True  # whether the listed info matches its seal (`stores._codec.listing_seal`)
 
 
 def _is_id(name: str) -> bool:
@@ -595,7 +598,10 @@ class FileStore(ThreadedAsync):
                 if not _is_id(name):
                     continue  # a folder being written or deleted, or a stranger
                 try:
-                    info = self._read_info(self._root / name, name).info
+                    stored = self._read_info(self._root / name, name)
+                    info = stored.info
+                    if not stored.sealed:
+                        raise damaged(self._where, name, _UNSEALED)
                 except LookupError:
                     continue  # deleted meanwhile, or not a State's folder
                 except ValueError as error:
@@ -627,9 +633,11 @@ class FileStore(ThreadedAsync):
             fields = cast("dict[str, Any]", loaded)
             found = fields.pop("format", None)
             head: Any = fields.pop("head", None)
+            seal: Any = fields.pop("seal", None)
             fields.pop("damage", None)
             if head is not None and not (isinstance(head, str) and len(head) == 2 * DIGEST_SIZE):
                 raise ValueError(f"its head is {head!r:.50}, not a digest")
+            sealed = isinstance(seal, str) and seal == _seal_of(head, fields)
             info = _INFO.validate_python(fields)
         except pydantic.ValidationError as error:
             problem = f"{error.error_count()} problems, first: {error.errors()[0]['msg']}"
@@ -645,7 +653,8 @@ class FileStore(ThreadedAsync):
             digest = None if head is None else binascii.unhexlify(head)
         except binascii.Error:
             raise damaged(self._where, state_id, f"the head digest in {INFO} is not hex") from None
-        return _Stored(info, version, digest)
+        # Format 1 had no seal (nor head: one that has is refused on load, see `_sealed_v1`).
+        return _Stored(info, version, digest, sealed or (version == FORMAT_V1 and head is None))
 
     def delete(self, state_id: str) -> None:
         """Delete the folder of the State `state_id` (nothing happens if it is absent).
@@ -857,8 +866,29 @@ class _MemoryLog:
 
 def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
     fields: dict[str, Any] = _INFO.dump_python(info, mode="json", exclude={"damage"})
-    record = {"format": FORMAT_VERSION, "head": None if head is None else head.hex(), **fields}
+    record = {
+        "format": FORMAT_VERSION,
+        "head": None if head is None else head.hex(),
+        "seal": listing_seal(head, fields).hex(),
+        **fields,
+    }
     return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+
+def _seal_of(head: str | None, fields: dict[str, Any]) -> str | None:
+    """The seal the listed `fields` of an info.json should carry, in hex (None: no hex head)."""
+    try:
+        digest = None if head is None else binascii.unhexlify(head)
+    except binascii.Error:
+        return None
+    return listing_seal(digest, fields).hex()
+
+
+_UNSEALED = (
+    f"its listed info in {INFO} does not match its seal (its title, times, turn, usage, stop,"
+    " parent or entry count was changed); its history is whole, so it loads, and its next save"
+    " writes the info again"
+)
 
 
 def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:

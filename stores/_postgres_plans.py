@@ -196,7 +196,7 @@ def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) 
     state = yield from _read(sql, state_id, where, known)
     children: list[StateInfo] = []
     if state.pending_calls:  # a cut-off call: the children it started stay listed
-        listed = yield from _list(sql, state_id, None, where)
+        listed = yield from _list(sql, state_id, None, where, sealed=False)
         for info in to_adopt(state, listed):
             try:
                 child = yield from _read(sql, info.id, where, known)
@@ -251,12 +251,14 @@ def list_plan(
     return _list(sql, parent_id, limit, where)
 
 
-def _list(sql: Sql, parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:
+def _list(
+    sql: Sql, parent_id: str | None, limit: int | None, where: str, *, sealed: bool = True
+) -> Plan[list[StateInfo]]:
     if parent_id is None:
         rows: list[Row] = yield Query(sql.list_all, (limit,))
     else:
         rows = yield Query(sql.list_children, (parent_id, limit))
-    return [info_of_row(row, where) for row in rows]
+    return [info_of_row(row, where, sealed=sealed) for row in rows]
 
 
 def delete_plan(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:

@@ -7,6 +7,7 @@ these to keep the rules every backend keeps:
 - `continuation`: what a save may write after the stored `Tail` (new entries, encoded, with
   their chained digests) and the check that the State continues the stored history;
 - `rebuild`: a loaded State from its stored lines, every digest checked;
+- `listing_seal`: the seal of what `list` shows of a State, kept beside it and checked by `list`;
 - `to_adopt`, `adopted`: the children crash recovery keeps in a cut-off call's result, each
   checked against its own history (the store's links are not covered by the digests);
 - `select`, `check_list_args`, `check_memory`, `check_state`: the arguments and order of
@@ -53,6 +54,7 @@ from ._codec import (
     decode_entry,
     encode_entry,
     first_digest,
+    listing_seal,
 )
 
 __all__ = (
@@ -66,6 +68,7 @@ __all__ = (
     "check_memory",
     "check_state",
     "continuation",
+    "listing_seal",
     "rebuild",
     "select",
     "to_adopt",

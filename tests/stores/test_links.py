@@ -194,3 +194,80 @@ async def test_a_link_to_an_unrelated_state_is_damage_to_async_filestore(file_di
     store = FileStore(file_disk.path)
     with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off"):
         await store.aload(LEAD)
+
+
+# -- what list() shows ------------------------------------------------------------------------
+
+LISTED_EDITS = {
+    # field: (info.json value, states column value)
+    "title": ("Pay 900 EUR to Eve", "Pay 900 EUR to Eve"),
+    "usage": ({"input_tokens": 1}, '{"input_tokens": 1}'),
+    "turn": (7, 7),
+    "parent_id": ("someone", "someone"),
+    "stopped": ({"kind": "finish"}, '{"kind": "finish"}'),
+    "created_at": ("2020-01-01T00:00:00Z", 1_577_836_800_000_000),
+}
+
+
+def edit_listing(disk: Disk, state_id: str, field: str) -> None:
+    in_file, in_row = LISTED_EDITS[field]
+    if disk.kind == "file":
+        path = disk.path / state_id / "info.json"
+        info = json.loads(path.read_bytes())
+        info[field] = in_file
+        path.write_text(json.dumps(info))
+        return
+    disk.sql(f"UPDATE states SET {field} = ? WHERE id = ?", in_row, state_id)
+
+
+@pytest.mark.parametrize("field", sorted(LISTED_EDITS))
+def test_an_edited_listing_is_listed_as_damage_not_shown(disk: Disk, field: str) -> None:
+    _, kid, _ = saved(disk)
+    edit_listing(disk, KID, field)
+    for store in (disk.store(), disk.store()):
+        infos = {info.id: info for info in store.list()}
+        assert set(infos) == {LEAD, KID, STRANGER}
+        damage = infos[KID].damage or ""
+        assert f"State {KID!r} is damaged: its listed info" in damage
+        assert infos[KID].title == ""  # nothing of what was edited is shown
+        assert infos[KID].usage == Usage()
+        assert infos[LEAD].damage is None
+        assert infos[STRANGER].damage is None
+        assert infos[STRANGER].usage.input_tokens == 999
+        # Its history is whole: it loads as it was saved.
+        assert store.load(KID).snapshot() == kid.snapshot()
+    loaded = disk.store().load(KID)
+    loaded.add_message(Message.user("again"))
+    store = disk.store()
+    store.save(loaded)  # the next save writes the listing again
+    listed = {info.id: info for info in store.list()}[KID]
+    assert listed.damage is None
+    assert (listed.title, listed.usage.input_tokens) == ("task of kid", 10)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_an_edited_listing_is_listed_as_damage_by_aiosqlitestore(tmp_path: Path) -> None:
+    disk = Disk("sqlite", tmp_path / "states.db")
+    saved(disk)
+    edit_listing(disk, STRANGER, "usage")
+    store = AioSQLiteStore(disk.path)
+    try:
+        infos = {info.id: info for info in await store.alist()}
+        assert "its listed info does not match its seal" in (infos[STRANGER].damage or "")
+        assert infos[KID].damage is None
+    finally:
+        await store.aclose()
+
+
+def test_an_sqlite_file_made_before_listings_were_sealed_gets_its_seals(tmp_path: Path) -> None:
+    disk = Disk("sqlite", tmp_path / "states.db")
+    _, kid, _ = saved(disk)
+    db = sqlite3.connect(disk.path)
+    with db:
+        db.execute("ALTER TABLE states DROP COLUMN seal")
+    db.close()
+    store = disk.store()
+    assert [info.damage for info in store.list()] == [None] * 3
+    assert {info.id: info for info in store.list()}[KID].usage.input_tokens == 10
+    assert store.load(KID).snapshot() == kid.snapshot()

@@ -27,6 +27,7 @@ from orchestrator import (
     StoreDamagedError,
     StoreError,
     ToolResultEntry,
+    Usage,
     storage_view,
 )
 from stores import FORMAT_VERSION, PostgresStore
@@ -126,15 +127,17 @@ def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]
 
 
 def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
-    """Schema version 1 had no memory tables: a store opening it adds them, keeping the States."""
+    """Schema version 1 had no memory tables nor seals: a store opening it adds them."""
     dsn, schema = where
     with PostgresStore(dsn, schema=schema) as first:
         state = grown(State(id="kept"), "one", "two")
         first.save(state)
     sql(dsn, f'DROP TABLE "{schema}".memory, "{schema}".memory_effects')
+    sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'schema_version'")
     with PostgresStore(dsn, schema=schema) as second:
         assert second.load("kept").history == state.history
+        assert [(info.id, info.damage) for info in second.list()] == [("kept", None)]
         assert second.memory_put("agent", "kv", "k", '"v"')
         assert second.memory_get("agent", "kv", "k") == '"v"'
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
@@ -510,3 +513,41 @@ def test_a_format_set_back_to_1_is_refused(where: tuple[str, str], store: Postgr
         pytest.raises(StoreDamagedError, match=r"format version 1"),
     ):
         fresh.load("paid")
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("title", "Pay 900 EUR to Eve"),
+        ("usage", '{"input_tokens": 1}'),
+        ("parent_id", "someone"),
+        ("created_at", "2020-01-01T00:00:00Z"),
+    ],
+)
+def test_an_edited_listing_is_listed_as_damage_not_shown(
+    where: tuple[str, str], store: PostgresStore, column: str, value: str
+) -> None:
+    dsn, schema = where
+    _, kid, stranger = the_states()
+    for state in (kid, stranger):
+        store.save(state)
+    sql(dsn, f'UPDATE "{schema}".states SET {column} = %s WHERE id = %s', value, "kid")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        infos = {info.id: info for info in fresh.list()}
+        assert "State 'kid' is damaged: its listed info" in (infos["kid"].damage or "")
+        assert (infos["kid"].title, infos["kid"].usage) == ("", Usage())
+        assert infos["stranger"].damage is None
+        assert fresh.load("kid").snapshot() == kid.snapshot()
+
+
+def test_rows_of_a_schema_before_seals_are_sealed_when_migrated(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        for state in the_states():
+            first.save(state)
+    sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 2 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second:
+        infos = second.list()
+        assert [info.damage for info in infos] == [None] * 3
+        assert {info.id: info.usage.input_tokens for info in infos}["kid"] == 10
