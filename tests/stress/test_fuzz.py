@@ -13,7 +13,9 @@ the States are listed, and:
 - damage confined to one State (its files, its rows) leaves every other State loading as
   before, and `list()` does not raise: it returns the others as they were;
 - damage to the SQLite file itself (its pages) may make `list()` raise, but only
-  `StoreDamagedError`.
+  `StoreDamagedError`;
+- `list()` shows the damaged State as it was saved, with its `damage`, or not at all (its
+  info deleted): never an edited title, usage or count.
 
 The links beside the histories are fuzzed too, on a copy of the store where the lead was cut
 off while its first subagents ran (so loading it recovers the call and keeps the children the
@@ -642,8 +644,12 @@ def check(backend: str, saved: Saved, corruption: Corruption) -> None:
             except StoreDamagedError:
                 assert not corruption.confined, f"{what}: list() raised"
                 return
+            listed = {info.id: info for info in infos}
+            shown = listed.get(target)  # absent (its info deleted), damaged, or as it was
+            assert shown is None or shown.damage or shown == saved.originals[target].info, (
+                f"{what}: list() shows {target} otherwise, without damage"
+            )
             if corruption.confined:
-                listed = {info.id: info for info in infos}
                 for state_id in saved.ids:
                     if state_id != target:
                         assert listed.get(state_id) == saved.originals[state_id].info, (
