@@ -869,19 +869,24 @@ def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
     record = {
         "format": FORMAT_VERSION,
         "head": None if head is None else head.hex(),
-        "seal": listing_seal(head, fields).hex(),
+        "seal": _seal_of(None if head is None else head.hex(), fields),
         **fields,
     }
     return json.dumps(record, ensure_ascii=False).encode() + b"\n"
 
 
 def _seal_of(head: str | None, fields: dict[str, Any]) -> str | None:
-    """The seal the listed `fields` of an info.json should carry, in hex (None: no hex head)."""
+    """The seal the listed `fields` of an info.json should carry, in hex (None: no hex head).
+
+    The fields are sealed as their JSON with sorted keys: the same whatever order a tool that
+    rewrites the file puts them in.
+    """
     try:
         digest = None if head is None else binascii.unhexlify(head)
     except binascii.Error:
         return None
-    return listing_seal(digest, fields).hex()
+    listing = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return listing_seal(digest, (listing,)).hex()
 
 
 _UNSEALED = (
