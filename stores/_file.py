@@ -524,7 +524,9 @@ class FileStore(ThreadedAsync):
                         child = self._read(listed.id)
                     except LookupError:
                         continue  # deleted since
-                    children.append(adopted(self._where, state, listed, child))
+                    info = adopted(self._where, state, listed, child)
+                    if info is not None:
+                        children.append(info)
         recover_state(state, children)
         bind_state(state, self)
         return state

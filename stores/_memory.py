@@ -111,7 +111,9 @@ class MemoryStore:
                     child = self._read(listed.id)
                 except LookupError:
                     continue  # deleted since
-                children.append(adopted("MemoryStore", state, listed, child))
+                info = adopted("MemoryStore", state, listed, child)
+                if info is not None:
+                    children.append(info)
         recover_state(state, children)
         bind_state(state, self)
         return state

@@ -202,7 +202,9 @@ def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) 
                 child = yield from _read(sql, info.id, where, known)
             except LookupError:
                 continue  # deleted since
-            children.append(adopted(where, state, info, child))
+            kept = adopted(where, state, info, child)
+            if kept is not None:
+                children.append(kept)
     recover_state(state, children)
     bind_state(state, store)
     return state

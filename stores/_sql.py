@@ -672,7 +672,9 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
                 child = yield from _read(info.id, where)
             except LookupError:
                 continue  # deleted since
-            children.append(adopted(where, state, info, child))
+            kept = adopted(where, state, info, child)
+            if kept is not None:
+                children.append(kept)
     recover_state(state, children)
     bind_state(state, store)
     return state

@@ -240,19 +240,23 @@ def to_adopt(state: State, listed: Iterable[StateInfo]) -> builtins.list[StateIn
     return [info for info in listed if info.parent_call_id in pending and info.id != state.id]
 
 
-def adopted(where: str, parent: State, listed: StateInfo, child: State) -> StateInfo:
+def adopted(where: str, parent: State, listed: StateInfo, child: State) -> StateInfo | None:
     """The info of `child` from its own history, once its link to `parent` is checked.
 
     `listed` is what the store's link said of `child` (`to_adopt`); `child` is that State as
     its own digested history holds it (not recovered). Its first ``run_start`` names the State
     and the call that started it: they must be `parent` and the listed call. The info returned
-    (usage included) comes from the history, never from a listing column.
+    (usage included) comes from the history, never from a listing column. None when `child`
+    never ran (no ``run_start``): nothing of it started under the call, so it is left out (a
+    `FileStore` notes a child before it writes its first run, and a crash may come between).
 
     Raises:
         StoreDamagedError: The child's history names another parent or call: the link was
             changed, and recovery would list a stranger's work (and answer) as the call's.
     """
     call = listed.parent_call_id
+    if not any(entry.kind == "run_start" for entry in child.history):
+        return None
     if child.id == listed.id and child.parent_id == parent.id and child.parent_call_id == call:
         return storage_view(child).info
     said = (

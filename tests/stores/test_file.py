@@ -556,3 +556,17 @@ def test_a_failing_file_system_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"FileStore .* failed") as caught:
         store.list()
     assert isinstance(caught.value.__cause__, NotADirectoryError)
+
+
+def test_a_child_noted_before_its_first_run_was_written_is_left_out(
+    store: FileStore, root: Path
+) -> None:
+    # A State saved before it ran, then run as a subagent: its parent notes it in
+    # children.jsonl before its run_start is appended, and a crash may come between. Its
+    # history names no parent, yet it is no stranger's work: it never ran, so it is left out.
+    cut_off_lead_with_children(store)
+    store.save(State(id="kid-c", messages=[Message.user("not started")]))
+    with (root / "lead" / "children.jsonl").open("a") as file:
+        file.write(json.dumps({"id": "kid-c", "call": "c3"}) + "\n")
+    lead = FileStore(root).load("lead")
+    assert [entry.child_ids for entry in results(lead)[-2:]] == [("kid-a", "kid-b"), ()]

@@ -24,6 +24,8 @@ from orchestrator import (
     ModelRequest,
     ModelRequestEntry,
     Reply,
+    RunStart,
+    RunStartEntry,
     State,
     Store,
     StoreDamagedError,
@@ -49,7 +51,8 @@ def the_states() -> tuple[State, State, State]:
     """A lead cut off with calls c2 and c3 open, the child of c2, and an unrelated State."""
     at = datetime(2026, 1, 1, tzinfo=UTC)
     kid = spent(dated(KID, at, parent=(LEAD, "c2")), 10)
-    stranger = spent(dated(STRANGER, at), 999)
+    ran = appended(dated(STRANGER, at), RunStartEntry, RunStart())  # a run of no parent
+    stranger = spent(ran, 999)
     stranger.finish()
     return crashed_pending(LEAD), kid, stranger
 
