@@ -620,7 +620,9 @@ def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[His
     model is taken back; each pending call gets an ``unknown`` result (the tool may or may not
     have run, so it is never run again on its own). `children` are the stored States whose
     `parent_id` is this State: the ones a cut-off call started stay listed in its result, with
-    their usage, so `state.child(id)` still opens them. The added entries are written by the
+    their usage, so `state.child(id)` still opens them. A store's links are not covered by its
+    digests: give the info of each child from its own history, checked with
+    `stores.backend.adopted`, never a listing as stored. The added entries are written by the
     next save.
     """
     with state._lock:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._errors import ToolError, error_text, is_interruption
+from ._errors import StoreDamagedError, ToolError, error_text, is_interruption
 from ._frame import current_frame
 from ._history import ToolResultEntry
 from ._link import Link, child_scope
@@ -170,6 +170,7 @@ class AgentTool(Tool):
         failed = False
         for index, child_id in enumerate(entry.child_ids):
             child = await (load_state(store, child_id) if store else parent.achild(child_id))
+            _check_link(parent, entry.call, child)
             before = child.usage
             if not child.finished and child.stopped is None:  # it had not ended: continue it
                 job = ChildJob(
@@ -219,6 +220,23 @@ class AgentTool(Tool):
                 f" stopped; its subagent went on from where it was and returned:\n{text}"
             )
         )
+
+
+def _check_link(parent: State, call: ToolCall, child: State) -> None:
+    """Refuse to continue `child` for `call` unless its own history says `call` started it.
+
+    The parent's result lists the child by id; the child's first ``run_start`` (covered by its
+    digests) names its parent and call. A State that names another is not this call's work,
+    and its answer must never reach the model as the subagent's.
+    """
+    if child.parent_id == parent.id and child.parent_call_id == call.id:
+        return
+    raise StoreDamagedError(
+        f"State {parent.id!r}: the call {call.id} ({call.name}) lists State {child.id!r} as its"
+        f" subagent, but that State's own history says it was started by"
+        f" {child.parent_id!r}, call {child.parent_call_id!r}: the link was changed, so its"
+        " answer is not delivered. Restore the store from a backup."
+    )
 
 
 def trace_context(run: Run, call: ToolCall) -> dict[str, str]:

@@ -4,8 +4,9 @@ Layout under the store's folder::
 
     <id>/log.jsonl   one history entry per line, appended and fsynced on each save:
                      ``{"d": "<digest>", "e": <the entry's encoded JSON>}``
-    <id>/info.json   the State's `StateInfo`, the stored format version and the digest of the
-                     last entry it counts (``head``), replaced atomically after each append
+    <id>/info.json   the State's `StateInfo`, the stored format version, the digest of the
+                     last entry it counts (``head``) and the seal of the listed info chained
+                     to it (``seal``, checked by `list`), replaced atomically after each append
     <id>/children.jsonl   ``{"id", "call"}`` of each child State saved here, appended when the
                      child is first saved with its parent link (crash recovery reads it)
     .memory/<agent>/log.jsonl   the agent's memory: one write per line, appended and fsynced
@@ -67,22 +68,26 @@ from ._codec import (
     FORMAT_V1,
     FORMAT_VERSION,
     chain_digests,
+    check_chain,
     check_format,
     damaged,
     decode_entry,
     first_digest,
+    listing_seal,
     missing_entries,
 )
 from ._offload import ThreadedAsync
 from .backend import (
     Tail,
     TailCache,
+    adopted,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
     select,
+    to_adopt,
 )
 
 __all__ = ("FileStore",)
@@ -236,6 +241,7 @@ class _Stored:
     info: StateInfo
     format: int
     head: bytes | None
+    sealed: bool = True  # whether the listed info matches its seal (`stores._codec.listing_seal`)
 
 
 def _is_id(name: str) -> bool:
@@ -404,7 +410,8 @@ class FileStore(ThreadedAsync):
         self._tails.forget(state_id)
         data = _read_all(fd)
         lines = data[: data.rfind(b"\n") + 1].split(b"\n")[:-1]
-        # A line already sealed is one a migration cut off by a crash wrote.
+        # Lines already sealed are what a migration cut off by a crash wrote: checked, kept.
+        self._sealed_v1(state_id, stored, lines)
         entries = [_unseal(line)[1] for line in lines]
         if stored.info.entries > len(entries):
             raise _missing(self._where, state_id, stored.info.entries, len(entries))
@@ -413,6 +420,32 @@ class FileStore(ThreadedAsync):
         _fsync_folder(folder)
         count = stored.info.entries
         _replace_info(folder, stored.info, digests[count - 1] if count else None)
+
+    def _sealed_v1(self, state_id: str, stored: _Stored, lines: Sequence[bytes]) -> bool:
+        """Whether a State whose info.json says format 1 has its log sealed already.
+
+        A migration cut off by a crash leaves that (the log is replaced first, then the info):
+        then the seals are checked like any others. A format 1 info.json never holds a head, so
+        one that does had its format set back, and the digests may not be turned off so.
+
+        Raises:
+            StoreDamagedError: The info.json holds a head, or the sealed log fails its check.
+        """
+        if stored.head is not None:
+            raise damaged(
+                self._where,
+                state_id,
+                f"its {INFO} says format {FORMAT_V1} (before digests) but holds the digest of"
+                f" its last entry: its format was set back from {FORMAT_VERSION}",
+            )
+        sealed = [_unseal(line) for line in lines]
+        if not any(digest is not None for digest, _ in sealed):
+            return False
+        entries = [entry for _, entry in sealed]
+        check_chain(self._where, state_id, entries, [digest for digest, _ in sealed])
+        if stored.info.entries > len(entries):
+            raise _missing(self._where, state_id, stored.info.entries, len(entries))
+        return True
 
     def _link_child(self, info: StateInfo) -> None:
         """Note in its parent's folder that the State of `info` is its child.
@@ -441,10 +474,10 @@ class FileStore(ThreadedAsync):
             os.close(fd)
 
     def _children_of(self, parent_id: str) -> builtins.list[StateInfo]:
-        """The children saved in this store of the State `parent_id`: its own list of them.
+        """The children saved in this store of the State `parent_id`, as its own list says.
 
-        A child deleted since is left out; a child whose info is damaged is listed with its
-        damage and no usage.
+        Only the links: recovery reads each child's own history to check its link (a child
+        deleted since is left out there).
         """
         path = self._root / parent_id / CHILDREN
         try:
@@ -457,19 +490,15 @@ class FileStore(ThreadedAsync):
                 record: Any = json.loads(line)
                 child_id, call = record["id"], record["call"]
                 validate_id(child_id)
+                if not isinstance(call, str):
+                    raise TypeError("the call is not a str")
             except (ValueError, TypeError, KeyError):
                 raise damaged(
                     self._where, parent_id, f"line {number} of {CHILDREN} cannot be read"
                 ) from None
-            if child_id in children:
-                continue
-            try:
-                info = self._read_info(self._root / child_id, child_id).info
-            except LookupError:
-                continue
-            except ValueError as error:
-                info = StateInfo(id=child_id, parent_id=parent_id, damage=str(error))
-            children[child_id] = dataclasses.replace(info, parent_call_id=call)
+            children.setdefault(
+                child_id, StateInfo(id=child_id, parent_id=parent_id, parent_call_id=call)
+            )
         return builtins.list(children.values())
 
     # -- load, list, delete ----------------------------------------------------------------------
@@ -486,51 +515,68 @@ class FileStore(ThreadedAsync):
             StoreError: The files cannot be read (the `OSError` is the cause).
         """
         validate_id(state_id, "state_id")
-        folder = self._root / state_id
         with self._failures(state_id):
-            with self._lock_for(state_id):
-                try:
-                    stored = self._read_info(folder, state_id)
-                except LookupError:
-                    # A folder appears whole (renamed from a draft) and info.json is only ever
-                    # replaced: a log without it is damage, not an absent State.
-                    if not (folder / LOG).exists():
-                        raise
-                    problem = f"{LOG} exists but {INFO} is missing"
-                    raise damaged(self._where, state_id, problem) from None
-                try:
-                    fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
-                except FileNotFoundError:
-                    problem = f"{INFO} exists but {LOG} is missing"
-                    raise damaged(self._where, state_id, problem) from None
-                try:
-                    _flock(fd, exclusive=False)
-                    data = _read_all(fd)
-                finally:
-                    os.close(fd)
-            end = data.rfind(b"\n") + 1  # what follows is a torn line: ignored, cut on next append
-            lines = data[:end].split(b"\n")[:-1]
-            count = stored.info.entries
-            if stored.format == FORMAT_V1:  # no digests yet: the next save adds them
-                if count > len(lines):
-                    raise _missing(self._where, state_id, count, len(lines))
-                state = rebuild(state_id, lines, None, where=self._where)
+            state = self._read(state_id)
+            children: builtins.list[StateInfo] = []
+            if state.pending_calls:  # a cut-off call: the children it started stay listed
+                for listed in to_adopt(state, self._children_of(state_id)):
+                    try:
+                        child = self._read(listed.id)
+                    except LookupError:
+                        continue  # deleted since
+                    info = adopted(self._where, state, listed, child)
+                    if info is not None:
+                        children.append(info)
+        recover_state(state, children)
+        bind_state(state, self)
+        return state
+
+    def _read(self, state_id: str) -> State:
+        """The State saved under `state_id` as its history holds it (not recovered, not bound)."""
+        folder = self._root / state_id
+        with self._lock_for(state_id):
+            try:
+                stored = self._read_info(folder, state_id)
+            except LookupError:
+                # A folder appears whole (renamed from a draft) and info.json is only ever
+                # replaced: a log without it is damage, not an absent State.
+                if not (folder / LOG).exists():
+                    raise
+                problem = f"{LOG} exists but {INFO} is missing"
+                raise damaged(self._where, state_id, problem) from None
+            try:
+                fd = os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
+            except FileNotFoundError:
+                problem = f"{INFO} exists but {LOG} is missing"
+                raise damaged(self._where, state_id, problem) from None
+            try:
+                _flock(fd, exclusive=False)
+                data = _read_all(fd)
+            finally:
+                os.close(fd)
+        end = data.rfind(b"\n") + 1  # what follows is a torn line: ignored, cut on next append
+        lines = data[:end].split(b"\n")[:-1]
+        count = stored.info.entries
+        if stored.format == FORMAT_V1 and not self._sealed_v1(state_id, stored, lines):
+            if count > len(lines):  # no digests yet: the next save adds them
+                raise _missing(self._where, state_id, count, len(lines))
+            state = rebuild(state_id, lines, None, where=self._where)
+        else:
+            sealed = [_unseal(line) for line in lines]
+            entries = [entry for _, entry in sealed]
+            digests = [digest for digest, _ in sealed]
+            if stored.format == FORMAT_V1:  # sealed by a migration a crash cut off: checked
+                state = rebuild(state_id, entries, digests, where=self._where)
             else:
-                sealed = [_unseal(line) for line in lines]
-                entries = [entry for _, entry in sealed]
-                digests = [digest for digest, _ in sealed]
                 state = rebuild(
                     state_id, entries, digests, where=self._where, count=count, head=stored.head
                 )
-                if entries:
-                    with self._lock_for(state_id):
-                        known = self._tails.get(state_id)
-                        if known is None or known.at == end:
-                            tail = Tail(len(entries), entries[-1], None, digests[-1] or b"", end)
-                            self._tails.put(state_id, tail.holding(state))
-            children = self._children_of(state_id) if state.pending_calls else ()
-        recover_state(state, children)
-        bind_state(state, self)
+            if entries:
+                with self._lock_for(state_id):
+                    known = self._tails.get(state_id)
+                    if known is None or known.at == end:
+                        tail = Tail(len(entries), entries[-1], None, digests[-1] or b"", end)
+                        self._tails.put(state_id, tail.holding(state))
         return state
 
     def list(
@@ -554,7 +600,10 @@ class FileStore(ThreadedAsync):
                 if not _is_id(name):
                     continue  # a folder being written or deleted, or a stranger
                 try:
-                    info = self._read_info(self._root / name, name).info
+                    stored = self._read_info(self._root / name, name)
+                    info = stored.info
+                    if not stored.sealed:
+                        raise damaged(self._where, name, _UNSEALED)
                 except LookupError:
                     continue  # deleted meanwhile, or not a State's folder
                 except ValueError as error:
@@ -586,9 +635,11 @@ class FileStore(ThreadedAsync):
             fields = cast("dict[str, Any]", loaded)
             found = fields.pop("format", None)
             head: Any = fields.pop("head", None)
+            seal: Any = fields.pop("seal", None)
             fields.pop("damage", None)
             if head is not None and not (isinstance(head, str) and len(head) == 2 * DIGEST_SIZE):
                 raise ValueError(f"its head is {head!r:.50}, not a digest")
+            sealed = isinstance(seal, str) and seal == _seal_of(head, fields)
             info = _INFO.validate_python(fields)
         except pydantic.ValidationError as error:
             problem = f"{error.error_count()} problems, first: {error.errors()[0]['msg']}"
@@ -604,7 +655,8 @@ class FileStore(ThreadedAsync):
             digest = None if head is None else binascii.unhexlify(head)
         except binascii.Error:
             raise damaged(self._where, state_id, f"the head digest in {INFO} is not hex") from None
-        return _Stored(info, version, digest)
+        # Format 1 had no seal (nor head: one that has is refused on load, see `_sealed_v1`).
+        return _Stored(info, version, digest, sealed or (version == FORMAT_V1 and head is None))
 
     def delete(self, state_id: str) -> None:
         """Delete the folder of the State `state_id` (nothing happens if it is absent).
@@ -816,8 +868,34 @@ class _MemoryLog:
 
 def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
     fields: dict[str, Any] = _INFO.dump_python(info, mode="json", exclude={"damage"})
-    record = {"format": FORMAT_VERSION, "head": None if head is None else head.hex(), **fields}
+    record = {
+        "format": FORMAT_VERSION,
+        "head": None if head is None else head.hex(),
+        "seal": _seal_of(None if head is None else head.hex(), fields),
+        **fields,
+    }
     return json.dumps(record, ensure_ascii=False).encode() + b"\n"
+
+
+def _seal_of(head: str | None, fields: dict[str, Any]) -> str | None:
+    """The seal the listed `fields` of an info.json should carry, in hex (None: no hex head).
+
+    The fields are sealed as their JSON with sorted keys: the same whatever order a tool that
+    rewrites the file puts them in.
+    """
+    try:
+        digest = None if head is None else binascii.unhexlify(head)
+    except binascii.Error:
+        return None
+    listing = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return listing_seal(digest, (listing,)).hex()
+
+
+_UNSEALED = (
+    f"its listed info in {INFO} does not match its seal (its title, times, turn, usage, stop,"
+    " parent or entry count was changed); its history is whole, so it loads, and its next save"
+    " writes the info again"
+)
 
 
 def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:

@@ -22,12 +22,14 @@ from orchestrator import (
 
 from .backend import (
     Tail,
+    adopted,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
     select,
+    to_adopt,
 )
 
 __all__ = ("MemoryStore",)
@@ -101,6 +103,23 @@ class MemoryStore:
             ValueError: `state_id` is not a valid id, or a stored entry is damaged.
         """
         validate_id(state_id, "state_id")
+        state = self._read(state_id)
+        children: builtins.list[StateInfo] = []
+        if state.pending_calls:  # a cut-off call: the children it started stay listed
+            for listed in to_adopt(state, self.list(parent_id=state_id)):
+                try:
+                    child = self._read(listed.id)
+                except LookupError:
+                    continue  # deleted since
+                info = adopted("MemoryStore", state, listed, child)
+                if info is not None:
+                    children.append(info)
+        recover_state(state, children)
+        bind_state(state, self)
+        return state
+
+    def _read(self, state_id: str) -> State:
+        """The State saved under `state_id` as its history holds it (not recovered, not bound)."""
         with self._lock:
             saved = self._states.get(state_id)
             if saved is None:
@@ -115,9 +134,6 @@ class MemoryStore:
                 saved = self._states.get(state_id)
                 if saved is not None and saved.tail.count == len(lines):
                     saved.tail = saved.tail.holding(state)
-        children = self.list(parent_id=state_id) if state.pending_calls else ()
-        recover_state(state, children)
-        bind_state(state, self)
         return state
 
     def list(

@@ -27,7 +27,16 @@ from orchestrator import (
 
 from ._codec import damaged
 from ._postgres_sql import Plan, Query, Row, Sql, StateRows, info_of_row, state_row
-from .backend import Tail, TailCache, check_list_args, check_memory, continuation, rebuild
+from .backend import (
+    Tail,
+    TailCache,
+    adopted,
+    check_list_args,
+    check_memory,
+    continuation,
+    rebuild,
+    to_adopt,
+)
 
 __all__ = (
     "delete_plan",
@@ -184,6 +193,25 @@ def load_plan(sql: Sql, state_id: str, store: object, where: str, known: TailCac
 
 
 def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) -> Plan[State]:
+    state = yield from _read(sql, state_id, where, known)
+    children: list[StateInfo] = []
+    if state.pending_calls:  # a cut-off call: the children it started stay listed
+        listed = yield from _list(sql, state_id, None, where, sealed=False)
+        for info in to_adopt(state, listed):
+            try:
+                child = yield from _read(sql, info.id, where, known)
+            except LookupError:
+                continue  # deleted since
+            kept = adopted(where, state, info, child)
+            if kept is not None:
+                children.append(kept)
+    recover_state(state, children)
+    bind_state(state, store)
+    return state
+
+
+def _read(sql: Sql, state_id: str, where: str, known: TailCache) -> Plan[State]:
+    """The State `state_id` as its history holds it, read in one statement (not recovered)."""
     rows: list[Row] = yield Query(sql.load, (state_id,))
     if not rows:
         raise LookupError(
@@ -209,11 +237,6 @@ def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) 
         known.put(state_id, Tail(len(lines), lines[-1], last, digests[-1]))
     else:
         known.put(state_id, Tail())
-    children: list[StateInfo] = []
-    if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
-        children = yield from _list(sql, state_id, None, where)
-    recover_state(state, children)
-    bind_state(state, store)
     return state
 
 
@@ -230,12 +253,14 @@ def list_plan(
     return _list(sql, parent_id, limit, where)
 
 
-def _list(sql: Sql, parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:
+def _list(
+    sql: Sql, parent_id: str | None, limit: int | None, where: str, *, sealed: bool = True
+) -> Plan[list[StateInfo]]:
     if parent_id is None:
         rows: list[Row] = yield Query(sql.list_all, (limit,))
     else:
         rows = yield Query(sql.list_children, (parent_id, limit))
-    return [info_of_row(row, where) for row in rows]
+    return [info_of_row(row, where, sealed=sealed) for row in rows]
 
 
 def delete_plan(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:

@@ -11,8 +11,9 @@ The tables, in one PostgreSQL schema (``orchestrator`` unless the store is given
 
     meta     (key, value)          'schema_version' (the layout below) and 'format_version'
                                    (the entry encoding, `stores.FORMAT_VERSION`)
-    states   (id, parent_id, ..., entries, head)   one row per State: what `list` returns, its
-                                   entry count and the digest of its last entry
+    states   (id, parent_id, ..., entries, head, seal)   one row per State: what `list`
+                                   returns, its entry count, the digest of its last entry and
+                                   the seal of its listed values (checked by `list`)
     entries  (state_id, seq, data, digest)   one row per history entry, keyed by
                                    (state_id, seq); written and deleted with its states row
     memory   (agent, space, key, value)   agent memory: JSON text per key
@@ -39,14 +40,14 @@ import hashlib
 import re
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, TypeAlias, TypeVar
 
 import pydantic
 
 from orchestrator import StateInfo, Stopped, StorageView, StoreDamagedError, Usage
 
-from ._codec import FORMAT_VERSION, check_format, damaged
+from ._codec import FORMAT_VERSION, check_format, damaged, listing_seal
 from .backend import Tail
 
 __all__ = (
@@ -74,7 +75,7 @@ Row: TypeAlias = tuple[Any, ...]
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -137,8 +138,12 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # 3: the seal of each State's listed info (`stores._codec.listing_seal`), checked by `list`;
+    # the rows of an older schema get theirs in the same transaction (`open_plan`).
+    ("ALTER TABLE {s}.states ADD COLUMN seal bytea",),
 )
 
+_SEALED_SINCE = 3  # the schema version that added `states.seal`
 _SCHEMA_KEY = "schema_version"
 _FORMAT_KEY = "format_version"
 
@@ -156,7 +161,7 @@ _SET_META = (
 
 _STATE_COLUMNS = (
     "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
-    " usage, entries, head"
+    " usage, entries, head, seal"
 )
 _INFO_COLUMNS = (
     "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
@@ -175,10 +180,10 @@ WITH incoming AS (
         %(parent_ids)b::text[], %(parent_call_ids)b::text[], %(titles)b::text[],
         %(created)b::timestamptz[], %(updated)b::timestamptz[], %(turns)b::integer[],
         %(finished)b::boolean[], %(stopped)b::text[], %(usages)b::text[],
-        %(counts)b::integer[], %(heads)b::bytea[]
+        %(counts)b::integer[], %(heads)b::bytea[], %(seals)b::bytea[]
     ) AS i (
         id, prev, prev_head, parent_id, parent_call_id, title, created_at, updated_at, turn,
-        finished, stopped, usage, entries, head
+        finished, stopped, usage, entries, head, seal
     )
 ),
 created AS (
@@ -196,7 +201,7 @@ updated AS (
         parent_id = i.parent_id, parent_call_id = i.parent_call_id, title = i.title,
         created_at = i.created_at, updated_at = i.updated_at, turn = i.turn,
         finished = i.finished, stopped = i.stopped, usage = i.usage, entries = i.entries,
-        head = i.head
+        head = i.head, seal = i.seal
     FROM incoming AS i
     WHERE s.id = i.id AND i.prev >= 0 AND s.entries = i.prev
         AND s.head IS NOT DISTINCT FROM i.prev_head
@@ -225,7 +230,7 @@ WITH updated AS (
         parent_id = %(parent_id)s, parent_call_id = %(parent_call_id)s, title = %(title)s,
         created_at = %(created_at)s, updated_at = %(updated_at)s, turn = %(turn)s,
         finished = %(finished)s, stopped = %(stopped)s, usage = %(usage)s,
-        entries = %(entries)s, head = %(head)b
+        entries = %(entries)s, head = %(head)b, seal = %(seal)b
     WHERE id = %(id)s AND entries = %(prev)s AND head IS NOT DISTINCT FROM %(prev_head)b
     RETURNING id
 ),
@@ -257,12 +262,16 @@ WHERE s.id = %s
 ORDER BY e.seq
 """
 _LIST_ALL = (
-    f"SELECT {_INFO_COLUMNS} FROM {{s}}.states ORDER BY updated_at DESC NULLS LAST, id LIMIT %s"
-)
-_LIST_CHILDREN = (
-    f"SELECT {_INFO_COLUMNS} FROM {{s}}.states WHERE parent_id = %s"
+    f"SELECT {_INFO_COLUMNS}, head, seal FROM {{s}}.states"
     " ORDER BY updated_at DESC NULLS LAST, id LIMIT %s"
 )
+_LIST_CHILDREN = (
+    f"SELECT {_INFO_COLUMNS}, head, seal FROM {{s}}.states WHERE parent_id = %s"
+    " ORDER BY updated_at DESC NULLS LAST, id LIMIT %s"
+)
+# The rows of a schema made before listings were sealed (the migration to version 3).
+_UNSEALED_ROWS = f"SELECT {_INFO_COLUMNS}, head FROM {{s}}.states"
+_SET_SEAL = "UPDATE {s}.states SET seal = %s WHERE id = %s"
 # A delete locks the row first, in its transaction: a save of the State that committed
 # meanwhile is then seen by the delete (its statement starts after the lock), so none of its
 # entries is left behind without a row.
@@ -333,6 +342,8 @@ class Sql:
     load: str = field(init=False)
     list_all: str = field(init=False)
     list_children: str = field(init=False)
+    unsealed_rows: str = field(init=False)
+    set_seal: str = field(init=False)
     lock_state: str = field(init=False)
     delete: str = field(init=False)
     memory_get: str = field(init=False)
@@ -371,6 +382,8 @@ class Sql:
         put("load", _LOAD)
         put("list_all", _LIST_ALL)
         put("list_children", _LIST_CHILDREN)
+        put("unsealed_rows", _UNSEALED_ROWS)
+        put("set_seal", _SET_SEAL)
         put("lock_state", _LOCK_STATE)
         put("delete", _DELETE)
         put("memory_get", _MEMORY_GET)
@@ -457,6 +470,10 @@ def open_plan(sql: Sql, where: str) -> Plan[int]:
     for steps in sql.migrations[found:]:
         for statement in steps:
             yield Query(statement)
+    if 0 < found < _SEALED_SINCE:  # rows written before listings were sealed: seal them now
+        rows = yield Query(sql.unsealed_rows)
+        for row in rows:
+            yield Query(sql.set_seal, (_seal_of(row[:11], row[11]), row[0]))
     if found < SCHEMA_VERSION:
         yield Query(sql.set_meta, (_SCHEMA_KEY, SCHEMA_VERSION))
         yield Query(sql.set_meta, (_FORMAT_KEY, FORMAT_VERSION))
@@ -528,6 +545,7 @@ class StateRows:
     usages: list[str] = field(default_factory=list[str])
     counts: list[int] = field(default_factory=list[int])
     heads: list[bytes | None] = field(default_factory=list["bytes | None"])
+    seals: list[bytes] = field(default_factory=list[bytes])
     entry_ids: list[str] = field(default_factory=list[str])
     seqs: list[int] = field(default_factory=list[int])
     lines: list[bytes] = field(default_factory=list[bytes])
@@ -564,6 +582,7 @@ class StateRows:
             "usage": self.usages[0],
             "entries": self.counts[0],
             "head": self.heads[0],
+            "seal": self.seals[0],
         }
         for k in range(added):
             params[f"seq{k}"] = self.seqs[k]
@@ -600,6 +619,8 @@ def state_row(
     rows.usages.append(_usage_json(view.usage))
     rows.counts.append(end.count)
     rows.heads.append(end.digest or None)
+    listing = [getattr(rows, name)[-1] for name in _LISTED]
+    rows.seals.append(_seal_of(listing, end.digest or None))
     first = end.count - len(lines)
     rows.entry_ids += [view.id] * len(lines)
     rows.seqs += range(first, end.count)
@@ -607,12 +628,53 @@ def state_row(
     rows.digests += digests
 
 
-def info_of_row(row: Row, where: str) -> StateInfo:
+_LISTED = (
+    "ids",
+    "parent_ids",
+    "parent_call_ids",
+    "titles",
+    "created",
+    "updated",
+    "turns",
+    "finished",
+    "stopped",
+    "usages",
+    "counts",
+)  # the columns of `StateRows` that `list` shows, in the order of `_INFO_COLUMNS`
+
+
+def _seal_of(listing: Sequence[object], head: object) -> bytes:
+    """The seal of a row's listed values (times as microseconds since 1970, UTC)."""
+    values = [_micros(value) if isinstance(value, datetime) else value for value in listing]
+    return listing_seal(head if isinstance(head, bytes) else None, values)
+
+
+def _micros(at: datetime) -> int:
+    """`at` as microseconds since 1970 (a naive time of a State is UTC)."""
+    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+    return (aware - _EPOCH) // _MICROSECOND
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+_UNSEALED = (
+    "its listed info does not match its seal (its title, times, turn, usage, stop, parent or"
+    " entry count was changed); its history is whole, so it loads, and its next save writes the"
+    " row again"
+)
+
+
+def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
     """The `StateInfo` of a states row; a damaged row gives one naming its damage.
 
-    Only that State's info is lost: `list` goes on with the others.
+    Only that State's info is lost: `list` goes on with the others. With `sealed`, a row whose
+    listed values do not match its seal is damaged too (crash recovery reads the links
+    unsealed: it checks each one against the child's own history).
     """
     state_id = str(row[0])
+    if sealed and (len(row) < 13 or row[12] != _seal_of(row[:11], row[11])):
+        return StateInfo(id=state_id, damage=str(damaged(where, state_id, _UNSEALED)))
     try:
         (_, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[:9]
         usage, entries = row[9:11]

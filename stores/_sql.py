@@ -10,8 +10,9 @@ from a sync and an async client. No SQL literal lives outside this module.
 The tables::
 
     meta     (key, value)           the format version, under 'format_version'
-    states   (id, parent_id, ..., entries, head)   one row per State: what `list` returns, its
-                                    entry count and the digest of its last entry
+    states   (id, parent_id, ..., entries, head, seal)   one row per State: what `list`
+                                    returns, its entry count, the digest of its last entry and
+                                    the seal of its listed values (checked by `list`)
     entries  (state_id, seq, data, digest)   one row per history entry: the JSON of
                                     `encode_entry`, and its digest chained with the one before
     memory   (agent, space, key, value)   agent memory: JSON text per key (`MemoryBackend`)
@@ -19,7 +20,8 @@ The tables::
 
 The memory tables are made when a connection opens (``IF NOT EXISTS``), so a file written
 before they existed gains them. A file of format 1 (no digests) is migrated when a connection
-opens it: the two digest columns are added and filled, in one transaction.
+opens it: the two digest columns are added and filled, in one transaction. A file that has
+them already says format 1 only because its format was set back: it is refused as damaged.
 
 A memory write with an effect key inserts the key in the same transaction as the write, and
 writes nothing if the key is there already.
@@ -68,15 +70,18 @@ from ._codec import (
     check_format,
     damaged,
     first_digest,
+    listing_seal,
 )
 from .backend import (
     Tail,
     TailCache,
+    adopted,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
+    to_adopt,
 )
 
 __all__ = (
@@ -152,7 +157,8 @@ SCHEMA = (
         stopped TEXT,
         usage TEXT NOT NULL,
         entries INTEGER NOT NULL,
-        head BLOB
+        head BLOB,
+        seal BLOB
     )
     """,
     # The order of `list`: most recently updated first, ties by id.
@@ -199,10 +205,13 @@ MIGRATE_V1 = (
     "ALTER TABLE entries ADD COLUMN digest BLOB",
     "ALTER TABLE states ADD COLUMN head BLOB",
 )
+ADD_SEAL = "ALTER TABLE states ADD COLUMN seal BLOB"
+STATE_COLUMNS = "PRAGMA table_info(states)"
+ENTRY_COLUMNS = "PRAGMA table_info(entries)"  # (cid, name, type, notnull, default, pk) each
 STATE_IDS = "SELECT id FROM states"
 ENTRIES_BY_SEQ = "SELECT seq, data FROM entries WHERE state_id = ? ORDER BY seq"
 SET_DIGEST = "UPDATE entries SET digest = ? WHERE state_id = ? AND seq = ?"
-SET_HEAD = "UPDATE states SET head = ? WHERE id = ?"
+SET_HEAD = "UPDATE states SET head = ?, seal = ? WHERE id = ?"
 
 # -- statements ------------------------------------------------------------------------------
 
@@ -222,8 +231,8 @@ INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data, digest) VALUES (?, ?, 
 PUT_STATE = """
     INSERT OR REPLACE INTO states (
         id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,
-        usage, entries, head
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        usage, entries, head, seal
+    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 """
 # A State's states row, changed only if no other connection committed since `DATA_VERSION`
 # read the last parameter (a commit of this connection leaves the version as it was); the
@@ -235,7 +244,7 @@ PUT_STATE = """
 UPDATE_STATE_IF_VERSION = """
     UPDATE states SET
         parent_id = ?, parent_call_id = ?, title = ?, created_at = ?, updated_at = ?, turn = ?,
-        finished = ?, stopped = ?, usage = ?, entries = ?, head = ?
+        finished = ?, stopped = ?, usage = ?, entries = ?, head = ?, seal = ?
     WHERE id = ? AND (SELECT data_version FROM pragma_data_version) = ?
 """
 COUNT_ENTRIES = "SELECT entries, head FROM states WHERE id = ?"
@@ -245,9 +254,11 @@ _INFO_COLUMNS = (
     "id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,"
     " usage, entries"
 )
-LIST_ALL = f"SELECT {_INFO_COLUMNS} FROM states ORDER BY updated_at DESC, id LIMIT ?"
+LISTING = f"SELECT {_INFO_COLUMNS}, head FROM states WHERE id = ?"
+LIST_ALL = f"SELECT {_INFO_COLUMNS}, head, seal FROM states ORDER BY updated_at DESC, id LIMIT ?"
 LIST_CHILDREN = (
-    f"SELECT {_INFO_COLUMNS} FROM states WHERE parent_id = ? ORDER BY updated_at DESC, id LIMIT ?"
+    f"SELECT {_INFO_COLUMNS}, head, seal FROM states WHERE parent_id = ?"
+    " ORDER BY updated_at DESC, id LIMIT ?"
 )
 DELETE_ENTRIES = "DELETE FROM entries WHERE state_id = ?"
 MEMORY_GET = "SELECT value FROM memory WHERE agent = ? AND space = ? AND key = ?"
@@ -352,7 +363,9 @@ def open_plan(where: str) -> Plan[None]:
         found: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
         version = check_format(found[0][0] if found else None, where=where, readable=(FORMAT_V1,))
         if version == FORMAT_V1:
-            yield from _migrate_v1()
+            yield from _migrate_v1(where)
+        else:
+            yield from _add_seals()
     elif tables:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -373,9 +386,21 @@ def _check_format(where: str) -> Plan[None]:
     check_format(rows[0][0] if rows else None, where=where)
 
 
-def _migrate_v1() -> Plan[None]:
-    """Give a file of format 1 its digests (in the transaction that opens it)."""
-    for statement in MIGRATE_V1:
+def _migrate_v1(where: str) -> Plan[None]:
+    """Give a file of format 1 its digests (in the transaction that opens it).
+
+    Raises:
+        StoreDamagedError: The file has its digest columns already: it was written in format 2
+            or later and its format was set back (which would turn the digests off).
+    """
+    columns: list[Row] = yield Query(ENTRY_COLUMNS)
+    if any(row[1] == "digest" for row in columns):
+        raise StoreDamagedError(
+            f"{where} says it is of format {FORMAT_V1} (before digests), but its entries have"
+            f" digests: it was written in format {FORMAT_VERSION} and its format was set back,"
+            " which would turn the integrity checks off. Restore the file from a backup."
+        )
+    for statement in (*MIGRATE_V1, ADD_SEAL):
         yield Query(statement)
     ids: list[Row] = yield Query(STATE_IDS)
     for (state_id,) in ids:
@@ -387,8 +412,27 @@ def _migrate_v1() -> Plan[None]:
         )
         seqs = (row[0] for row in rows)
         yield QueryMany(SET_DIGEST, zip(digests, itertools.repeat(state_id), seqs))
-        yield Query(SET_HEAD, (digests[-1] if digests else None, state_id))
+        yield from _seal(state_id, digests[-1] if digests else None)
     yield Query(UPDATE_FORMAT, (FORMAT_VERSION, FORMAT_KEY))
+
+
+def _add_seals() -> Plan[None]:
+    """Give the states rows of a file made before listings were sealed their seals."""
+    columns: list[Row] = yield Query(STATE_COLUMNS)
+    if any(row[1] == "seal" for row in columns):
+        return
+    yield Query(ADD_SEAL)
+    ids: list[Row] = yield Query(STATE_IDS)
+    for (state_id,) in ids:
+        listed: list[Row] = yield Query(LISTING, (state_id,))
+        yield from _seal(state_id, listed[0][-1])
+
+
+def _seal(state_id: str, head: object) -> Plan[None]:
+    """Write the head of `state_id` and the seal of its listed info (as the row holds it)."""
+    listed: list[Row] = yield Query(LISTING, (state_id,))
+    seal = listing_seal(head if isinstance(head, bytes) else None, list(listed[0][:-1]))
+    yield Query(SET_HEAD, (head, seal, state_id))
 
 
 def _bytes(data: object) -> bytes:
@@ -619,6 +663,25 @@ def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
 
 
 def _load(state_id: str, store: object, where: str) -> Plan[State]:
+    state = yield from _read(state_id, where)
+    children: list[StateInfo] = []
+    if state.pending_calls:  # a cut-off call: the children it started stay listed
+        listed = yield from _list(state_id, -1, where, sealed=False)
+        for info in to_adopt(state, listed):
+            try:
+                child = yield from _read(info.id, where)
+            except LookupError:
+                continue  # deleted since
+            kept = adopted(where, state, info, child)
+            if kept is not None:
+                children.append(kept)
+    recover_state(state, children)
+    bind_state(state, store)
+    return state
+
+
+def _read(state_id: str, where: str) -> Plan[State]:
+    """The State `state_id` as its history holds it, read in one transaction (not recovered)."""
     yield Query(BEGIN_READ)
     yield from _check_format(where)
     counted: list[Row] = yield Query(COUNT_ENTRIES, (state_id,))
@@ -639,11 +702,6 @@ def _load(state_id: str, store: object, where: str) -> Plan[State]:
     state: State = yield Work(
         lambda: _rebuild(state_id, expected, head, rows, where), heavy=len(rows) > HEAVY_ENTRIES
     )
-    children: list[StateInfo] = []
-    if state.pending_calls:  # a cut-off call: find the children it started, to keep them listed
-        children = yield from _list(state_id, -1, where)
-    recover_state(state, children)
-    bind_state(state, store)
     return state
 
 
@@ -673,7 +731,9 @@ def list_plan(parent_id: str | None, limit: int | None, where: str) -> Plan[list
     return _list(parent_id, -1 if limit is None else limit, where)
 
 
-def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]]:
+def _list(
+    parent_id: str | None, count: int, where: str, *, sealed: bool = True
+) -> Plan[list[StateInfo]]:
     yield Query(BEGIN_READ)
     yield from _check_format(where)
     # A negative LIMIT is no limit in SQLite.
@@ -682,7 +742,7 @@ def _list(parent_id: str | None, count: int, where: str) -> Plan[list[StateInfo]
     )
     rows: list[Row] = yield query
     yield Query(COMMIT)
-    return [_info_of_row(row, where) for row in rows]
+    return [_info_of_row(row, where, sealed=sealed) for row in rows]
 
 
 def delete_plan(state_id: str, known: TailCache) -> Plan[None]:
@@ -819,9 +879,12 @@ def _usage_json(usage: Usage) -> str:
 
 
 def _state_row(view: StorageView, head: bytes | None) -> Row:
-    """The `states` row of a State's view; `head` is the digest of its last entry."""
+    """The `states` row of a State's view; `head` is the digest of its last entry.
+
+    The row ends with the seal of its listed info (`listing_seal`), checked by `list`.
+    """
     stopped = view.stopped
-    return (
+    listing = [
         view.id,
         view.parent_id,
         view.parent_call_id,
@@ -833,21 +896,23 @@ def _state_row(view: StorageView, head: bytes | None) -> Row:
         None if stopped is None else _STOPPED.dump_json(stopped).decode(),
         _usage_json(view.usage),
         view.count,
-        head,
-    )
+    ]
+    return (*listing, head, listing_seal(head, listing))
 
 
-def _info_of_row(row: Row, where: str) -> StateInfo:
+def _info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
     """The `StateInfo` of a `states` row; a damaged row gives one naming its damage.
 
-    A row is damaged when a column holds a value of the wrong type, or JSON that does not read.
-    Only that State's info is lost: `list` goes on with the others.
+    A row is damaged when a column holds a value of the wrong type, or JSON that does not read,
+    or (if `sealed`) its values do not match its seal. Only that State's info is lost: `list`
+    goes on with the others. Crash recovery reads the links unsealed: it checks each one
+    against the child's own history.
     """
     state_id = str(row[0])
     try:
         (_, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[:9]
         usage, entries = row[9:11]
-        return StateInfo(
+        info = StateInfo(
             id=_of(str, row[0], "id"),
             parent_id=_of(str, parent_id, "parent_id", optional=True),
             parent_call_id=_of(str, parent_call_id, "parent_call_id", optional=True),
@@ -863,6 +928,17 @@ def _info_of_row(row: Row, where: str) -> StateInfo:
     except (TypeError, ValueError, OverflowError) as error:
         problem = f"its states row is damaged ({error})"
         return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
+    head, seal = row[11:13]
+    if sealed and seal != listing_seal(head if isinstance(head, bytes) else None, list(row[:11])):
+        return StateInfo(id=state_id, damage=str(damaged(where, state_id, _UNSEALED)))
+    return info
+
+
+_UNSEALED = (
+    "its listed info does not match its seal (its title, times, turn, usage, stop, parent or"
+    " entry count was changed); its history is whole, so it loads, and its next save writes the"
+    " row again"
+)
 
 
 def _of(kind: type[_T], value: object, column: str, *, optional: bool = False) -> Any:

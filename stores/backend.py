@@ -7,6 +7,9 @@ these to keep the rules every backend keeps:
 - `continuation`: what a save may write after the stored `Tail` (new entries, encoded, with
   their chained digests) and the check that the State continues the stored history;
 - `rebuild`: a loaded State from its stored lines, every digest checked;
+- `listing_seal`: the seal of what `list` shows of a State, kept beside it and checked by `list`;
+- `to_adopt`, `adopted`: the children crash recovery keeps in a cut-off call's result, each
+  checked against its own history (the store's links are not covered by the digests);
 - `select`, `check_list_args`, `check_memory`, `check_state`: the arguments and order of
   `list` and of the memory primitive, checked before any I/O;
 - `TailCache`: where each stored history ends, for the States a store wrote or read recently,
@@ -52,6 +55,7 @@ from ._codec import (
     decode_entry,
     encode_entry,
     first_digest,
+    listing_seal,
 )
 
 __all__ = (
@@ -60,12 +64,15 @@ __all__ = (
     "LoopGroupCommits",
     "Tail",
     "TailCache",
+    "adopted",
     "check_list_args",
     "check_memory",
     "check_state",
     "continuation",
+    "listing_seal",
     "rebuild",
     "select",
+    "to_adopt",
 )
 
 
@@ -220,6 +227,51 @@ def rebuild(
             return State(id=state_id, history=entries)
         except (ValueError, TypeError) as error:
             raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
+
+
+def to_adopt(state: State, listed: Iterable[StateInfo]) -> builtins.list[StateInfo]:
+    """The `listed` children of `state` that crash recovery would keep: its pending calls'.
+
+    `listed` is what the store's links say (a `list(parent_id=state.id)`, a list of children
+    kept beside the State). Those links are not covered by the digests, so a backend opens each
+    State returned here from its own history (without recovering it) and gives it to `adopted`
+    before it calls `orchestrator.recover_state`.
+    """
+    pending = {call.id for call in state.pending_calls}
+    return [info for info in listed if info.parent_call_id in pending and info.id != state.id]
+
+
+def adopted(where: str, parent: State, listed: StateInfo, child: State) -> StateInfo | None:
+    """The info of `child` from its own history, once its link to `parent` is checked.
+
+    `listed` is what the store's link said of `child` (`to_adopt`); `child` is that State as
+    its own digested history holds it (not recovered). Its first ``run_start`` names the State
+    and the call that started it: they must be `parent` and the listed call. The info returned
+    (usage included) comes from the history, never from a listing column. None when `child`
+    never ran (no ``run_start``): nothing of it started under the call, so it is left out (a
+    `FileStore` notes a child before it writes its first run, and a crash may come between).
+
+    Raises:
+        StoreDamagedError: The child's history names another parent or call: the link was
+            changed, and recovery would list a stranger's work (and answer) as the call's.
+    """
+    call = listed.parent_call_id
+    if not any(entry.kind == "run_start" for entry in child.history):
+        return None
+    if child.id == listed.id and child.parent_id == parent.id and child.parent_call_id == call:
+        return storage_view(child).info
+    said = (
+        "no parent"
+        if child.parent_id is None
+        else f"State {child.parent_id!r}, call {child.parent_call_id!r}"
+    )
+    raise damaged(
+        where,
+        parent.id,
+        f"the store links State {listed.id!r} to its cut-off call {call!r}, but that State's"
+        f" own history says it was started by {said}: the link was changed, so the call's"
+        " children cannot be recovered",
+    )
 
 
 def check_list_args(parent_id: str | None, limit: int | None) -> None:

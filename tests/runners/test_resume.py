@@ -3,12 +3,22 @@ parent again continues the child from its own history and delivers its answer.""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
 import anyio
 import pytest
 
-from orchestrator import Agent, Message, State, Tool, ToolResultEntry, Usage, tool
+from orchestrator import (
+    Agent,
+    Message,
+    State,
+    StoreDamagedError,
+    Tool,
+    ToolResultEntry,
+    Usage,
+    tool,
+)
 from orchestrator.runners import ChildJob, LocalRunner
 from orchestrator.runners.contract import crash_during
 from orchestrator.testing import FakeModel, tool_call
@@ -191,3 +201,50 @@ async def test_a_child_that_fails_when_continued_gives_the_parent_an_error(
     delivered = results(lead_state)[-1]
     assert (delivered.late, delivered.outcome) == (True, "error")
     assert "model down" in lead_model.requests[0].messages[-1].text
+
+
+async def unrelated_answer(store: SQLiteStore, state_id: str) -> State:
+    """A finished State `state_id` of no parent, whose answer is a stranger's, saved."""
+    state = State(id=state_id, messages=[Message.user("Something else")])
+    await Agent(FakeModel(["The stranger's answer."]), store=store).arun(state)
+    return state
+
+
+async def test_a_link_pointed_at_an_unrelated_state_never_delivers_its_answer(
+    tmp_path: Path,
+) -> None:
+    store, lead_id = await crashed(tmp_path)
+    await unrelated_answer(store, "stranger")
+    path = tmp_path / "after.db"
+    with sqlite3.connect(path) as db:  # the real child unlinked, the stranger linked instead
+        (call,) = db.execute("SELECT parent_call_id FROM states WHERE parent_id = ?", (lead_id,))
+        db.execute("UPDATE states SET parent_id = NULL WHERE parent_id = ?", (lead_id,))
+        db.execute(
+            "UPDATE states SET parent_id = ?, parent_call_id = ? WHERE id = 'stranger'",
+            (lead_id, call[0]),
+        )
+    db.close()
+    with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off call"):
+        await SQLiteStore(path).aload(lead_id)
+
+
+async def test_a_listed_child_whose_history_names_another_parent_is_not_delivered(
+    tmp_path: Path,
+) -> None:
+    # The parent's result lists the child by id (as a recovery before links were checked
+    # might have written): the child's own history decides, and its answer never reaches
+    # the model.
+    store, lead_id = await crashed(tmp_path)
+    lead_state = await store.aload(lead_id)
+    (cut,) = results(lead_state)
+    (child_id,) = cut.child_ids
+    await store.adelete(child_id)
+    await unrelated_answer(store, child_id)
+    lead_model = FakeModel(["Root cause: the pool size."])
+    lead = Agent(
+        lead_model, name="lead", tools=[researcher(FakeModel([]), Searches())], store=store
+    )
+    with pytest.raises(StoreDamagedError, match=rf"lists State '{child_id}' as its subagent"):
+        await lead.arun(lead_state)
+    assert lead_model.requests == []
+    assert [entry.outcome for entry in results(lead_state)] == ["unknown"]

@@ -498,14 +498,19 @@ def test_recovery_reads_only_the_loaded_states_own_data(store: FileStore, root: 
     assert [info.damage for name, info in infos.items() if name != "stranger"] == [None] * 3
 
 
-def test_a_child_with_damaged_info_stays_listed_without_its_usage(
+def test_a_child_with_damaged_info_is_named_when_its_parent_is_recovered(
     store: FileStore, root: Path
 ) -> None:
+    # Recovery checks each child's link against the child's own history: a child that cannot
+    # be read cannot be checked, so it is named, never listed unchecked.
     cut_off_lead_with_children(store)
     (root / "kid-a" / INFO).write_bytes(b"[]")
     (root / "kid-b").rename(root / ".gone")  # deleted meanwhile: left out
+    with pytest.raises(StoreDamagedError, match=r"State 'kid-a' is damaged: info.json"):
+        FileStore(root).load("lead")
+    store.delete("kid-a")
     lead = FileStore(root).load("lead")
-    assert results(lead)[-2].child_ids == ("kid-a",)
+    assert results(lead)[-2].child_ids == ()
 
 
 def test_a_damaged_list_of_children_names_the_parent(store: FileStore, root: Path) -> None:
@@ -551,3 +556,17 @@ def test_a_failing_file_system_is_a_store_error(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match=r"FileStore .* failed") as caught:
         store.list()
     assert isinstance(caught.value.__cause__, NotADirectoryError)
+
+
+def test_a_child_noted_before_its_first_run_was_written_is_left_out(
+    store: FileStore, root: Path
+) -> None:
+    # A State saved before it ran, then run as a subagent: its parent notes it in
+    # children.jsonl before its run_start is appended, and a crash may come between. Its
+    # history names no parent, yet it is no stranger's work: it never ran, so it is left out.
+    cut_off_lead_with_children(store)
+    store.save(State(id="kid-c", messages=[Message.user("not started")]))
+    with (root / "lead" / "children.jsonl").open("a") as file:
+        file.write(json.dumps({"id": "kid-c", "call": "c3"}) + "\n")
+    lead = FileStore(root).load("lead")
+    assert [entry.child_ids for entry in results(lead)[-2:]] == [("kid-a", "kid-b"), ()]

@@ -378,3 +378,67 @@ async def test_a_schema_not_in_utf8_is_damage_to_aiosqlitestore(tmp_path: Path) 
     async with AioSQLiteStore(path) as store:
         with pytest.raises(StoreDamagedError, match="is damaged"):
             await store.aload("paid")
+
+
+# A format set back ------------------------------------------------------------------------
+
+
+def set_back(disk: Disk, state_id: str) -> None:
+    """Edit the store to say format 1 (before digests), as a careless or hostile edit would."""
+    if disk.kind == "file":
+        path = disk.path / state_id / "info.json"
+        info = json.loads(path.read_bytes())
+        info["format"] = 1
+        path.write_text(json.dumps(info))
+        return
+    db = sqlite3.connect(disk.path)
+    with db:
+        db.execute("UPDATE meta SET value = 1 WHERE key = 'format_version'")
+    db.close()
+
+
+def test_a_format_set_back_to_1_is_refused(disk: Disk) -> None:
+    # Format 1 had no digests: read as it is, and given digests on the next save (or when an
+    # SQLite file is opened), which would seal whatever was edited meanwhile.
+    state, other = payment(), payment("other")
+    saved(disk, state, other)
+    forged = [(data.replace(b"100 EUR", b"900 EUR"), digest) for data, digest in disk.read("paid")]
+    disk.write("paid", forged)
+    set_back(disk, "paid")
+    pattern = r"format 1 \(before digests\).*set back"
+    if disk.kind == "file":
+        assert_refused(disk, "paid", pattern, others=(other,))
+        with pytest.raises(StoreDamagedError, match=pattern):
+            disk.store().save(payment())  # a save does not seal it either
+    else:  # the format is the file's: the file is refused, whichever State is asked for
+        for call in (lambda: disk.store().load("paid"), lambda: disk.store().list()):
+            with pytest.raises(StoreDamagedError, match=pattern):
+                call()
+
+
+def test_a_set_back_info_without_its_head_still_checks_the_sealed_log(tmp_path: Path) -> None:
+    # FileStore only: an SQLite file's format is the file's (tested above).
+    disk = Disk("file", tmp_path / "states")
+    state, other = payment(), payment("other")
+    saved(disk, state, other)
+    forged = [(data.replace(b"100 EUR", b"900 EUR"), digest) for data, digest in disk.read("paid")]
+    disk.write("paid", forged)
+    path = disk.path / "paid" / "info.json"
+    info = json.loads(path.read_bytes())
+    info.update(format=1, head=None)
+    path.write_text(json.dumps(info))
+    assert_refused(disk, "paid", r"history entry 0 fails its integrity check", others=(other,))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_format_set_back_is_refused_by_aiosqlitestore(tmp_path: Path) -> None:
+    disk = Disk("sqlite", tmp_path / "states.db")
+    saved(disk, payment())
+    set_back(disk, "paid")
+    store = AioSQLiteStore(disk.path)
+    try:
+        with pytest.raises(StoreDamagedError, match=r"format 1 \(before digests\).*set back"):
+            await store.aload("paid")
+    finally:
+        await store.aclose()

@@ -26,6 +26,8 @@ from orchestrator import (
     StoreConflictError,
     StoreDamagedError,
     StoreError,
+    ToolResultEntry,
+    Usage,
     storage_view,
 )
 from stores import FORMAT_VERSION, PostgresStore
@@ -36,6 +38,7 @@ from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation
 from stores.contract import StoreContract
 from tests.postgres import fresh_schema
+from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
@@ -124,15 +127,17 @@ def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]
 
 
 def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
-    """Schema version 1 had no memory tables: a store opening it adds them, keeping the States."""
+    """Schema version 1 had no memory tables nor seals: a store opening it adds them."""
     dsn, schema = where
     with PostgresStore(dsn, schema=schema) as first:
         state = grown(State(id="kept"), "one", "two")
         first.save(state)
     sql(dsn, f'DROP TABLE "{schema}".memory, "{schema}".memory_effects')
+    sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'schema_version'")
     with PostgresStore(dsn, schema=schema) as second:
         assert second.load("kept").history == state.history
+        assert [(info.id, info.damage) for info in second.list()] == [("kept", None)]
         assert second.memory_put("agent", "kv", "k", '"v"')
         assert second.memory_get("agent", "kv", "k") == '"v"'
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
@@ -454,3 +459,95 @@ def test_a_delete_during_a_save_leaves_no_entry_behind(
         deleter.join()
     assert sql(dsn, f'SELECT count(*) FROM "{schema}".states') == [(0,)]
     assert sql(dsn, f'SELECT count(*) FROM "{schema}".entries') == [(0,)]
+
+
+# -- links and format, checked against the histories ------------------------------------------
+
+
+def test_a_link_to_an_unrelated_state_is_damage_on_recovery(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    dsn, schema = where
+    lead, kid, stranger = the_states()
+    for state in (lead, kid, stranger):
+        store.save(state)
+    sql(
+        dsn,
+        f"UPDATE \"{schema}\".states SET parent_id = 'lead', parent_call_id = 'c3'"
+        " WHERE id = 'stranger'",
+    )
+    sql(dsn, f"UPDATE \"{schema}\".states SET usage = '{{\"input_tokens\": 7}}' WHERE id = 'kid'")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off"):
+            fresh.load("lead")
+        assert fresh.load("stranger").snapshot() == stranger.snapshot()
+    sql(dsn, f"UPDATE \"{schema}\".states SET parent_id = NULL WHERE id = 'stranger'")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        recovered = fresh.load("lead")
+    c2, c3 = cast("list[ToolResultEntry]", list(recovered.history[-2:]))
+    assert (c2.child_ids, c3.child_ids) == (("kid",), ())
+    assert c2.usage.input_tokens == 10  # the child's own, not its edited row
+
+
+@pytest.mark.anyio
+async def test_a_link_to_an_unrelated_state_is_damage_to_aload(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as store:
+        for state in the_states():
+            await store.asave(state)
+        sql(
+            dsn,
+            f"UPDATE \"{schema}\".states SET parent_id = 'lead', parent_call_id = 'c3'"
+            " WHERE id = 'stranger'",
+        )
+        with pytest.raises(StoreDamagedError, match=r"links State 'stranger' to its cut-off"):
+            await store.aload("lead")
+
+
+def test_a_format_set_back_to_1_is_refused(where: tuple[str, str], store: PostgresStore) -> None:
+    dsn, schema = where
+    store.save(grown(State(id="paid"), "Pay 100 EUR"))
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'format_version'")
+    with (
+        PostgresStore(dsn, schema=schema) as fresh,
+        pytest.raises(StoreDamagedError, match=r"format version 1"),
+    ):
+        fresh.load("paid")
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("title", "Pay 900 EUR to Eve"),
+        ("usage", '{"input_tokens": 1}'),
+        ("parent_id", "someone"),
+        ("created_at", "2020-01-01T00:00:00Z"),
+    ],
+)
+def test_an_edited_listing_is_listed_as_damage_not_shown(
+    where: tuple[str, str], store: PostgresStore, column: str, value: str
+) -> None:
+    dsn, schema = where
+    _, kid, stranger = the_states()
+    for state in (kid, stranger):
+        store.save(state)
+    sql(dsn, f'UPDATE "{schema}".states SET {column} = %s WHERE id = %s', value, "kid")
+    with PostgresStore(dsn, schema=schema) as fresh:
+        infos = {info.id: info for info in fresh.list()}
+        assert "State 'kid' is damaged: its listed info" in (infos["kid"].damage or "")
+        assert (infos["kid"].title, infos["kid"].usage) == ("", Usage())
+        assert infos["stranger"].damage is None
+        assert fresh.load("kid").snapshot() == kid.snapshot()
+
+
+def test_rows_of_a_schema_before_seals_are_sealed_when_migrated(where: tuple[str, str]) -> None:
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        for state in the_states():
+            first.save(state)
+    sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 2 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second:
+        infos = second.list()
+        assert [info.damage for info in infos] == [None] * 3
+        assert {info.id: info.usage.input_tokens for info in infos}["kid"] == 10

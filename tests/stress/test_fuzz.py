@@ -13,7 +13,16 @@ the States are listed, and:
 - damage confined to one State (its files, its rows) leaves every other State loading as
   before, and `list()` does not raise: it returns the others as they were;
 - damage to the SQLite file itself (its pages) may make `list()` raise, but only
-  `StoreDamagedError`.
+  `StoreDamagedError`;
+- `list()` shows the damaged State as it was saved, with its `damage`, or not at all (its
+  info deleted): never an edited title, usage or count.
+
+The links beside the histories are fuzzed too, on a copy of the store where the lead was cut
+off while its first subagents ran (so loading it recovers the call and keeps the children the
+links name): a link pointed at a State that is not the call's child, moved to another cut-off
+call, or a child's listed usage changed. The lead then loads exactly as from the untouched
+copy, or raises `StoreDamagedError` naming the State the link points at; the other States load
+as they were.
 
 Examples are derandomized, so every run tries the same corruptions; hypothesis prints the one
 that failed, and the note says which bytes it changed.
@@ -37,7 +46,9 @@ from hypothesis import HealthCheck, event, given, note, settings
 from hypothesis import strategies as st
 
 from orchestrator import (
+    HistoryEntry,
     Message,
+    ModelReplyEntry,
     State,
     StateInfo,
     StateSnapshot,
@@ -60,6 +71,7 @@ class Original:
     lines: tuple[bytes, ...]
     snapshot: StateSnapshot
     info: StateInfo
+    history: tuple[HistoryEntry, ...] = ()  # kept where a load adds entries (a recovery)
 
 
 class Saved:
@@ -125,12 +137,58 @@ def save_states(backend: str, folder: Path) -> Saved:
     return Saved(folder, ids, originals)
 
 
+def save_cut_off(backend: str, whole: Saved, folder: Path) -> Saved:
+    """The States of `whole` in a new store, the lead cut off while its first subagents ran.
+
+    The lead's history ends with the first reply whose calls started children; loading it
+    closes those calls and keeps the children its links name (the children of its later calls
+    are linked to calls it no longer has, so they stay out).
+    """
+    folder.mkdir()
+    store = open_store(backend, whole.folder)
+    try:
+        states = {state_id: store.load(state_id) for state_id in whole.ids}
+    finally:
+        close(store)
+    lead = states[LEAD]
+    results = {e.call.id: e for e in lead.history if isinstance(e, ToolResultEntry)}
+    end = next(
+        i
+        for i, entry in enumerate(lead.history)
+        if isinstance(entry, ModelReplyEntry)
+        and any(results[call.id].child_ids for call in entry.content.message.tool_calls)
+    )
+    store = open_store(backend, folder)
+    try:
+        store.save(State(id=LEAD, history=lead.history[: end + 1]))
+        for state_id in whole.ids[1:]:
+            store.save(states[state_id])
+    finally:
+        close(store)
+    store = open_store(backend, folder)
+    try:
+        infos = {info.id: info for info in store.list()}
+        originals: dict[str, Original] = {}
+        for state_id in whole.ids:
+            state = store.load(state_id)
+            original = Original(encoded(state), state.snapshot(), infos[state_id], state.history)
+            originals[state_id] = original
+        assert any(e.child_ids for e in store.load(LEAD).history if isinstance(e, ToolResultEntry))
+    finally:
+        close(store)
+    return Saved(folder, whole.ids, originals)
+
+
 @pytest.fixture(scope="module")
 def saved() -> Iterator[dict[str, Saved]]:
     with tempfile.TemporaryDirectory() as root:
-        yield {
+        stores = {
             backend: save_states(backend, Path(root) / backend) for backend in ("file", "sqlite")
         }
+        for backend in ("file", "sqlite"):
+            cut = save_cut_off(backend, stores[backend], Path(root) / f"{backend}-cut-off")
+            stores[f"{backend}-cut-off"] = cut
+        yield stores
 
 
 # -- corruptions --------------------------------------------------------------------------------
@@ -443,6 +501,99 @@ def damage_state_row(
     return f"states.{column}: {old!r} -> {new!r}"
 
 
+# -- links -------------------------------------------------------------------------------------
+
+LINK_KINDS = {"links": ("relink", "move-call", "usage")}
+
+
+def adopted_children(saved: Saved) -> dict[str, str]:
+    """By child id, the cut-off call of the lead that started each child recovery keeps."""
+    return {
+        child_id: entry.call.id
+        for entry in saved.originals[LEAD].history
+        if isinstance(entry, ToolResultEntry) and entry.outcome == "unknown"
+        for child_id in entry.child_ids
+    }
+
+
+def damage_links(backend: str, folder: Path, saved: Saved, corruption: Corruption) -> str:
+    """Point a link of the lead at another State, move it to another call, or change a usage."""
+    pick = Picker(corruption.picks)
+    kept = adopted_children(saved)  # the children recovery keeps, and their calls
+    cut = sorted(set(kept.values()))
+    kind = corruption.kind
+    connection = None if backend == "file" else sqlite3.connect(folder / DB, isolation_level=None)
+    try:
+        if kind == "usage":
+            child = sorted(kept)[pick.below(len(kept))]
+            tokens = 1 + pick.below(10**6)
+            usage = {"input_tokens": tokens, "requests": 1 + pick.below(9)}
+            if connection is None:
+                path = folder / child / "info.json"
+                info = json.loads(path.read_bytes())
+                info["usage"] = usage
+                path.write_text(json.dumps(info))
+            else:
+                connection.execute(
+                    "UPDATE states SET usage = ? WHERE id = ?", (json.dumps(usage), child)
+                )
+            return f"the listed usage of {child}: {usage}"
+        if kind == "relink":  # a State no cut-off call started, linked to one of them
+            strangers = [state_id for state_id in saved.ids[1:] if state_id not in kept]
+            child = strangers[pick.below(len(strangers))]
+            call = cut[pick.below(len(cut))]
+        else:  # "move-call": a kept child's link moved to another cut-off call
+            child = sorted(kept)[pick.below(len(kept))]
+            others = [c for c in cut if c != kept[child]]
+            call = others[pick.below(len(others))]
+        if connection is None:
+            path = folder / LEAD / "children.jsonl"
+            lines = path.read_bytes().splitlines()
+            lines = [line for line in lines if json.loads(line)["id"] != child]
+            lines.insert(
+                pick.below(len(lines) + 1), json.dumps({"id": child, "call": call}).encode()
+            )
+            path.write_bytes(b"".join(line + b"\n" for line in lines))
+        else:
+            connection.execute(
+                "UPDATE states SET parent_id = ?, parent_call_id = ? WHERE id = ?",
+                (LEAD, call, child),
+            )
+        return f"{kind}: {child} linked to the lead's call {call}"
+    finally:
+        if connection is not None:
+            connection.close()
+
+
+def check_links(backend: str, saved: Saved, corruption: Corruption) -> None:
+    """A damaged link: the lead loads as it did, or is refused naming the linked State."""
+    with tempfile.TemporaryDirectory() as root:
+        folder = Path(root) / "store"
+        shutil.copytree(saved.folder, folder)
+        what = damage_links(backend, folder, saved, corruption)
+        note(what)
+        store = open_store(backend, folder)
+        try:
+            for state_id in saved.ids:
+                original = saved.originals[state_id]
+                loaded = load_or_damaged(store, state_id)
+                if isinstance(loaded, ValueError):
+                    assert isinstance(loaded, StoreDamagedError), f"{what}: {loaded}"
+                    assert state_id == LEAD, f"{what}: loading {state_id} failed: {loaded}"
+                    linked = what.split(": ", 1)[1].split(" ", 1)[0]
+                    assert f"State {linked!r}" in str(loaded), f"{what}: {loaded}"
+                    event(f"links {corruption.kind}: refused")
+                    continue
+                # Recovery stamps the entries it adds with the time of the load: compared
+                # without times (entries compare without `at`).
+                assert loaded.history == original.history, f"{what}: {state_id} differs"
+                assert loaded.usage == original.snapshot.usage, f"{what}: {state_id} usage"
+                if state_id == LEAD:
+                    event(f"links {corruption.kind}: the same")
+        finally:
+            close(store)
+
+
 # -- the check ---------------------------------------------------------------------------------
 
 
@@ -493,8 +644,12 @@ def check(backend: str, saved: Saved, corruption: Corruption) -> None:
             except StoreDamagedError:
                 assert not corruption.confined, f"{what}: list() raised"
                 return
+            listed = {info.id: info for info in infos}
+            shown = listed.get(target)  # absent (its info deleted), damaged, or as it was
+            assert shown is None or shown.damage or shown == saved.originals[target].info, (
+                f"{what}: list() shows {target} otherwise, without damage"
+            )
             if corruption.confined:
-                listed = {info.id: info for info in infos}
                 for state_id in saved.ids:
                     if state_id != target:
                         assert listed.get(state_id) == saved.originals[state_id].info, (
@@ -527,3 +682,22 @@ def test_a_damaged_sqlite_store_gives_a_clear_error_or_the_same_state(
     saved: dict[str, Saved], corruption: Corruption
 ) -> None:
     check("sqlite", saved["sqlite"], corruption)
+
+
+LINKS_FUZZ = settings(FUZZ, max_examples=60)
+
+
+@LINKS_FUZZ
+@given(corruption=corruptions(LINK_KINDS))
+def test_a_damaged_link_of_a_file_store_gives_a_clear_error_or_the_same_state(
+    saved: dict[str, Saved], corruption: Corruption
+) -> None:
+    check_links("file", saved["file-cut-off"], corruption)
+
+
+@LINKS_FUZZ
+@given(corruption=corruptions(LINK_KINDS))
+def test_a_damaged_link_of_an_sqlite_store_gives_a_clear_error_or_the_same_state(
+    saved: dict[str, Saved], corruption: Corruption
+) -> None:
+    check_links("sqlite", saved["sqlite-cut-off"], corruption)
