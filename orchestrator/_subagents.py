@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._errors import ToolError, error_text, is_interruption
+from ._errors import SubagentDepthError, ToolError, error_text, is_interruption
 from ._frame import current_frame
 from ._history import ToolResultEntry
 from ._link import Link, child_scope
@@ -41,7 +41,14 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._run import CallContext, Run
 
-__all__ = ("AgentTool", "cut_off", "resume_children", "resumed_child", "trace_context")
+__all__ = (
+    "AgentTool",
+    "cut_off",
+    "depth_refused",
+    "resume_children",
+    "resumed_child",
+    "trace_context",
+)
 
 LOCAL = LocalRunner()
 
@@ -124,6 +131,10 @@ class AgentTool(Tool):
         context = None if frame is None else frame.call
         if context is None:  # called outside a run's tool call: a State of its own, here
             return await self._guarded(self.agent.arun(State(messages=[Message.user(task)])))
+        depth, limit = context.run.depth + 1, self.agent.max_subagent_depth
+        if depth > limit:  # refused before a child is listed: the call gets an error result
+            error = SubagentDepthError(depth_refused(depth, limit))
+            raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
         resume = context.resume  # a child that stopped for a person's decision, continued
         state_id = uuid.uuid4().hex if resume is None else resume.id
         job = ChildJob(
@@ -219,6 +230,16 @@ class AgentTool(Tool):
                 f" stopped; its subagent went on from where it was and returned:\n{text}"
             )
         )
+
+
+def depth_refused(depth: int, limit: int) -> str:
+    """Why a subagent `depth` levels below its root run was not started (`limit` is lower)."""
+    return (
+        f"A subagent would run {depth} levels deep, past the limit of {limit}"
+        f" (its agent's max_subagent_depth), so it was not started. A subagent that starts"
+        f" itself again and again stops here; if the task needs deeper subagents, raise it"
+        f" with Agent(max_subagent_depth=N)."
+    )
 
 
 def trace_context(run: Run, call: ToolCall) -> dict[str, str]:
