@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +66,8 @@ def _nested(levels: int) -> Agent:
 
         @tool
         def leaf() -> str:
-            """The bottom: plain sync work."""
+            """The bottom: sync work that takes a while, so deadlines land at every level."""
+            time.sleep(0.005)
             return "leaf"
 
         return Agent(_answer_after_one_call("leaf"), tools=[leaf])
@@ -88,15 +90,18 @@ def _check_closed(state: State) -> None:
 
 async def _cancel_nested_runs(tries: int, seed: int) -> None:
     rng = random.Random(seed)
+    cancelled = 0
     for attempt in range(tries):
         state = State(messages=[Message.user("go")])
         deadline = rng.uniform(0, 0.03)
-        with anyio.move_on_after(deadline):
+        with anyio.move_on_after(deadline) as scope:
             await _nested(LEVELS).arun(state)
+        cancelled += scope.cancelled_caught
         try:
             _check_closed(state)
         except AssertionError as error:  # pragma: no cover - says which try failed
             raise AssertionError(f"seed {seed}, try {attempt}, deadline {deadline}") from error
+    assert cancelled > 0  # the deadlines did cut runs short
 
 
 @pytest.mark.anyio
@@ -332,29 +337,48 @@ def test_one_ctrl_c_ends_the_process_while_a_sync_tool_sleeps(backend: str) -> N
 @pytest.mark.anyio
 @pytest.mark.timeout(60)
 async def test_a_reply_of_2000_sync_calls_runs_at_most_40_at_once() -> None:
+    # Issue 26: one reply with 10,000 sync calls started 10,002 threads. Each call holds its
+    # thread until the gate opens; the gate opens once every task of the run waits (for a
+    # thread, or on one) and the bound is full. A run without the bound has started a thread
+    # per call by then, and many more than 40 calls are in at once.
     count = 2000
-    changed = threading.Condition()
-    active = started = peak = 0
+    lock = threading.Lock()
+    begun, full, gate = threading.Event(), threading.Event(), threading.Event()
+    active = entered = peak = 0
 
     @tool
     def job(n: int) -> str:
         """Count the calls running at once."""
-        nonlocal active, started, peak
-        with changed:
+        nonlocal active, entered, peak
+        with lock:
             active += 1
-            started += 1
+            entered += 1
             peak = max(peak, active)
-            changed.notify_all()
-            # Wait until the bound is full, or nobody else can start: no timing involved.
-            changed.wait_for(lambda: active >= DEFAULT_SYNC_THREADS or started >= count, 10)
+            begun.set()
+            if entered >= DEFAULT_SYNC_THREADS:
+                full.set()
+        gate.wait(30)
+        with lock:
             active -= 1
         return "ok"
 
+    async def open_gate() -> None:
+        assert await anyio.to_thread.run_sync(begun.wait, 30)  # calls are being started
+        await anyio.wait_all_tasks_blocked()  # every call has a thread, or waits for one
+        assert await anyio.to_thread.run_sync(full.wait, 30)  # the bound is full
+        gate.set()
+
     calls = [tool_call("job", n=n) for n in range(count)]
     state = State(messages=[Message.user("go")])
-    await Agent(FakeModel([calls, "done"]), tools=[job]).arun(state)
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(open_gate)
+            await Agent(FakeModel([calls, "done"]), tools=[job]).arun(state)
+    finally:
+        gate.set()
     assert DEFAULT_SYNC_THREADS == 40
     assert peak == DEFAULT_SYNC_THREADS
+    assert entered == count
     assert [entry.outcome for entry in results(state)] == ["done"] * count
 
 
