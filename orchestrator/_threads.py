@@ -24,17 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import math
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.lowlevel
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from ._errors import CallAbandonedError
 
@@ -80,13 +79,13 @@ class Job:
 
     __slots__ = (
         "abandoned",
+        "arrived",
         "context",
         "ended",
         "func",
+        "inbox",
         "limiter",
-        "receive",
         "schedule",
-        "send",
     )
 
     def __init__(
@@ -101,9 +100,8 @@ class Job:
         self.limiter = limiter
         self.abandoned = False
         self.ended = False
-        streams: tuple[MemoryObjectSendStream[_Message], MemoryObjectReceiveStream[_Message]]
-        streams = anyio.create_memory_object_stream(math.inf)
-        self.send, self.receive = streams
+        self.inbox: deque[_Message] = deque()  # on the loop thread only, like `arrived`
+        self.arrived = anyio.Event()
 
     # -- the worker thread's side ----------------------------------------------------------------
 
@@ -159,7 +157,8 @@ class Job:
         if isinstance(message, _Ended):
             self.ended = True
         if not self.abandoned:
-            self.send.send_nowait(message)  # open until abandoned or ended: nothing comes after
+            self.inbox.append(message)
+            self.arrived.set()
         else:
             self._settle(message)
 
@@ -179,30 +178,30 @@ class Job:
         error: BaseException | None = None
         async with anyio.create_task_group() as hops:
             try:
-                async for message in self.receive:
-                    if isinstance(message, _Ended):
-                        return message
-                    # The hop's task gets a copy of the thread's context (start_soon copies the
-                    # current one): a subagent it starts links to the thread's tool call.
-                    message.context.run(hops.start_soon, _run_hop, message)
+                while True:
+                    await self.arrived.wait()
+                    self.arrived = anyio.Event()
+                    while self.inbox:
+                        message = self.inbox.popleft()
+                        if isinstance(message, _Ended):
+                            return message
+                        # The hop's task gets a copy of the thread's context (start_soon copies
+                        # the current one): a subagent it starts links to the thread's call.
+                        message.context.run(hops.start_soon, _run_hop, message)
             except BaseException as exc:  # cancelled (or Ctrl+C): give up on the thread
                 self._abandon()  # first: the hops being cancelled tell the thread so
                 error = exc
                 hops.cancel_scope.cancel()
-        raise error if error is not None else AssertionError("the stream ended early")
+        raise error if error is not None else AssertionError("unreachable: returned above")
 
     def _abandon(self) -> None:
         """Stop waiting for the thread: its hops and its result are refused from now on."""
         self.abandoned = True
-        ended = self.ended
-        while True:  # what the thread sent meanwhile: hops to refuse
-            try:
-                message = self.receive.receive_nowait()
-            except anyio.WouldBlock:
-                break
+        while self.inbox:  # what the thread sent meanwhile: hops to refuse
+            message = self.inbox.popleft()
             if isinstance(message, _Hop):
                 self._settle(message)
-        if ended and self.limiter is not None:
+        if self.ended and self.limiter is not None:
             self.limiter.release_on_behalf_of(self)  # else when the thread ends
 
 
@@ -245,15 +244,14 @@ async def in_thread(func: Callable[[], _T], limiter: anyio.CapacityLimiter | Non
     `func` is raised here unchanged.
     """
     job = Job(func, _scheduler(), limiter)
-    with job.send, job.receive:  # closed when the call ends: an abandoned job sends nothing
-        if limiter is not None:
-            await limiter.acquire_on_behalf_of(job)
-        try:
-            _WORKERS.submit(job)
-            ended = await job.wait()
-        finally:
-            if limiter is not None and not job.abandoned:
-                limiter.release_on_behalf_of(job)
+    if limiter is not None:
+        await limiter.acquire_on_behalf_of(job)
+    try:
+        _WORKERS.submit(job)
+        ended = await job.wait()
+    finally:
+        if limiter is not None and not job.abandoned:
+            limiter.release_on_behalf_of(job)
     if ended.error is not None:
         raise ended.error
     return cast("_T", ended.value)
