@@ -12,6 +12,7 @@ from ._approvals import approve as approve
 from ._approvals import awaiting as awaiting
 from ._approvals import deny as deny
 from ._errors import AuthError as AuthError
+from ._errors import CallAbandonedError as CallAbandonedError
 from ._errors import ChildRunError as ChildRunError
 from ._errors import ContextTooLongError as ContextTooLongError
 from ._errors import Issue as Issue
@@ -22,6 +23,7 @@ from ._errors import RateLimitError as RateLimitError
 from ._errors import StoreConflictError as StoreConflictError
 from ._errors import StoreDamagedError as StoreDamagedError
 from ._errors import StoreError as StoreError
+from ._errors import SubagentDepthError as SubagentDepthError
 from ._errors import ToolError as ToolError
 from ._errors import ValidationError as ValidationError
 from ._history import ApprovalEntry as ApprovalEntry
@@ -158,6 +160,7 @@ __all__ = (
     "AwaitingCall",
     "AwaitingInfo",
     "Block",
+    "CallAbandonedError",
     "CallInfo",
     "ChildRunError",
     "ChildStarted",
@@ -218,6 +221,7 @@ __all__ = (
     "StoreConflictError",
     "StoreDamagedError",
     "StoreError",
+    "SubagentDepthError",
     "TextBlock",
     "TextDelta",
     "Tool",

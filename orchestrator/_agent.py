@@ -25,7 +25,7 @@ from ._messages import Message
 from ._permissions import Permission, check_permissions
 from ._reply import Reply
 from ._reporting import DEFAULT_BUFFER, Reporter
-from ._run import Run, Settings, run_agent, step
+from ._run import DEFAULT_MAX_SUBAGENT_DEPTH, Run, Settings, run_agent, step
 from ._state import RESERVED, State
 from ._storage import AsyncStore, Store
 from ._subagents import AgentTool, check_runner
@@ -99,6 +99,14 @@ class Agent:
     your own (``loop=``) takes its limit from ``@loop(limit=...)`` instead: giving it with
     `max_turns` raises `ValueError`.
 
+    Bounds a model cannot grow: `max_concurrency` is how many tool calls of a turn run at once
+    (all parallel async calls unless set), and also how many sync tool calls of a run run at
+    once in worker threads (40 unless set). `max_subagent_depth` is how many levels of
+    subagents a run nests (10 unless set): a deeper one is not started, and the tool call that
+    started it gets an error result naming the setting. `tool_timeout` is a tool call's time
+    limit (a tool's own ``timeout`` wins); a sync tool whose call is cancelled or timed out is
+    abandoned at once (see `CallAbandonedError`).
+
     Example:
         ```python
         agent = Agent(FakeModel(["Hello!"]), instructions="Be brief.")
@@ -126,6 +134,7 @@ class Agent:
         tool_timeout: float | None = None,
         max_turns: int | None = None,
         runner: Runner | None = None,
+        max_subagent_depth: int | None = None,
     ) -> None:
         self._given: dict[str, Any] = {
             "model": model,
@@ -143,6 +152,7 @@ class Agent:
             "tool_timeout": tool_timeout,
             "max_turns": max_turns,
             "runner": runner,
+            "max_subagent_depth": max_subagent_depth,
         }
         resolved = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
@@ -187,6 +197,15 @@ class Agent:
         ):
             raise ValueError(f"tool_timeout must be a number of seconds > 0, got {tool_timeout!r}.")
         check_runner(runner)
+        if max_subagent_depth is not None and (
+            isinstance(max_subagent_depth, bool)
+            or not isinstance(max_subagent_depth, int)
+            or max_subagent_depth < 0
+        ):
+            raise ValueError(
+                f"max_subagent_depth must be an integer >= 0, the most levels of subagents a run"
+                f" nests (0: none), got {max_subagent_depth!r}."
+            )
         self._settings = Settings(
             model=resolved,
             instructions=instructions,
@@ -202,6 +221,9 @@ class Agent:
             loop=_loop_for(loop, max_turns),
             max_concurrency=max_concurrency,
             tool_timeout=None if tool_timeout is None else float(tool_timeout),
+            max_subagent_depth=(
+                DEFAULT_MAX_SUBAGENT_DEPTH if max_subagent_depth is None else max_subagent_depth
+            ),
             runner=runner,
             toolsets=toolsets,
         )
@@ -293,8 +315,21 @@ class Agent:
 
     @property
     def max_concurrency(self) -> int | None:
-        """How many tool calls of one turn run at once (None: all parallel calls)."""
+        """How many tool calls of one turn run at once (None: all parallel calls).
+
+        It also bounds the worker threads of a run's sync tools, 40 when None: a thread keeps
+        its place until it ends, even when its call was abandoned.
+        """
         return self._settings.max_concurrency
+
+    @property
+    def max_subagent_depth(self) -> int:
+        """How many levels of subagents a run of this agent may nest below it (10 unless set).
+
+        A subagent that would nest deeper is not started: the tool call that started it gets
+        an error result naming this setting (a `SubagentDepthError`), and the run goes on.
+        """
+        return self._settings.max_subagent_depth
 
     @property
     def tool_timeout(self) -> float | None:

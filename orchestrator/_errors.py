@@ -14,7 +14,9 @@ The tree::
     │   ├── StoreDamagedError    stored data is damaged or forged (also a `ValueError`)
     │   └── StoreConflictError   a save does not continue the stored history (also a
     │                            `ValueError`): another writer, an older copy, another State
-    └── ChildRunError            a child run elsewhere failed or was lost (`.state_id`, `.state`)
+    ├── ChildRunError            a child run elsewhere failed or was lost (`.state_id`, `.state`)
+    ├── CallAbandonedError       in a sync tool's thread: the call was cancelled or timed out
+    └── SubagentDepthError       a subagent would nest deeper than `max_subagent_depth`
     ToolError                    raised by tools: the model sees the message as an error result
 
 Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
@@ -30,6 +32,7 @@ from typing import Any
 
 __all__ = (
     "AuthError",
+    "CallAbandonedError",
     "ChildRunError",
     "ContextTooLongError",
     "Issue",
@@ -40,6 +43,7 @@ __all__ = (
     "StoreConflictError",
     "StoreDamagedError",
     "StoreError",
+    "SubagentDepthError",
     "ToolError",
     "ValidationError",
     "error_text",
@@ -127,6 +131,24 @@ class StoreConflictError(StoreError, ValueError):
     Another writer saved it meanwhile, it is an older copy, or it is another State under a
     taken id. Nothing was written; the message names the State and says how to go on: load the
     stored one and continue it, or save this one under a new id (`state.fork()`).
+    """
+
+
+class CallAbandonedError(OrchestratorError):
+    """Raised in a sync tool's thread whose call was abandoned: cancelled, or timed out.
+
+    A thread cannot be stopped, so the run stops waiting for it: the call is recorded
+    (``interrupted``, or its timeout error), the run goes on or returns, and the thread's late
+    result is dropped. From then on the thread may not run an agent nor change a State: both
+    raise this error in it, and the tool should return.
+    """
+
+
+class SubagentDepthError(OrchestratorError):
+    """A subagent was refused: it would nest deeper than its agent's `max_subagent_depth`.
+
+    Raised where the subagent is started (in the tool call): the call gets an error result
+    naming the setting, and the run goes on.
     """
 
 

@@ -1,10 +1,11 @@
 """Running a turn's tool calls in worker tasks.
 
 All `parallel=True` calls start at once in one task group (async tools as tasks, sync tools in
-worker threads through one `CapacityLimiter`), then `parallel=False` calls run one by one in
-request order. Each result is recorded as it finishes and written while the other calls run;
-the State puts them into `messages` together, in request order, once the last call has a
-result. The State is stored before any tool runs.
+worker threads, at most `Run.thread_limiter`'s at once: 40 unless `max_concurrency` says
+otherwise), then `parallel=False` calls run one by one in request order. Each result is
+recorded as it finishes and written while the other calls run; the State puts them into
+`messages` together, in request order, once the last call has a result. The State is stored
+before any tool runs.
 
 A call a permission defers to a person (`Deferred`) gets no result: it stays pending, the turn's
 other calls run, and the turn ends with a `StoppedByApproval` stop listing it, with the calls of
@@ -15,20 +16,19 @@ child State, handing it this State's decisions on its calls first (`hand_down`).
 Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
 not JSON become error results the model can act on. Any other exception waits for the calls
 still running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes
-every pending call as ``interrupted`` and is re-raised.
+every pending call as ``interrupted`` and is re-raised at once: a sync tool's thread is
+abandoned, not waited for (`orchestrator._threads`).
 """
 
 from __future__ import annotations
 
 import functools
-import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 
 from ._approvals import hand_down
 from ._errors import ToolError, error_text, is_interruption
@@ -53,6 +53,7 @@ from ._run import CallContext
 from ._stopped import AwaitingCall, StoppedByApproval, StoppedByPermission
 from ._subagents import AgentTool
 from ._sync import call_twin
+from ._threads import in_thread
 from ._tools import Tool, ToolInputError
 
 if TYPE_CHECKING:
@@ -80,7 +81,6 @@ class _Turn:
         self.state = run.state
         self.tools: Mapping[str, Tool] = run.settings.tools
         self.handlers = run.settings.handlers
-        self.calls = 1  # calls in the turn: the thread limit without max_concurrency
         self.fatal: BaseException | None = None
         self.contexts: dict[str, CallContext] = {}  # calls that started, by call id
         self.stopped = False
@@ -88,7 +88,6 @@ class _Turn:
         self.awaiting: dict[str, tuple[AwaitingCall, ...]] = {}  # by call id: for a person
 
     async def run_calls(self, calls: tuple[ToolCall, ...]) -> None:
-        self.calls = max(1, len(calls))
         parallel: list[ToolCall] = []
         serial: list[ToolCall] = []
         for call in calls:  # an unknown tool's call runs with the parallel ones (its error)
@@ -354,37 +353,20 @@ class _Turn:
         token = enter(Frame(self.run, context))  # subagents started by the tool link to it
         try:
             if timeout is None:
-                return await self._call(tool, kwargs, timed=False)
+                return await self._call(tool, kwargs)
             with anyio.move_on_after(timeout):
-                return await self._call(tool, kwargs, timed=True)
+                return await self._call(tool, kwargs)
             raise _Result("error", f"(timed out after {timeout:g} s)")
         finally:
             leave(token)
 
-    async def _call(self, tool: Tool, kwargs: dict[str, Any], *, timed: bool) -> Any:
+    async def _call(self, tool: Tool, kwargs: dict[str, Any]) -> Any:
         if tool.is_async:
             return await tool.acall(kwargs)
-        # Without max_concurrency every parallel call starts at once, a thread each.
-        threads = self.run.thread_limiter(self.calls)
-        call = functools.partial(tool.call, kwargs)
-        if not timed:
-            return await anyio.to_thread.run_sync(call, limiter=threads)
-        # Python cannot stop a thread: when a sync tool's time is up its result is dropped and
-        # the run goes on, but the thread is waited for before the run (or this step, outside a
-        # run) returns, so nothing keeps running after the call that started it.
-        done = threading.Event()
-
-        def work() -> Any:
-            try:
-                return call()
-            finally:
-                done.set()
-
-        try:
-            return await anyio.to_thread.run_sync(work, limiter=threads, abandon_on_cancel=True)
-        finally:
-            if not done.is_set():
-                self.run.stragglers.append(done)
+        # A worker thread, bounded per run. Python cannot stop a thread: when the call is
+        # cancelled or times out, the thread is abandoned (its late result dropped, its later
+        # State writes and agent runs refused) and the run goes on at once.
+        return await in_thread(functools.partial(tool.call, kwargs), self.run.thread_limiter())
 
     def _links(self) -> dict[str, tuple[list[str], Usage]]:
         return {

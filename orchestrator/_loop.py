@@ -10,10 +10,9 @@ warning) names the one that applies. The library stays quiet otherwise: no `warn
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, TypeAlias, TypeGuard, cast, overload
-
-import anyio.to_thread
 
 from ._logs import get_log
 from ._recording import record_stop, value_of
@@ -25,6 +24,7 @@ from ._stopped import (
     StoppedByUntil,
 )
 from ._sync import is_async_callable
+from ._threads import in_thread
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -69,7 +69,7 @@ async def run_body(body: LoopBody, agent: Agent, state: State) -> None:
     """Run one call of `body`: awaited if async, in a worker thread if sync.
 
     A sync body runs in a worker thread so that the sync Agent methods it calls can hop back
-    onto the event loop.
+    onto the event loop. A cancelled run abandons it, like a sync tool (`orchestrator._threads`).
     """
     await _runner(body)(agent, state)
 
@@ -79,10 +79,10 @@ def _runner(body: LoopBody) -> Callable[[Agent, State], Awaitable[None]]:
     if is_async_callable(body):
         return cast("Callable[[Agent, State], Awaitable[None]]", body)
 
-    async def in_thread(agent: Agent, state: State) -> None:
-        await anyio.to_thread.run_sync(body, agent, state)
+    async def threaded(agent: Agent, state: State) -> None:
+        await in_thread(functools.partial(body, agent, state))
 
-    return in_thread
+    return threaded
 
 
 class Loop:

@@ -49,6 +49,7 @@ from ._reply import NO_USAGE, Reply, Usage
 from ._snapshot import StateSnapshot
 from ._stopped import Stopped
 from ._storage import StateInfo, StorageView
+from ._threads import refuse_abandoned
 from ._typed import Handler, Schema, as_json, merge_value
 
 if TYPE_CHECKING:
@@ -231,8 +232,11 @@ def record(
 
     Raises:
         ValueError: The entry cannot follow the ones before it.
+        CallAbandonedError: Called from a sync tool's thread whose call was abandoned (checked
+            under the lock: such a write lands before the call's result, or not at all).
     """
     with state._lock:
+        refuse_abandoned()
         value = state._folded
         kind = KIND_OF[entry_type]
         entry = entry_type(

@@ -1,7 +1,7 @@
 """One run: the object `arun` builds and every layer of the run works with.
 
 `Agent.arun` makes a `Run` (the agent's `Settings`, the State, its saver, its reporters, its
-tool limiters, the timed-out threads to wait for, the tool call it hangs under) and passes it
+tool limiters, its subagent depth, the tool call it hangs under) and passes it
 explicitly to the loop's steps, tool execution, `ask` and subagent linking; none of them reaches
 back into the Agent. A step called on its own (``await agent.athink(state)`` outside a run) gets
 a run of its own for the call (`step`); called from a loop body, it finds its run through the
@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import anyio
-import anyio.to_thread
 
-from ._errors import is_interruption
+from ._errors import SubagentDepthError, is_interruption
 from ._frame import Frame, current_frame, enter, leave
 from ._history import RunStart
 from ._link import Link, child_scope
@@ -47,7 +45,7 @@ from ._recording import (
 from ._reporting import Pacer, Reporter
 from ._saver import Saver, Writer
 from ._stopped import StoppedByApproval
-from ._subagents import cut_off, resume_children
+from ._subagents import cut_off, depth_refused, resume_children
 from ._toolsets import open_toolsets
 
 if TYPE_CHECKING:
@@ -61,11 +59,28 @@ if TYPE_CHECKING:
     from ._typed import Handler, Schema
     from .models import Model
 
-__all__ = ("CallContext", "Run", "Settings", "run_agent", "step", "wait_for")
+__all__ = (
+    "DEFAULT_MAX_SUBAGENT_DEPTH",
+    "DEFAULT_SYNC_THREADS",
+    "CallContext",
+    "Run",
+    "Settings",
+    "run_agent",
+    "step",
+)
 
 _T = TypeVar("_T")
 _log = get_log("agent")
 _NOTHING = nullcontext()  # the tool scope of a run whose reporters give none
+
+DEFAULT_SYNC_THREADS = 40
+"""How many sync tool calls of one run run at once (worker threads) unless `max_concurrency` is
+set: as many as anyio's default thread limiter. A model asking for 10,000 calls in one reply
+gets them run 40 at a time, not 10,000 threads."""
+
+DEFAULT_MAX_SUBAGENT_DEPTH = 10
+"""How many levels of subagents a run may nest below it unless `max_subagent_depth` is set: a
+sync tool whose agent runs itself stops there instead of growing without bound."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,6 +101,7 @@ class Settings:
     loop: Loop | LoopBody
     max_concurrency: int | None
     tool_timeout: float | None
+    max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH
     runner: Any = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
@@ -143,12 +159,13 @@ class Run:
     `link` is the tool call the run's State is to hang under (a subagent), `parent` the same
     once the run start recorded it; `effect_scope` is what its memory writes are keyed under
     (its place in that call; None: the State's id). `writer` writes the marked save points of
-    this run and of the runs started in it. `stragglers` are the timed-out sync tools' threads
-    the run waits for before it returns.
+    this run and of the runs started in it. `depth` is how many subagent levels the run is
+    below its root run in this process (0: a root).
     """
 
     __slots__ = (
         "agent",
+        "depth",
         "effect_scope",
         "given",
         "link",
@@ -161,7 +178,6 @@ class Run:
         "slots",
         "state",
         "store",
-        "stragglers",
         "threads",
         "writer",
     )
@@ -194,7 +210,7 @@ class Run:
         self.given: Link | None = None  # the link `arun(link=)` gave, if any
         self.parent: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
-        self.stragglers: list[threading.Event] = []
+        self.depth = 0
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None
@@ -230,18 +246,16 @@ class Run:
             stack.enter_context(reporter.tool_scope(state, call))
         return stack
 
-    def thread_limiter(self, calls: int) -> anyio.CapacityLimiter:
-        """The limiter of the sync tools' worker threads, for a turn of `calls` calls.
+    def thread_limiter(self) -> anyio.CapacityLimiter:
+        """The limiter of the run's sync tool threads: `max_concurrency`, else 40.
 
-        With `max_concurrency` it has that many threads; without, every parallel call of a turn
-        gets one at once.
+        A thread keeps its token until it ends, so threads abandoned by a cancellation or a
+        timeout count too: a run never has more sync tool threads than this.
         """
-        wanted = self.settings.max_concurrency or max(1, calls)
         threads = self.threads
         if threads is None:
-            threads = self.threads = anyio.CapacityLimiter(wanted)
-        elif threads.total_tokens < wanted:
-            threads.total_tokens = wanted
+            limit = self.settings.max_concurrency or DEFAULT_SYNC_THREADS
+            threads = self.threads = anyio.CapacityLimiter(limit)
         return threads
 
 
@@ -251,16 +265,6 @@ def _reporters(own: Reporter | None, frame: Frame | None) -> tuple[Reporter, ...
     if own is None or any(own is reporter for reporter in inherited):
         return inherited
     return (own, *inherited)
-
-
-async def wait_for(threads: list[threading.Event]) -> None:
-    """Wait, shielded, until every thread in `threads` has finished."""
-    if all(done.is_set() for done in threads):
-        return
-    with anyio.CancelScope(shield=True):
-        for done in threads:
-            if not done.is_set():
-                await anyio.to_thread.run_sync(done.wait)
 
 
 Failed = Callable[["Run", BaseException], None]
@@ -274,9 +278,9 @@ def within(
 
     A run started inside another shares its writer; else the run's task group holds one.
     Nothing of the run keeps going after it returns: its writer ends (or writes nothing of it
-    any more) once the end is written, and timed-out sync tools are waited for. `fail` records
-    a failure first. A plain function: a run inside another (a subagent) awaits `_saved`
-    directly, one coroutine less per child.
+    any more) once the end is written; a sync tool's thread still running was abandoned (its
+    late writes are refused). `fail` records a failure first. A plain function: a run inside
+    another (a subagent) awaits `_saved` directly, one coroutine less per child.
     """
     frame = current_frame()
     shared = frame.run.writer if frame is not None else None
@@ -297,18 +301,11 @@ async def _saved(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | 
     try:
         result = await body(run)
         await saver.flush()
-        if run.stragglers:
-            # A timed-out sync tool's thread may still change the State: save after it too.
-            await wait_for(run.stragglers)
-            await saver.flush()
     except BaseException as error:
         with anyio.CancelScope(shield=True):
             if fail is not None:
                 fail(run, error)
             await saver.flush_after(error)
-            if run.stragglers:
-                await wait_for(run.stragglers)
-                await saver.flush_after(error)
         raise
     finally:
         saver.close()
@@ -344,8 +341,8 @@ def step(
 
     A loop body's ``agent.athink(state)`` is a step of the run that called the body (found
     through the frame). Anywhere else (a script, a tool using another agent) the step is a run
-    of its own: saved when it returns, its timed-out threads waited for. Await the result (a
-    plain function: a step of a run adds no coroutine of its own).
+    of its own, saved when it returns. Await the result (a plain function: a step of a run adds
+    no coroutine of its own).
     """
     frame = current_frame()
     if (
@@ -429,6 +426,12 @@ async def _run_agent(
 ) -> None:
     frame = current_frame()
     parent = _parent_of(frame, state) if link is None else _linked_call(frame, state, link)
+    depth = 0 if parent is None else parent.run.depth + 1
+    if depth > settings.max_subagent_depth:
+        error = SubagentDepthError(depth_refused(depth, settings.max_subagent_depth))
+        if parent is not None:
+            parent.failures.append(error)  # the parent's call gets it as an error result
+        raise error
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
@@ -441,6 +444,7 @@ async def _run_agent(
     )
     run.link = parent
     run.given = link
+    run.depth = depth
     begin_run(state)
     error: BaseException | None = None
     try:

@@ -25,7 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from ._errors import StoreDamagedError, ToolError, error_text, is_interruption
+from ._errors import (
+    StoreDamagedError,
+    SubagentDepthError,
+    ToolError,
+    error_text,
+    is_interruption,
+)
 from ._frame import current_frame
 from ._history import ToolResultEntry
 from ._link import Link, child_scope
@@ -41,7 +47,14 @@ if TYPE_CHECKING:
     from ._agent import Agent
     from ._run import CallContext, Run
 
-__all__ = ("AgentTool", "cut_off", "resume_children", "resumed_child", "trace_context")
+__all__ = (
+    "AgentTool",
+    "cut_off",
+    "depth_refused",
+    "resume_children",
+    "resumed_child",
+    "trace_context",
+)
 
 LOCAL = LocalRunner()
 
@@ -124,6 +137,10 @@ class AgentTool(Tool):
         context = None if frame is None else frame.call
         if context is None:  # called outside a run's tool call: a State of its own, here
             return await self._guarded(self.agent.arun(State(messages=[Message.user(task)])))
+        depth, limit = context.run.depth + 1, self.agent.max_subagent_depth
+        if depth > limit:  # refused before a child is listed: the call gets an error result
+            error = SubagentDepthError(depth_refused(depth, limit))
+            raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
         resume = context.resume  # a child that stopped for a person's decision, continued
         state_id = uuid.uuid4().hex if resume is None else resume.id
         job = ChildJob(
@@ -236,6 +253,16 @@ def _check_link(parent: State, call: ToolCall, child: State) -> None:
         f" subagent, but that State's own history says it was started by"
         f" {child.parent_id!r}, call {child.parent_call_id!r}: the link was changed, so its"
         " answer is not delivered. Restore the store from a backup."
+    )
+
+
+def depth_refused(depth: int, limit: int) -> str:
+    """Why a subagent `depth` levels below its root run was not started (`limit` is lower)."""
+    return (
+        f"A subagent would run {depth} levels deep, past the limit of {limit}"
+        f" (its agent's max_subagent_depth), so it was not started. A subagent that starts"
+        f" itself again and again stops here; if the task needs deeper subagents, raise it"
+        f" with Agent(max_subagent_depth=N)."
     )
 
 

@@ -1,8 +1,9 @@
 """Running the async core from sync code: the one bridge, at the top of the API.
 
 A sync method called from plain code starts an event loop (`anyio.run`). Called from a worker
-thread of a running async run (a sync tool, a sync loop body), it hops onto that loop
-(`anyio.from_thread.run`). Called on a thread that runs an event loop, it would deadlock, so it
+thread of a running async run (a sync tool, a sync loop body: `orchestrator._threads`), it hops
+onto that loop, inside the tool call's task group; from an anyio worker thread of your own, with
+`anyio.from_thread.run`. Called on a thread that runs an event loop, it would deadlock, so it
 raises `TypeError` naming the async twin.
 
 The other way, `call_twin` awaits an object's async twin of a method, or runs the sync one in a
@@ -20,6 +21,8 @@ from typing import Any, TypeVar, cast
 
 import anyio
 import anyio.from_thread
+
+from ._threads import current_job
 
 __all__ = ("call_twin", "is_async_callable", "run_sync")
 
@@ -96,6 +99,9 @@ def run_sync(func: Callable[..., Awaitable[_T]], *args: Any, name: str) -> _T:
     async def call() -> _T:
         return await func(*args)
 
+    job = current_job()
+    if job is not None:
+        return job.hop(call)
     try:
         return anyio.from_thread.run(call)
     except anyio.NoEventLoopError:

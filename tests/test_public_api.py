@@ -245,6 +245,7 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("tool_timeout", None),
             ("max_turns", None),  # issue 12: the default loop's limit
             ("runner", None),  # issue 15: where the subagent tools' children run
+            ("max_subagent_depth", None),  # issue 26: how deep subagents nest (10)
         ]
     ]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [

@@ -357,10 +357,10 @@ async def test_without_max_concurrency_all_parallel_calls_run_at_once() -> None:
 
 
 @pytest.mark.anyio
-async def test_without_max_concurrency_every_parallel_sync_call_runs_at_once() -> None:
+async def test_max_concurrency_raises_the_sync_thread_bound() -> None:
     # DESIGN 7: "all parallel=True calls of a turn start at once in one task group (... sync
-    # tools in worker threads through one CapacityLimiter, max_concurrency)";
-    # Agent.max_concurrency: "None: all parallel calls" - more than anyio's 40 default threads.
+    # tools in worker threads through one CapacityLimiter, max_concurrency)"; issue 26: sync
+    # tools use 40 threads at most unless max_concurrency says otherwise (more, here).
     count = 70
     barrier = threading.Barrier(count, timeout=2.0)
 
@@ -372,7 +372,7 @@ async def test_without_max_concurrency_every_parallel_sync_call_runs_at_once() -
     model = FakeModel([[tool_call("meet", i=i) for i in range(count)], "done"])
     state = user_state()
     try:
-        await Agent(model, tools=[meet]).arun(state)
+        await Agent(model, tools=[meet], max_concurrency=count).arun(state)
     finally:
         barrier.abort()
     assert [e.outcome for e in results(state)] == ["done"] * count
@@ -477,39 +477,6 @@ async def test_a_tool_timeout_gives_an_error_result_and_the_run_goes_on() -> Non
     assert result_of(state, calls[1]).outcome == "done"
     assert model.requests[1].messages[-1].tool_results[0].is_error
     assert_consistent(state)
-
-
-@pytest.mark.anyio
-async def test_a_sync_tool_that_times_out_is_not_left_running_after_arun_returns() -> None:
-    # DESIGN 3: "every task lives in a task group; nothing runs in the background after a call
-    # returns"; DESIGN 6/7 per-tool `timeout`.
-    started = threading.Event()
-    release = threading.Event()
-    finished = threading.Event()
-
-    @tool(timeout=0.05)
-    def stuck() -> str:
-        started.set()
-        try:
-            release.wait(1.0)
-        finally:
-            finished.set()
-        return "late"
-
-    def second_reply(request: Request) -> str:
-        started.wait(2.0)  # the tool's thread has surely begun before the run can end
-        return "done"
-
-    agent = Agent(FakeModel([tool_call("stuck"), second_reply]), tools=[stuck])
-    state = user_state()
-    try:
-        await agent.arun(state)
-        (entry,) = results(state)
-        assert entry.outcome == "error"
-        assert finished.is_set(), "the tool's worker thread still runs after arun returned"
-    finally:
-        release.set()
-        finished.wait(2.0)
 
 
 @pytest.mark.anyio

@@ -10,10 +10,12 @@ import threading
 from typing import Any
 
 import anyio
+import anyio.to_thread
 import pytest
 
 from orchestrator import (
     Agent,
+    CallAbandonedError,
     ContextChangeEntry,
     Message,
     State,
@@ -210,10 +212,14 @@ async def test_a_run_that_stops_at_once_is_saved() -> None:
 
 
 @pytest.mark.anyio
-async def test_what_a_timed_out_sync_tool_records_later_is_saved_before_the_run_returns() -> None:
+async def test_a_timed_out_sync_tool_cannot_record_after_the_run_saved_its_end() -> None:
     # Found by a review: the run saved, then waited for the timed-out tool's thread, which
-    # recorded one more entry that no save wrote.
+    # recorded one more entry that no save wrote. Issue 26: the run no longer waits for the
+    # thread, and the abandoned thread's late write is refused, so the store has it all.
+    started = threading.Event()
     release = threading.Event()
+    finished = threading.Event()
+    late: list[BaseException] = []
 
     class ReleasingStore(MemoryStore):
         """Lets the tool's thread go on once the run's end (its stop) is saved."""
@@ -225,16 +231,28 @@ async def test_what_a_timed_out_sync_tool_records_later_is_saved_before_the_run_
 
     @tool(timeout=0.01)
     def slow(state: State) -> str:
-        """Take too long, then note progress in the state."""
-        release.wait(5)
-        state.set("progress", "late")
+        """Take too long, then try to note progress in the state."""
+        started.set()
+        try:
+            release.wait(5)
+            state.set("progress", "late")
+        except CallAbandonedError as error:
+            late.append(error)
+        finally:
+            finished.set()
         return "never seen"
+
+    def answer(request: Request) -> str:
+        started.wait(5)  # the tool's thread has surely begun before the run can end
+        return "Done."
 
     store = ReleasingStore()
     state = State(messages=[Message.user("Go")])
-    agent = Agent(FakeModel([tool_call("slow"), "Done."]), tools=[slow], store=store)
+    agent = Agent(FakeModel([tool_call("slow"), answer]), tools=[slow], store=store)
     assert await agent.arun(state) == "Done."
-    assert state.get("progress") == "late"
+    assert await anyio.to_thread.run_sync(finished.wait, 5)
+    assert [type(error) for error in late] == [CallAbandonedError]
+    assert state.get("progress") is None
     assert store.load(state.id).history == state.history
 
 
