@@ -23,11 +23,11 @@ from orchestrator import (
     ToolCall,
     ToolResultBlock,
     ToolResultEntry,
-    bind_state,
     tool,
 )
 from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
+from stores.backend import bind_state
 
 
 class ThreadCheckedStore:

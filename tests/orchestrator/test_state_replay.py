@@ -45,18 +45,20 @@ from orchestrator import (
 )
 
 # Private: Folded is the fold's value (one test checks every slot is copied), and the
-# recording functions an Agent uses (orchestrator.testing has three of them).
+# recording functions an Agent uses (they have no public name).
 from orchestrator._fold import Folded
 from orchestrator._recording import (
+    begin_think,
     close_pending,
     merge_turn,
     record_ask,
     record_compact,
     record_error,
+    record_reply,
     record_run_start,
     record_stop,
+    record_tool_result,
 )
-from orchestrator.testing import begin_think, record_reply, record_tool_result
 from tests.doubles import block, call
 
 # Helpers --------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from orchestrator import (
     ToolResultBlock,
     merge_lists,
 )
-from orchestrator.testing import begin_think, record_reply, record_tool_result
+from orchestrator._recording import begin_think, record_reply, record_tool_result
 
 THREADS = 8
 
