@@ -59,7 +59,7 @@ from orchestrator._recording import (
     record_stop,
     record_tool_result,
 )
-from tests.doubles import block, call
+from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -67,21 +67,6 @@ from tests.doubles import block, call
 def replayed(history: tuple[HistoryEntry, ...]) -> StateSnapshot:
     """The value of a new State built from `history`."""
     return State(history=history).snapshot()
-
-
-def assert_replays(state: State) -> None:
-    """The replay invariant, and the properties agree with the snapshot."""
-    snap = state.snapshot()
-    assert replayed(state.history) == snap
-    assert replayed(snap.history) == snap
-    assert state.messages == snap.messages
-    assert state.pending_calls == snap.pending_calls
-    assert state.turn == snap.turn
-    assert state.usage == snap.usage
-    assert state.extra_data == snap.extra_data
-    assert state.answer == snap.answer
-    assert state.stopped == snap.stopped
-    assert state.finished == snap.finished
 
 
 def assert_results_follow_their_calls(state: State) -> None:
