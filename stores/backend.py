@@ -189,9 +189,9 @@ def _collector_paused() -> Generator[None, None, None]:
     """Pause the cyclic garbage collector while a history is decoded and replayed.
 
     Those steps only create objects that live on (no cycles to free), yet with many objects
-    alive each collection scans them all: on CPython 3.11 it took about 40% of a 100,000-entry
-    load. Pausing is process-wide but brief, and it restores what it found, so an app that
-    turned the collector off keeps it off.
+    alive each collection scans them all, a large part of loading a long history. Pausing is
+    process-wide but brief, and it restores what it found, so an app that turned the collector
+    off keeps it off.
     """
     was_enabled = gc.isenabled()
     gc.disable()

@@ -381,3 +381,48 @@ def test_the_old_paths_check_finds_an_old_use() -> None:
         "x:4: orchestrator.storage_view",
         "x:5: orchestrator.testing.begin_think",
     ]
+
+
+# STYLE 23: a docstring says what and why for a user; a measurement (a time, a memory size, a
+# share of a run) goes in the commit message that made the change.
+_MEASUREMENT = re.compile(
+    r"\d[\d,.]*\s?(?:µs|us|ms|MB|KB|kB|GB|%)(?![\w])|\bmeasured\b|\(medians?\)", re.IGNORECASE
+)
+
+
+def _measurements(source: str, where: str) -> list[str]:
+    found: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            text = ast.get_docstring(node, clean=False) or ""
+            found += [
+                f"{where}:{getattr(node, 'lineno', 1)}: {line.strip()}"
+                for line in text.splitlines()
+                if _MEASUREMENT.search(line)
+            ]
+    return found
+
+
+def test_docstrings_hold_no_measurements() -> None:
+    found: list[str] = []
+    for folder in ("orchestrator", "stores"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            found += _measurements(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
+    assert found == []
+
+
+def test_the_measurement_check_finds_one() -> None:
+    source = (
+        '"""A module: a fresh process took 28 MB."""\n'
+        "def f():\n"
+        '    """Fast: 0.27 against 1.1 us (measured)."""\n'
+        "def g():\n"
+        '    """Waits 10 s at most, for 100% of the calls."""\n'
+        "def h():\n"
+        '    """Waits 10 s at most; a 3-turn run."""\n'
+    )
+    assert _measurements(source, "x") == [
+        "x:1: A module: a fresh process took 28 MB.",
+        "x:2: Fast: 0.27 against 1.1 us (measured).",
+        "x:4: Waits 10 s at most, for 100% of the calls.",
+    ]
