@@ -1,26 +1,32 @@
 """Quick start: a State, its typed data, one turn, snapshots, fork, restore, finish and replay.
 
-An Agent drives a State for you (see examples/parallel_agents.py). Here one turn is played by
-hand with the recording functions its loop uses (`begin_think`, `record_reply`,
-`record_tool_result`, from `orchestrator.testing`), to show what the State does on its own.
-Run it with ``python examples/quickstart.py``.
+An Agent drives a State for you (see examples/parallel_agents.py), recording each step of a
+turn as one history entry. Here one turn is written by hand, entry by entry (a State is its
+history, so the State after a step is `State(history=...)` with one more entry), to show what
+the State does on its own. Run it with ``python examples/quickstart.py``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from datetime import UTC, datetime
+from typing import Any
 
 from orchestrator import (
+    HistoryEntry,
     Message,
+    ModelReplyEntry,
+    ModelRequest,
+    ModelRequestEntry,
     Reply,
     State,
     TextBlock,
     ToolCall,
     ToolResultBlock,
+    ToolResultEntry,
     Usage,
     merge_lists,
 )
-from orchestrator.testing import begin_think, record_reply, record_tool_result
 
 
 def describe(message: Message) -> str:
@@ -39,6 +45,21 @@ def show(state: State) -> None:
 
 def result(call: ToolCall, text: str) -> ToolResultBlock:
     return ToolResultBlock(call.id, (TextBlock(text),))
+
+
+def then(state: State, entry_type: type[HistoryEntry], content: Any, **fields: Any) -> State:
+    """`state` after one more step: its history and one more entry (what an Agent records)."""
+    turn = state.turn + 1 if entry_type is ModelRequestEntry else state.turn
+    entry = entry_type(
+        seq=len(state.history), turn=turn, at=datetime.now(UTC), content=content, **fields
+    )
+    return State(id=state.id, history=[*state.history, entry], schema=state.schema)
+
+
+def think(state: State, reply: Reply) -> State:
+    """`state` after the model was asked and gave `reply`."""
+    asked = ModelRequest(model="fake", message_count=len(state.messages))
+    return then(then(state, ModelRequestEntry, asked), ModelReplyEntry, reply)
 
 
 def main() -> None:
@@ -66,16 +87,17 @@ def main() -> None:
         print(f"   refused: 'owner' is not declared; has('owner') is {state.has('owner')}")
 
     print("3. One turn: the model asks for two tools; their results come back out of order")
-    begin_think(state, model="fake")
     read = ToolCall("call_1", "read_file", {"path": "refunds.py"})
     test = ToolCall("call_2", "run_tests", {"suite": "refunds"})
     usage = Usage(input_tokens=120, output_tokens=30, requests=1)
-    record_reply(state, Reply(Message.assistant("Let me look.", [read, test]), usage))
+    state = think(state, Reply(Message.assistant("Let me look.", [read, test]), usage))
     print(f"   pending: {[call.name for call in state.pending_calls]}")
-    record_tool_result(state, test, result(test, "2 failed"), outcome="done")
+    state = then(state, ToolResultEntry, result(test, "2 failed"), call=test, outcome="done")
     state.add_message(Message.user("Also check the retry loop"))  # arrives mid-turn: held
     print(f"   after the first result: pending {[c.name for c in state.pending_calls]}")
-    record_tool_result(state, read, result(read, "def refund(): ..."), outcome="done")
+    state = then(
+        state, ToolResultEntry, result(read, "def refund(): ..."), call=read, outcome="done"
+    )
     results = state.messages[-2].tool_results
     print(f"   results in request order: {', '.join(r.call_id for r in results)}")
     show(state)
@@ -94,8 +116,7 @@ def main() -> None:
     print(f"   the history keeps all {len(state.history)} entries, the restore included")
 
     print("5. The model answers in text, and the run finishes with a JSON answer")
-    begin_think(state, model="fake")
-    record_reply(state, Reply(Message.assistant("refunds.py retries twice."), usage))
+    state = think(state, Reply(Message.assistant("refunds.py retries twice."), usage))
     state.finish({"file": "refunds.py", "line": 42})
     print(f"   answer: {dict(state.answer)}  finished: {state.finished}  turn: {state.turn}")
     print(f"   stopped: {state.stopped}")

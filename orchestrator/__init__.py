@@ -69,10 +69,6 @@ from ._reply import Usage as Usage
 from ._reporting import Reporter as Reporter
 from ._snapshot import StateSnapshot as StateSnapshot
 from ._state import State as State
-from ._state import bind_state as bind_state
-from ._state import recover_state as recover_state
-from ._state import storage_view as storage_view
-from ._state import validate_id as validate_id
 from ._stopped import AwaitingCall as AwaitingCall
 from ._stopped import Stopped as Stopped
 from ._stopped import StoppedByApproval as StoppedByApproval
@@ -84,7 +80,6 @@ from ._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._storage import AsyncStore as AsyncStore
 from ._storage import MemoryBackend as MemoryBackend
 from ._storage import StateInfo as StateInfo
-from ._storage import StorageView as StorageView
 from ._storage import Store as Store
 from ._subagents import resumed_child as resumed_child
 from ._tools import FunctionTool as FunctionTool
@@ -143,7 +138,18 @@ _LAZY = {"ConsoleReporter": "._console"} | dict.fromkeys(
 )
 
 
-__getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY)
+# What only a store backend needs moved to `stores.backend`, its one public home; the old names
+# keep working (and warn) for one release.
+_BACKEND = "import it from stores.backend instead (from stores.backend import {})"
+_MOVED = {
+    "StorageView": ("._storage", _BACKEND.format("StorageView")),
+    **{
+        name: ("._state", _BACKEND.format(name))
+        for name in ("bind_state", "recover_state", "storage_view", "validate_id")
+    },
+}
+
+__getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY, _MOVED)
 
 
 __all__ = (
@@ -216,7 +222,6 @@ __all__ = (
     "StoppedByLimit",
     "StoppedByPermission",
     "StoppedByUntil",
-    "StorageView",
     "Store",
     "StoreConflictError",
     "StoreDamagedError",
@@ -243,16 +248,12 @@ __all__ = (
     "adeny",
     "approve",
     "awaiting",
-    "bind_state",
     "deny",
     "loop",
     "merge_lists",
-    "recover_state",
     "replace_values",
     "resumed_child",
-    "storage_view",
     "thaw",
     "tool",
-    "validate_id",
     "waiting_for_user",
 )

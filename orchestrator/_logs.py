@@ -4,8 +4,8 @@ The library never configures logging. A `NullHandler` on the ``orchestrator`` lo
 Python's last-resort handler from printing our warnings when the app set nothing up.
 
 structlog is imported at the first event that is logged, not with the library: importing it
-loads rich and pygments too (when installed), which took a fresh process from 28 MB to 39 MB
-(peak RSS of ``import orchestrator``), and an app that logs nothing never needs it.
+loads rich and pygments too (when installed), a large part of the memory of a fresh process
+that imports the library, and an app that logs nothing never needs it.
 """
 
 from __future__ import annotations

@@ -604,7 +604,7 @@ def add_child(state: StateParts, child: State) -> None:
     state._children[child.id] = child
 
 
-# -- what a store uses (public through `orchestrator`) -------------------------------------------
+# -- what a store uses (public through `stores.backend`) -------------------------------------------
 
 
 def storage_view(state: State) -> StorageView:

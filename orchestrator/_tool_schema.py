@@ -5,7 +5,7 @@
 - filled by the model: validated by one pydantic model built with ``extra="forbid"``, whose JSON
   schema is what the model is shown (when every such parameter is a plain str, int, float or
   bool, pydantic-core validates that model's core schema with no model class built: the same
-  checks and errors, for 3 MB less peak memory in a fresh process);
+  checks and errors, without the memory a model class costs a fresh process);
 - filled from state (``inputs_from_state``): read when the call starts, hidden from the model;
 - annotated `State` (or ``State | None``): receives the live State, hidden from the model;
 - annotated `Memory` (or ``Memory | None``): receives the agent's memory, hidden from the model.
@@ -612,8 +612,8 @@ def _plain_arguments(
     The validator is pydantic-core's, over the very core schema `_model_arguments` has pydantic
     build (the model's fields and config), so it accepts, converts and rejects the same input
     with the same errors. Building a model class would import pydantic's schema generation and
-    its plugin loader (which imports importlib.metadata, email, zipfile and csv): 3 MB of a
-    fresh process's peak RSS that a run with plain tools never needed.
+    its plugin loader (which imports importlib.metadata, email, zipfile and csv): memory a
+    run with plain tools never needed.
     """
     name = f"{tool}_arguments"
     fields: dict[str, core_schema.ModelField] = {}

@@ -6,8 +6,9 @@ The backends are `MemoryStore`, `FileStore` (JSONL files), `SQLiteStore` (sqlite
 and `redact_url(url)` shows a URL without its passwords. They implement the protocols of
 `orchestrator` (`orchestrator.Store`, `orchestrator.AsyncStore`) and keep agent memory beside
 the States (`orchestrator.MemoryBackend`, the primitive under `orchestrator.Memory`), reading
-States only through `orchestrator.storage_view`.
-`stores.contract` is the test suite every backend passes, for third-party ones too.
+States only through `stores.backend.storage_view`.
+`stores.backend` holds what only a backend needs, for third-party ones too; `stores.contract`
+is the test suite every backend passes.
 """
 
 from ._aiosqlite import AioSQLiteStore as AioSQLiteStore

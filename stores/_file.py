@@ -53,15 +53,7 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 
-from orchestrator import (
-    State,
-    StateInfo,
-    StoreError,
-    bind_state,
-    recover_state,
-    storage_view,
-    validate_id,
-)
+from orchestrator import State, StateInfo, StoreError
 
 from ._codec import (
     DIGEST_SIZE,
@@ -81,13 +73,17 @@ from .backend import (
     Tail,
     TailCache,
     adopted,
+    bind_state,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
+    recover_state,
     select,
+    storage_view,
     to_adopt,
+    validate_id,
 )
 
 __all__ = ("FileStore",)

@@ -11,25 +11,22 @@ from dataclasses import dataclass
 
 import anyio.lowlevel
 
-from orchestrator import (
-    State,
-    StateInfo,
-    bind_state,
-    recover_state,
-    storage_view,
-    validate_id,
-)
+from orchestrator import State, StateInfo
 
 from .backend import (
     Tail,
     adopted,
+    bind_state,
     check_list_args,
     check_memory,
     check_state,
     continuation,
     rebuild,
+    recover_state,
     select,
+    storage_view,
     to_adopt,
+    validate_id,
 )
 
 __all__ = ("MemoryStore",)

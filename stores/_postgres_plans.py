@@ -14,28 +14,24 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator import (
-    State,
-    StateInfo,
-    StorageView,
-    StoreConflictError,
-    bind_state,
-    recover_state,
-    storage_view,
-    validate_id,
-)
+from orchestrator import State, StateInfo, StoreConflictError
 
 from ._codec import damaged
 from ._postgres_sql import Plan, Query, Row, Sql, StateRows, info_of_row, state_row
 from .backend import (
+    StorageView,
     Tail,
     TailCache,
     adopted,
+    bind_state,
     check_list_args,
     check_memory,
     continuation,
     rebuild,
+    recover_state,
+    storage_view,
     to_adopt,
+    validate_id,
 )
 
 __all__ = (

@@ -45,10 +45,10 @@ from typing import Annotated, Any, TypeAlias, TypeVar
 
 import pydantic
 
-from orchestrator import StateInfo, Stopped, StorageView, StoreDamagedError, Usage
+from orchestrator import StateInfo, Stopped, StoreDamagedError, Usage
 
 from ._codec import FORMAT_VERSION, check_format, damaged, listing_seal
-from .backend import Tail
+from .backend import StorageView, Tail
 
 __all__ = (
     "DEFAULT_SCHEMA",

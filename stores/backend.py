@@ -1,8 +1,15 @@
-"""What a store backend is built from: the helpers every backend shares, on public names only.
+"""What a store backend is built from: the names only a backend needs, in one public home.
 
 A backend (ours, or yours: see the stores guide) implements `orchestrator.Store` and/or
-`orchestrator.AsyncStore`, reads a State only through `orchestrator.storage_view`, and uses
-these to keep the rules every backend keeps:
+`orchestrator.AsyncStore`. It reaches a State through these:
+
+- `storage_view`: a `StorageView` of a State, the one way a backend reads it (its id, entries
+  and info, all of one moment);
+- `bind_state`: tie a saved or loaded State to its store, so its children save there too;
+- `recover_state`: close a turn a crash cut off, when a State is loaded;
+- `validate_id`: check an id (of a State, a parent, an agent) before any I/O.
+
+And it keeps the rules every backend keeps with these:
 
 - `continuation`: what a save may write after the stored `Tail` (new entries, encoded, with
   their chained digests) and the check that the State continues the stored history;
@@ -37,16 +44,10 @@ from weakref import WeakKeyDictionary
 import anyio
 import anyio.lowlevel
 
-from orchestrator import (
-    HistoryEntry,
-    State,
-    StateInfo,
-    StorageView,
-    StoreConflictError,
-    storage_view,
-    validate_id,
-)
+from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from orchestrator._memory import validate_key, validate_space
+from orchestrator._state import bind_state, recover_state, storage_view, validate_id
+from orchestrator._storage import StorageView
 
 from ._codec import (
     chain_digests,
@@ -62,17 +63,22 @@ __all__ = (
     "Continuation",
     "GroupCommit",
     "LoopGroupCommits",
+    "StorageView",
     "Tail",
     "TailCache",
     "adopted",
+    "bind_state",
     "check_list_args",
     "check_memory",
     "check_state",
     "continuation",
     "listing_seal",
     "rebuild",
+    "recover_state",
     "select",
+    "storage_view",
     "to_adopt",
+    "validate_id",
 )
 
 
@@ -183,9 +189,9 @@ def _collector_paused() -> Generator[None, None, None]:
     """Pause the cyclic garbage collector while a history is decoded and replayed.
 
     Those steps only create objects that live on (no cycles to free), yet with many objects
-    alive each collection scans them all: on CPython 3.11 it took about 40% of a 100,000-entry
-    load. Pausing is process-wide but brief, and it restores what it found, so an app that
-    turned the collector off keeps it off.
+    alive each collection scans them all, a large part of loading a long history. Pausing is
+    process-wide but brief, and it restores what it found, so an app that turned the collector
+    off keeps it off.
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -235,7 +241,7 @@ def to_adopt(state: State, listed: Iterable[StateInfo]) -> builtins.list[StateIn
     `listed` is what the store's links say (a `list(parent_id=state.id)`, a list of children
     kept beside the State). Those links are not covered by the digests, so a backend opens each
     State returned here from its own history (without recovering it) and gives it to `adopted`
-    before it calls `orchestrator.recover_state`.
+    before it calls `recover_state`.
     """
     pending = {call.id for call in state.pending_calls}
     return [info for info in listed if info.parent_call_id in pending and info.id != state.id]

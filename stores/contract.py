@@ -58,7 +58,6 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     ValidationError,
-    storage_view,
 )
 from orchestrator.testing import FakeModel, tool_call
 
@@ -77,6 +76,7 @@ from ._contract_support import (
     rich_state,
     tool_call_of,
 )
+from .backend import storage_view
 
 __all__ = (
     "StoreClient",

@@ -16,18 +16,20 @@ import pydantic
 from orchestrator import (
     ErrorEntry,
     Message,
+    ModelReplyEntry,
     Reporter,
     State,
     StateInfo,
+    StateSnapshot,
     TextBlock,
     ToolCall,
     ToolResultBlock,
     ToolResultEntry,
-    bind_state,
     tool,
 )
 from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
+from stores.backend import bind_state
 
 
 class ThreadCheckedStore:
@@ -133,9 +135,43 @@ class Person(pydantic.BaseModel):
     tags: list[str] = []
 
 
-def assert_replays(state: State) -> None:
-    """The replay invariant: a State rebuilt from the history has the same value."""
-    assert State(history=state.history).snapshot() == state.snapshot()
+def assert_replays(value: State | StateSnapshot) -> None:
+    """The replay invariant: a State rebuilt from the history has the same value.
+
+    Given a State, its properties also agree with its snapshot. Given a snapshot (taken while
+    other threads change the State), the snapshot is the value its own history folds to.
+    """
+    snap = value.snapshot() if isinstance(value, State) else value
+    assert State(history=snap.history).snapshot() == snap
+    if isinstance(value, State):
+        assert State(history=value.history).snapshot() == snap
+        assert value.messages == snap.messages
+        assert value.pending_calls == snap.pending_calls
+        assert value.turn == snap.turn
+        assert value.usage == snap.usage
+        assert value.extra_data == snap.extra_data
+        assert value.answer == snap.answer
+        assert value.stopped == snap.stopped
+        assert value.finished == snap.finished
+
+
+def assert_consistent(state: State) -> None:
+    """A State a run left: nothing open, each call answered once, and it replays.
+
+    No call is pending and no request is waited on (a request without a reply was taken back);
+    every call the model asked for has exactly one (non-late) result, and every result is in the
+    messages, so the model can be asked again.
+    """
+    assert state.pending_calls == ()
+    replies = [entry for entry in state.history if isinstance(entry, ModelReplyEntry)]
+    assert state.turn == len(replies)
+    requested = [call.id for entry in replies for call in entry.tool_calls]
+    answered = [entry.call.id for entry in results(state) if not entry.late]
+    assert sorted(answered) == sorted(requested)
+    assert len(set(answered)) == len(answered)
+    in_messages = [block.call_id for message in state.messages for block in message.tool_results]
+    assert sorted(in_messages) == sorted(requested)
+    assert_replays(state)
 
 
 def results(state: State) -> list[ToolResultEntry]:

@@ -21,9 +21,10 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from orchestrator import OrchestratorError, State, StateInfo, validate_id
+from orchestrator import OrchestratorError, State, StateInfo
 from orchestrator.testing import ReplayModel
 from stores import encode_entry, redact_url
+from stores.backend import validate_id
 
 from ._jsontext import dumps
 from ._open import open_existing

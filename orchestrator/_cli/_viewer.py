@@ -31,8 +31,9 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from orchestrator import OrchestratorError, StateInfo, validate_id
+from orchestrator import OrchestratorError, StateInfo
 from stores import redact_url
+from stores.backend import validate_id
 
 from ._jsontext import dumps
 from ._reading import agent_of, read_tree

@@ -14,16 +14,9 @@ from typing import Annotated, Any
 import pydantic
 import pytest
 
-from orchestrator import (
-    HistoryEntry,
-    State,
-    StateInfo,
-    StoreConflictError,
-    bind_state,
-    recover_state,
-    storage_view,
-)
+from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore, ThreadedAsync
+from stores.backend import bind_state, recover_state, storage_view
 from stores.contract import StoreContract
 
 
@@ -174,8 +167,8 @@ class PublicApiStore(ThreadedAsync):
 class TestPublicApiStore(StoreContract):
     # Issue 4, item 5: the contract suite is for "every backend ... (including a third-party
     # one: it is importable as a pytest plugin or helper)"; DESIGN 9: "A loaded State is bound
-    # to its store" and load "closes a half-done turn": orchestrator.bind_state and
-    # orchestrator.recover_state are the public helpers for both.
+    # to its store" and load "closes a half-done turn": stores.backend's bind_state and
+    # recover_state are the public helpers for both.
     colours = ("sync",)
     keeps_memory = False
 

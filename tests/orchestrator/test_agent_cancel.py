@@ -32,24 +32,9 @@ from orchestrator import (
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AskApproval
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import errors, result_of, results
+from tests.doubles import assert_consistent, errors, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_consistent(state: State) -> None:
-    """No call is pending, no request is waited on, every call has exactly one result."""
-    assert state.pending_calls == ()
-    replies = [e for e in state.history if isinstance(e, ModelReplyEntry)]
-    assert state.turn == len(replies)  # a request without a reply was taken back
-    requested = [call.id for entry in replies for call in entry.tool_calls]
-    answered = [entry.call.id for entry in results(state) if not entry.late]
-    assert sorted(answered) == sorted(requested)
-    assert len(set(answered)) == len(answered)
-    # Every result is in the messages, so the model can be asked again.
-    in_messages = [b.call_id for m in state.messages for b in m.tool_results]
-    assert sorted(in_messages) == sorted(requested)
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def assert_interrupted_once(state: State, errors_before: int = 0) -> None:

@@ -42,24 +42,11 @@ from orchestrator.permissions import (
     Permission,
 )
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import assert_replays, read_file, result_of, results
+from tests.doubles import assert_consistent, read_file, result_of, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_consistent(state: State) -> None:
-    assert state.pending_calls == ()
-    requested = [
-        call.id
-        for entry in state.history
-        if isinstance(entry, ModelReplyEntry)
-        for call in entry.tool_calls
-    ]
-    answered = [entry.call.id for entry in results(state) if not entry.late]
-    assert sorted(answered) == sorted(requested)
-    assert_replays(state)
 
 
 class Recorder(Reporter):

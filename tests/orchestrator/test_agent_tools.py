@@ -34,24 +34,9 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import add, assert_replays, result_of, results
+from tests.doubles import add, assert_consistent, assert_replays, result_of, results
 
 # Helpers --------------------------------------------------------------------------------------
-
-
-def assert_consistent(state: State) -> None:
-    """No call is pending, every call has exactly one (non-late) result, and it replays."""
-    assert state.pending_calls == ()
-    requested = [
-        call.id
-        for entry in state.history
-        if isinstance(entry, ModelReplyEntry)
-        for call in entry.tool_calls
-    ]
-    answered = [entry.call.id for entry in results(state) if not entry.late]
-    assert sorted(answered) == sorted(requested)
-    assert len(set(answered)) == len(answered)
-    assert_replays(state)
 
 
 def user_state(text: str = "Go", schema: Any = None) -> State:

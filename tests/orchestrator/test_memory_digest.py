@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Agent, Memory, Message, State, ToolCall, ToolResultEntry, tool
+from orchestrator import Agent, Memory, Message, State, ToolCall, tool
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, SQLiteStore
-from tests.doubles import Loop
+from tests.doubles import Loop, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,10 +85,6 @@ def first_run(kind: str, path: Path) -> None:
         close()
 
 
-def results(state: State) -> dict[str, ToolResultEntry]:
-    return {entry.call.id: entry for entry in state.history if isinstance(entry, ToolResultEntry)}
-
-
 @pytest.mark.parametrize("kind", ["sqlite", "file"])
 def test_a_digest_agent_tracks_open_loops_across_two_runs_in_two_processes(
     kind: str, tmp_path: Path
@@ -125,7 +121,7 @@ def test_a_digest_agent_tracks_open_loops_across_two_runs_in_two_processes(
     agent = digest_agent(model, store)
     state = State(id="day-2", messages=[Message.user("What is still open?")])
     assert agent.run(state) == "One loop left: call Bob."
-    seen = results(state)
+    seen = {entry.call.id: entry for entry in results(state)}
     assert seen[counting.id].content.text == "2"
     assert [loop["id"] for loop in json.loads(seen[listing.id].content.text)] == [
         "call-bob",

@@ -38,15 +38,22 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
     UserEntry,
-    bind_state,
     tool,
 )
 
 # Private: the recording functions an Agent records a turn with; these tests drive a State
-# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
-# the others have no public name.
-from orchestrator._recording import add_child, compaction, record_run_start, record_stop
-from orchestrator.testing import FakeModel, begin_think, record_reply, record_tool_result, tool_call
+# through them by hand. They have no public name.
+from orchestrator._recording import (
+    add_child,
+    begin_think,
+    compaction,
+    record_reply,
+    record_run_start,
+    record_stop,
+    record_tool_result,
+)
+from orchestrator.testing import FakeModel, tool_call
+from stores.backend import bind_state
 from tests.doubles import Color, assert_replays, block, call
 
 CLEARED = "(cleared: kept in history)"

@@ -45,19 +45,21 @@ from orchestrator import (
 )
 
 # Private: Folded is the fold's value (one test checks every slot is copied), and the
-# recording functions an Agent uses (orchestrator.testing has three of them).
+# recording functions an Agent uses (they have no public name).
 from orchestrator._fold import Folded
 from orchestrator._recording import (
+    begin_think,
     close_pending,
     merge_turn,
     record_ask,
     record_compact,
     record_error,
+    record_reply,
     record_run_start,
     record_stop,
+    record_tool_result,
 )
-from orchestrator.testing import begin_think, record_reply, record_tool_result
-from tests.doubles import block, call
+from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------
 
@@ -65,21 +67,6 @@ from tests.doubles import block, call
 def replayed(history: tuple[HistoryEntry, ...]) -> StateSnapshot:
     """The value of a new State built from `history`."""
     return State(history=history).snapshot()
-
-
-def assert_replays(state: State) -> None:
-    """The replay invariant, and the properties agree with the snapshot."""
-    snap = state.snapshot()
-    assert replayed(state.history) == snap
-    assert replayed(snap.history) == snap
-    assert state.messages == snap.messages
-    assert state.pending_calls == snap.pending_calls
-    assert state.turn == snap.turn
-    assert state.usage == snap.usage
-    assert state.extra_data == snap.extra_data
-    assert state.answer == snap.answer
-    assert state.stopped == snap.stopped
-    assert state.finished == snap.finished
 
 
 def assert_results_follow_their_calls(state: State) -> None:

@@ -21,15 +21,14 @@ from orchestrator import (
     StoppedByUntil,
     ToolCall,
     Usage,
-    bind_state,
 )
 
 # Private: the recording functions an Agent records a turn with; these tests drive a State
-# through them by hand. orchestrator.testing has begin_think, record_reply, record_tool_result;
-# the others have no public name.
+# through them by hand. They have no public name.
 from orchestrator._recording import (
     add_child,
     begin_run,
+    begin_think,
     close_pending,
     compaction,
     end_run,
@@ -37,11 +36,13 @@ from orchestrator._recording import (
     record_ask,
     record_compact,
     record_error,
+    record_reply,
     record_run_start,
     record_stop,
+    record_tool_result,
 )
 from orchestrator.models import Request, TextCallback
-from orchestrator.testing import begin_think, record_reply, record_tool_result
+from stores.backend import bind_state
 from tests.doubles import assert_replays, block, call
 
 # Helpers --------------------------------------------------------------------------------------

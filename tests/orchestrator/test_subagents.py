@@ -22,7 +22,6 @@ import pytest
 from orchestrator import (
     Agent,
     Message,
-    ModelReplyEntry,
     Reply,
     Reporter,
     RunStartEntry,
@@ -39,7 +38,15 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
-from tests.doubles import child_ids, errors, lookup, only_child, result_of, results
+from tests.doubles import (
+    assert_consistent,
+    child_ids,
+    errors,
+    lookup,
+    only_child,
+    result_of,
+    results,
+)
 
 How = Literal["as_tool", "agent_in_tools", "async_tool", "sync_tool"]
 HOWS: tuple[How, ...] = ("as_tool", "agent_in_tools", "async_tool", "sync_tool")
@@ -50,21 +57,6 @@ TIMEOUT = 20  # seconds; only reached when a regression makes something wait for
 
 def run_starts(state: State) -> list[RunStartEntry]:
     return [entry for entry in state.history if isinstance(entry, RunStartEntry)]
-
-
-def assert_consistent(state: State) -> None:
-    """No call is pending, every call has exactly one result, and the history replays."""
-    assert state.pending_calls == ()
-    requested = [
-        call.id
-        for entry in state.history
-        if isinstance(entry, ModelReplyEntry)
-        for call in entry.tool_calls
-    ]
-    answered = [entry.call.id for entry in results(state) if not entry.late]
-    assert sorted(answered) == sorted(requested)
-    assert len(set(answered)) == len(answered)
-    assert State(history=state.history).snapshot() == state.snapshot()
 
 
 def user_state(text: str = "Go", state_id: str | None = None) -> State:

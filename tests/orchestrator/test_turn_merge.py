@@ -31,8 +31,8 @@ from orchestrator import (
 )
 
 # Private: close_pending has no public name (an Agent closes pending calls itself).
-from orchestrator._recording import close_pending
-from orchestrator.testing import FakeModel, begin_think, record_reply, record_tool_result, tool_call
+from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
+from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[2]

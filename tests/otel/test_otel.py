@@ -29,10 +29,11 @@ from orchestrator import (
     Usage,
     tool,
 )
+from orchestrator._recording import record_tool_result
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
 from orchestrator.permissions import AllowByName
-from orchestrator.testing import FakeModel, record_tool_result, tool_call
+from orchestrator.testing import FakeModel, tool_call
 
 pytestmark = pytest.mark.anyio
 

@@ -30,7 +30,6 @@ from orchestrator import (
     State,
     StoppedByApproval,
     ToolCall,
-    ToolResultEntry,
     aapprove,
     awaiting,
 )
@@ -38,6 +37,7 @@ from orchestrator.otel import OtelReporter
 from orchestrator.runners import LocalRunner, RayRunner, Runner
 from orchestrator.testing import FakeModel
 from stores import MemoryStore, SQLiteStore
+from tests.doubles import results
 from tests.runners import ray_agents
 
 pytestmark = [pytest.mark.anyio, pytest.mark.ray]
@@ -59,10 +59,6 @@ def lead(
         runner=runner,
         reporter=reporter,
     )
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 @pytest.fixture

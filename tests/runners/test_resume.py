@@ -15,7 +15,6 @@ from orchestrator import (
     State,
     StoreDamagedError,
     Tool,
-    ToolResultEntry,
     Usage,
     tool,
 )
@@ -23,6 +22,7 @@ from orchestrator.runners import ChildJob, LocalRunner
 from orchestrator.runners.contract import crash_during
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
+from tests.doubles import results
 
 pytestmark = pytest.mark.anyio
 
@@ -72,10 +72,6 @@ async def crashed(tmp_path: Path) -> tuple[SQLiteStore, str]:
     await crash_during(lead, state, db, after, searches.started.wait)
     store.close()
     return SQLiteStore(after), state.id
-
-
-def results(state: State) -> list[ToolResultEntry]:
-    return [entry for entry in state.history if isinstance(entry, ToolResultEntry)]
 
 
 async def test_a_cut_off_child_continues_from_its_history_and_its_answer_reaches_the_parent(

@@ -27,10 +27,10 @@ from orchestrator import (
     StoreDamagedError,
     StoreError,
     ToolResultEntry,
-    storage_view,
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
+from stores.backend import storage_view
 from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,26 +7,15 @@ import threading
 import anyio
 import pytest
 
-from orchestrator import (
-    AsyncStore,
-    Message,
-    RunStart,
-    State,
-    StateInfo,
-    Store,
-    StoreDamagedError,
-    bind_state,
-    recover_state,
-    storage_view,
-)
+from orchestrator import AsyncStore, Message, RunStart, State, StateInfo, Store, StoreDamagedError
 
-# Private: record_run_start has no public name (orchestrator.testing has the turn's three).
-from orchestrator._recording import record_run_start
-from orchestrator.testing import begin_think
+# Private: the recording functions have no public name.
+from orchestrator._recording import begin_think, record_run_start
 from stores import MemoryStore, chain_digests, decode_entry, encode_entry, first_digest
 
 # Private: the TypeAdapter behind encode_entry, to check the encoding against it.
 from stores._codec import _ENTRY
+from stores.backend import bind_state, recover_state, storage_view
 from stores.contract import crashed_pending, crashed_waiting, rich_state
 
 

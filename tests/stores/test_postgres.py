@@ -28,14 +28,13 @@ from orchestrator import (
     StoreError,
     ToolResultEntry,
     Usage,
-    storage_view,
 )
 from stores import FORMAT_VERSION, PostgresStore
 
 # Private: the query plans and SQL of the PostgreSQL backend, checked as units.
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
-from stores.backend import Tail, TailCache, continuation
+from stores.backend import Tail, TailCache, continuation, storage_view
 from stores.contract import StoreContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states

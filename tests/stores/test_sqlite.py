@@ -35,11 +35,11 @@ from orchestrator import (
     StoreError,
     ToolResultEntry,
     Usage,
-    storage_view,
 )
-from orchestrator.testing import FakeModel, begin_think, record_reply, tool_call
+from orchestrator._recording import begin_think, record_reply
+from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, SQLiteStore
-from stores.backend import Tail, TailCache
+from stores.backend import Tail, TailCache, storage_view
 from tests.doubles import add, assert_same, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,7 +24,8 @@ from orchestrator import (
     ToolResultBlock,
     merge_lists,
 )
-from orchestrator.testing import begin_think, record_reply, record_tool_result
+from orchestrator._recording import begin_think, record_reply, record_tool_result
+from tests.doubles import assert_replays
 
 THREADS = 8
 
@@ -54,11 +55,6 @@ def run_together(count: int, work: Callable[[int], object]) -> list[Any]:
     with ThreadPoolExecutor(max_workers=count) as pool:
         futures = [pool.submit(start, index) for index in range(count)]
         return [future.result() for future in futures]
-
-
-def assert_replays(snap: StateSnapshot) -> None:
-    """The snapshot is the value its own history folds to."""
-    assert State(history=snap.history).snapshot() == snap
 
 
 def call(call_id: str) -> ToolCall:
