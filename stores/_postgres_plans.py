@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from orchestrator import (
+    HistoryEntry,
     State,
     StateInfo,
     StorageView,
@@ -31,15 +32,18 @@ from .backend import (
     Tail,
     TailCache,
     adopted,
+    check_after,
     check_list_args,
     check_memory,
     continuation,
+    entries_after,
     rebuild,
     to_adopt,
 )
 
 __all__ = (
     "delete_plan",
+    "entries_plan",
     "list_plan",
     "load_plan",
     "memory_get_plan",
@@ -238,6 +242,28 @@ def _read(sql: Sql, state_id: str, where: str, known: TailCache) -> Plan[State]:
     else:
         known.put(state_id, Tail())
     return state
+
+
+def entries_plan(
+    sql: Sql, state_id: str, after: int, where: str, known: TailCache
+) -> Plan[tuple[HistoryEntry, ...]]:
+    """The entries of `state_id` after the `seq` `after`, read and checked as a load reads them.
+
+    Raises:
+        TypeError, ValueError: `state_id` or `after` is not valid (at once, before any I/O).
+        LookupError: No State has this id.
+        StoreDamagedError: A damaged entry (naming the State and the index), or a missing one.
+    """
+    validate_id(state_id, "state_id")
+    check_after(after)
+    return _entries(sql, state_id, after, where, known)
+
+
+def _entries(
+    sql: Sql, state_id: str, after: int, where: str, known: TailCache
+) -> Plan[tuple[HistoryEntry, ...]]:
+    state = yield from _read(sql, state_id, where, known)
+    return entries_after(state, after)
 
 
 def list_plan(
