@@ -229,3 +229,13 @@ class TestPublicApiStore(StoreContract):
     @pytest.fixture
     def store(self) -> PublicApiStore:
         return PublicApiStore()
+
+
+def test_a_store_that_cannot_be_followed_is_told_what_it_lacks() -> None:
+    """Following is optional: a store without `AsyncFollowable` gets a TypeError naming it."""
+    from orchestrator._storage import require_followable
+
+    with pytest.raises(TypeError, match=r"PublicApiStore cannot follow.*AsyncFollowable"):
+        require_followable(PublicApiStore())
+    store = MemoryStore()
+    assert require_followable(store) is store
