@@ -265,15 +265,13 @@ class PostgresStore(ThreadedClosing):
 
         try:
             with self._listening() as connection:
+                told = True  # read once after LISTEN: a save that commits in between is read
                 while not stop.is_set():
-                    # Read after LISTEN: a save that commits in between is read here, or sends
-                    # a NOTIFY this connection receives.
-                    new = self.entries(state_id, after=after)
-                    if new:
-                        return new
-                    for note in connection.notifies(timeout=_LISTEN_SECONDS):
-                        if note.payload == state_id or stop.is_set():
-                            break
+                    if told:
+                        new = self.entries(state_id, after=after)
+                        if new:
+                            return new
+                    told = _told(connection, state_id)
         except psycopg.Error as error:
             raise self._error(error, state_id) from _cause(error, self._secrets)
         return ()  # cancelled: nobody reads this
@@ -409,6 +407,11 @@ class PostgresStore(ThreadedClosing):
                 " server runs and that the DSN (host, port, user, password) is right."
             )
         return StoreError(f"{self._where} failed{about}: {text} ({type(error).__name__}).")
+
+
+def _told(connection: psycopg.Connection[Any], state_id: str) -> bool:
+    """Whether a save of `state_id` was notified within `_LISTEN_SECONDS`."""
+    return any(note.payload == state_id for note in connection.notifies(timeout=_LISTEN_SECONDS))
 
 
 class _LockedTails(TailCache):
