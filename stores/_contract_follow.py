@@ -41,7 +41,7 @@ from orchestrator import (
     UserEntry,
 )
 
-from ._contract_support import StoreClient
+from ._contract_support import Colour, StoreClient
 
 __all__ = ("FollowContract", "write_turns")
 
@@ -179,11 +179,18 @@ class FollowContract:
     # -- entries after a position ----------------------------------------------------------------
 
     def test_implements_the_follow_protocols(self, store: Any) -> None:
-        """A followable store is `AsyncFollowable`; a sync one is `Followable` too."""
+        """A followable store is `AsyncFollowable`; a sync one is `Followable` too.
+
+        An async-only store's sync `entries`, if it has one, raises `TypeError` naming
+        `aentries`.
+        """
         assert isinstance(store, AsyncFollowable)
-        colours = cast("tuple[str, ...]", getattr(type(self), "colours", ()))
+        colours: tuple[Colour, ...] = cast("Any", self).colours  # from `StoreContract`
         if "sync" in colours:
             assert isinstance(store, Followable)
+        elif isinstance(store, Followable):
+            with pytest.raises(TypeError, match="aentries"):
+                store.entries("x")
 
     def test_entries_after_minus_one_are_the_whole_history(self, client: StoreClient) -> None:
         state = _grown("followed", 4)
