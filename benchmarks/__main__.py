@@ -17,6 +17,7 @@ from pathlib import Path
 
 from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
 from .events_bench import bench_events
+from .follow_bench import bench_follow
 from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
@@ -145,6 +146,9 @@ def run(config: Config) -> list[Metric]:
         repeats=1 if quick else config.repeats,
         progress=_progress,
     )
+    # A writer process saving a State, the follower here waiting: 30 ms between saves, like
+    # save points close together (the polling backs off to 100 ms between saves further apart).
+    metrics += bench_follow(count=10 if quick else 200, gap=0.03, progress=_progress)
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics

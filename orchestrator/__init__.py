@@ -76,8 +76,10 @@ from ._stopped import StoppedByFinish as StoppedByFinish
 from ._stopped import StoppedByLimit as StoppedByLimit
 from ._stopped import StoppedByPermission as StoppedByPermission
 from ._stopped import StoppedByUntil as StoppedByUntil
+from ._storage import AsyncFollowable as AsyncFollowable
 from ._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._storage import AsyncStore as AsyncStore
+from ._storage import Followable as Followable
 from ._storage import MemoryBackend as MemoryBackend
 from ._storage import StateInfo as StateInfo
 from ._storage import Store as Store
@@ -160,6 +162,7 @@ __all__ = (
     "ApprovalRecord",
     "AskEntry",
     "AskRecord",
+    "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
     "AuthError",
@@ -179,6 +182,7 @@ __all__ = (
     "Events",
     "ExtraDataChange",
     "ExtraDataEntry",
+    "Followable",
     "FrozenDict",
     "FrozenList",
     "FunctionTool",

@@ -10,6 +10,11 @@ backends alike.
 The two store protocols have the same method names, the async ones prefixed with ``a``. A
 backend implements one or both. `save` writes only the entries not yet stored (idempotent by
 `seq`), so storage grows with the history, never with snapshots.
+
+A store may also let a State be followed from another process (`Followable`,
+`AsyncFollowable`): the entries stored after a position, and a wait for new ones. These
+protocols are optional, so a store without them still runs agents; what needs them checks once
+with `require_followable`, which says what is missing.
 """
 
 from __future__ import annotations
@@ -32,12 +37,15 @@ if TYPE_CHECKING:
     from ._state import State
 
 __all__ = (
+    "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
+    "Followable",
     "MemoryBackend",
     "StateInfo",
     "StorageView",
     "Store",
+    "require_followable",
     "title_of",
 )
 
@@ -258,6 +266,72 @@ class AsyncStore(Protocol):
     async def adelete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
         ...
+
+
+@runtime_checkable
+class Followable(Protocol):
+    """A store whose States can be followed from sync code: their entries after a position.
+
+    A reader (another process, say) keeps the `seq` of the last entry it has and asks for the
+    ones after it; it never reloads the whole State to see what changed.
+    """
+
+    def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` whose `seq` is greater than `after`, in order.
+
+        `after=-1` gives them all; `after` at or past the last entry gives ``()``. The entries
+        are checked as a load checks them.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` is not a valid id, or `after` is not an int >= -1.
+            StoreDamagedError: A stored entry is damaged (the message names the index).
+        """
+        ...
+
+
+@runtime_checkable
+class AsyncFollowable(Protocol):
+    """A store whose States can be followed from async code: read, and wait for, new entries.
+
+    `await_entries` is how a process follows a run another process executes: it returns as
+    soon as the store holds entries after `after`. How a backend waits is its own: PostgreSQL
+    is told by ``LISTEN``/``NOTIFY``, SQLite and files are polled at a bounded interval.
+    """
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after `after`, in order (see `Followable.entries`)."""
+        ...
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait until entries of `state_id` after `after` are stored; return them, in order.
+
+        It returns at once if there are some already, so a follower that passes the `seq` of
+        the last entry it got sees each entry exactly once. It waits as long as it takes: the
+        caller bounds it (``with anyio.move_on_after(...)``), and a cancellation ends it
+        promptly.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id` (save it before following it).
+            ValueError: `state_id` is not a valid id, or `after` is not an int >= -1.
+            StoreDamagedError: A stored entry is damaged (the message names the index).
+        """
+        ...
+
+
+def require_followable(store: object) -> AsyncFollowable:
+    """`store` as an `AsyncFollowable`; a `TypeError` saying what is missing otherwise.
+
+    Checked once, where a store is taken to follow runs (never on each call).
+    """
+    if isinstance(store, AsyncFollowable):
+        return store
+    raise TypeError(
+        f"{type(store).__name__} cannot follow a run from another process: it does not"
+        " implement orchestrator.AsyncFollowable (async aentries and await_entries). Use one"
+        " of the stores of `stores` (SQLiteStore, AioSQLiteStore, FileStore, PostgresStore,"
+        " MemoryStore), or add those two methods to yours."
+    )
 
 
 @runtime_checkable

@@ -20,7 +20,7 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from orchestrator import State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo
 
 from ._offload import AsyncClosing
 from ._sql import (
@@ -34,8 +34,10 @@ from ._sql import (
     QueryMany,
     Work,
     backend_error,
+    count_plan,
     create_private,
     delete_plan,
+    entries_plan,
     is_busy,
     list_plan,
     load_plan,
@@ -46,7 +48,14 @@ from ._sql import (
     save_many_plan,
 )
 from ._sqlite import refuse_folder
-from .backend import LoopGroupCommits, TailCache, check_state
+from .backend import (
+    LoopGroupCommits,
+    TailCache,
+    check_after,
+    check_state,
+    poll_entries,
+    validate_id,
+)
 
 __all__ = ("AioSQLiteStore",)
 
@@ -152,6 +161,36 @@ class AioSQLiteStore(AsyncClosing):
         _require_asyncio("adelete")
         await self._run(delete_plan(state_id, self._known), state_id)
 
+    # -- following a State (`orchestrator.AsyncFollowable`) ------------------------------------
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after the `seq` `after`, checked as a load checks them.
+
+        Raises:
+            LookupError: No State has this id.
+            TypeError: This is not asyncio.
+            ValueError: `state_id` or `after` is not valid, or an entry is damaged.
+        """
+        _require_asyncio("aentries")
+        return await self._run(entries_plan(state_id, after, self._where), state_id)
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
+
+        Another process's commits are seen by polling the State's entry count, at
+        `stores.backend.POLL_FIRST` to `POLL_MOST` intervals; a cancellation ends the wait at once.
+
+        Raises:
+            TypeError: This is not asyncio.
+        """
+        _require_asyncio("await_entries")
+        validate_id(state_id, "state_id")
+        check_after(after)
+        return await poll_entries(
+            lambda: self.aentries(state_id, after=after),
+            lambda: self._run(count_plan(state_id)),
+        )
+
     # -- agent memory (`orchestrator.AsyncMemoryBackend`) ---------------------------------------
 
     async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
@@ -188,6 +227,10 @@ class AioSQLiteStore(AsyncClosing):
     def delete(self, state_id: str) -> NoReturn:
         """Refused: use ``await store.adelete(state_id)``, or `SQLiteStore` from sync code."""
         _sync_refused("delete")
+
+    def entries(self, state_id: str, *, after: int = -1) -> NoReturn:
+        """Refused: use ``await store.aentries(state_id)``, or `SQLiteStore` from sync code."""
+        _sync_refused("entries")
 
     def memory_get(self, agent: str, space: str, key: str) -> NoReturn:
         """Refused: use ``await store.amemory_get(...)``, or `SQLiteStore` from sync code."""

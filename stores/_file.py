@@ -53,7 +53,7 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 
-from orchestrator import State, StateInfo, StoreError
+from orchestrator import HistoryEntry, State, StateInfo, StoreError
 
 from ._codec import (
     DIGEST_SIZE,
@@ -74,10 +74,13 @@ from .backend import (
     TailCache,
     adopted,
     bind_state,
+    check_after,
     check_list_args,
     check_memory,
     check_state,
     continuation,
+    entries_after,
+    poll_entries,
     rebuild,
     recover_state,
     select,
@@ -574,6 +577,51 @@ class FileStore(ThreadedAsync):
                         tail = Tail(len(entries), entries[-1], None, digests[-1] or b"", end)
                         self._tails.put(state_id, tail.holding(state))
         return state
+
+    # -- following a State (`orchestrator.Followable`, `AsyncFollowable`) -------------------------
+
+    def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after the `seq` `after`, checked as a load checks them.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` or `after` is not valid.
+            StoreDamagedError: An entry is damaged, missing, repeated or moved.
+            StoreError: The files cannot be read (the `OSError` is the cause).
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        with self._failures(state_id):
+            return entries_after(self._read(state_id), after)
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """`entries` in a worker thread."""
+        return await self._offload(self._entries, state_id, after)
+
+    def _entries(self, state_id: str, after: int) -> tuple[HistoryEntry, ...]:
+        return self.entries(state_id, after=after)
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
+
+        Another process's appends are seen by polling the size of the State's log, at
+        `stores.backend.POLL_FIRST` to `POLL_MOST` intervals; a cancellation ends the wait at once.
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        return await poll_entries(
+            lambda: self.aentries(state_id, after=after),
+            lambda: self._offload(self._log_size, state_id),
+        )
+
+    def _log_size(self, state_id: str) -> int:
+        """The size of the log of `state_id` (-1: none): it grows with each save."""
+        try:
+            return os.stat(self._root / state_id / LOG).st_size
+        except FileNotFoundError:
+            return -1
+        except OSError as error:
+            raise StoreError(f"{self._where} failed (State {state_id!r}): {error}") from error
 
     def list(
         self, *, parent_id: str | None = None, limit: int | None = None

@@ -11,16 +11,19 @@ from dataclasses import dataclass
 
 import anyio.lowlevel
 
-from orchestrator import State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo
 
 from .backend import (
     Tail,
     adopted,
     bind_state,
+    check_after,
     check_list_args,
     check_memory,
     check_state,
     continuation,
+    entries_after,
+    poll_entries,
     rebuild,
     recover_state,
     select,
@@ -147,6 +150,41 @@ class MemoryStore:
         validate_id(state_id, "state_id")
         with self._lock:
             self._states.pop(state_id, None)
+
+    def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after the `seq` `after` (see `orchestrator.Followable`).
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` or `after` is not valid, or a stored entry is damaged.
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        return entries_after(self._read(state_id), after)
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The async twin of `entries`."""
+        await anyio.lowlevel.checkpoint()
+        return self.entries(state_id, after=after)
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
+
+        The store's count of the State's entries is looked at `stores.backend.POLL_FIRST` to
+        `POLL_MOST` apart, from any thread or event loop of this process.
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        return await poll_entries(
+            lambda: self.aentries(state_id, after=after), lambda: self._count(state_id)
+        )
+
+    async def _count(self, state_id: str) -> int:
+        """How many entries are stored under `state_id` (-1: none saved)."""
+        await anyio.lowlevel.checkpoint()
+        with self._lock:
+            saved = self._states.get(state_id)
+            return -1 if saved is None else len(saved.lines)
 
     async def asave(self, state: State) -> None:
         """The async twin of `save` (no thread: the work is in memory)."""

@@ -14,16 +14,19 @@ when a store is made, so ``import stores`` works without it.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import threading
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import anyio.to_thread
 
-from orchestrator import State, StateInfo, StoreDamagedError, StoreError
+from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError
 
 from ._offload import ThreadedClosing
 from ._postgres_plans import (
     delete_plan,
+    entries_plan,
     list_plan,
     load_plan,
     memory_get_plan,
@@ -33,7 +36,14 @@ from ._postgres_plans import (
 )
 from ._postgres_sql import DEFAULT_SCHEMA, Plan, Query, Row, open_plan, run_plan, sql_for
 from ._redact import redact_url, url_secrets
-from .backend import LoopGroupCommits, Tail, TailCache, check_state
+from .backend import (
+    LoopGroupCommits,
+    Tail,
+    TailCache,
+    check_after,
+    check_state,
+    validate_id,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -42,6 +52,8 @@ if TYPE_CHECKING:
 __all__ = ("PostgresStore",)
 
 _INSTALL = "pip install 'orchestrator[postgres]'"
+_LISTEN_SECONDS = 0.25
+"""How long a follower's thread waits for a NOTIFY before it looks whether it was cancelled."""
 
 
 class PostgresStore(ThreadedClosing):
@@ -215,6 +227,82 @@ class PostgresStore(ThreadedClosing):
         """Forget the State `state_id` and its entries (nothing happens if it is absent)."""
         self._run(delete_plan(self._sql, state_id, self._known), state_id, transaction=True)
 
+    # -- following a State (`orchestrator.Followable`, `AsyncFollowable`) -----------------------
+
+    def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after the `seq` `after`, checked as a load checks them.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` or `after` is not valid.
+            StoreDamagedError: An entry is damaged (the message names the State and the index).
+        """
+        plan = entries_plan(self._sql, state_id, after, self._where, self._known)
+        return self._run(plan, state_id)
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """`entries` in a worker thread."""
+        return await self._offload(self._entries, state_id, after)
+
+    def _entries(self, state_id: str, after: int) -> tuple[HistoryEntry, ...]:
+        return self.entries(state_id, after=after)
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
+
+        Every save sends a NOTIFY naming its States when it commits; the wait LISTENs for it on
+        a connection of its own (its own pool's connection when the store was given a pool),
+        in a worker thread. A cancellation ends the wait at once; the thread it leaves behind
+        sees it within 0.25 s, stops listening and closes its connection.
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        stop = threading.Event()
+        try:
+            return await anyio.to_thread.run_sync(
+                self._await_entries, state_id, after, stop, abandon_on_cancel=True
+            )
+        finally:
+            stop.set()
+
+    def _await_entries(
+        self, state_id: str, after: int, stop: threading.Event
+    ) -> tuple[HistoryEntry, ...]:
+        import psycopg
+
+        try:
+            with self._listening() as connection:
+                told = True  # read once after LISTEN: a save that commits in between is read
+                while not stop.is_set():
+                    if told:
+                        new = self.entries(state_id, after=after)
+                        if new:
+                            return new
+                    told = _told(connection, state_id)
+        except psycopg.Error as error:
+            raise self._error(error, state_id) from _cause(error, self._secrets)
+        return ()  # cancelled: nobody reads this
+
+    @contextlib.contextmanager
+    def _listening(self) -> Generator[psycopg.Connection[Any]]:
+        """A connection that LISTENs to the saves of this store's schema, for one wait."""
+        import psycopg
+
+        pool = self._open()
+        if self._dsn is None:
+            with pool.connection(timeout=self._timeout) as connection:
+                _execute(connection, Query(self._sql.listen))
+                try:
+                    yield connection
+                finally:
+                    _execute(connection, Query(self._sql.unlisten))
+            return
+        with psycopg.connect(
+            self._dsn, autocommit=True, connect_timeout=max(1, int(self._timeout))
+        ) as connection:
+            _execute(connection, Query(self._sql.listen))
+            yield connection
+
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 
     def memory_get(self, agent: str, space: str, key: str) -> str | None:
@@ -326,6 +414,11 @@ class PostgresStore(ThreadedClosing):
                 " server runs and that the DSN (host, port, user, password) is right."
             )
         return StoreError(f"{self._where} failed{about}: {text} ({type(error).__name__}).")
+
+
+def _told(connection: psycopg.Connection[Any], state_id: str) -> bool:
+    """Whether a save of `state_id` was notified within `_LISTEN_SECONDS`."""
+    return any(note.payload == state_id for note in connection.notifies(timeout=_LISTEN_SECONDS))
 
 
 class _LockedTails(TailCache):

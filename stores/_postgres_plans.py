@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from orchestrator import State, StateInfo, StoreConflictError
+from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 
 from ._codec import damaged
 from ._postgres_sql import Plan, Query, Row, Sql, StateRows, info_of_row, state_row
@@ -24,9 +24,11 @@ from .backend import (
     TailCache,
     adopted,
     bind_state,
+    check_after,
     check_list_args,
     check_memory,
     continuation,
+    entries_after,
     rebuild,
     recover_state,
     storage_view,
@@ -36,6 +38,7 @@ from .backend import (
 
 __all__ = (
     "delete_plan",
+    "entries_plan",
     "list_plan",
     "load_plan",
     "memory_get_plan",
@@ -234,6 +237,28 @@ def _read(sql: Sql, state_id: str, where: str, known: TailCache) -> Plan[State]:
     else:
         known.put(state_id, Tail())
     return state
+
+
+def entries_plan(
+    sql: Sql, state_id: str, after: int, where: str, known: TailCache
+) -> Plan[tuple[HistoryEntry, ...]]:
+    """The entries of `state_id` after the `seq` `after`, read and checked as a load reads them.
+
+    Raises:
+        TypeError, ValueError: `state_id` or `after` is not valid (at once, before any I/O).
+        LookupError: No State has this id.
+        StoreDamagedError: A damaged entry (naming the State and the index), or a missing one.
+    """
+    validate_id(state_id, "state_id")
+    check_after(after)
+    return _entries(sql, state_id, after, where, known)
+
+
+def _entries(
+    sql: Sql, state_id: str, after: int, where: str, known: TailCache
+) -> Plan[tuple[HistoryEntry, ...]]:
+    state = yield from _read(sql, state_id, where, known)
+    return entries_after(state, after)
 
 
 def list_plan(

@@ -168,6 +168,12 @@ _INFO_COLUMNS = (
     " usage, entries"
 )
 
+# Each save tells the followers of its States (`PostgresStore.await_entries`, which LISTENs):
+# a NOTIFY per State written, its id as the payload, sent when the save commits. A CTE that is
+# read (the count) is always run; a pg_notify in a WHERE clause may be skipped by the planner.
+_NOTIFY = """notified AS (SELECT pg_notify('{{channel}}', id) FROM {rows})
+SELECT id FROM {rows}, (SELECT count(*) FROM notified) AS n
+"""
 # One statement for a whole group commit. `incoming` has a row per State: `prev` is the
 # count the writer continued (-1: it believes the State new) and `prev_head` that end's digest.
 # The parameters go in binary (%b): psycopg sends a list of bytes as text with every byte
@@ -215,9 +221,9 @@ appended AS (
         %(entry_ids)b::text[], %(seqs)b::integer[], %(lines)b::bytea[], %(digests)b::bytea[]
     ) AS e (state_id, seq, data, digest)
     WHERE e.state_id IN (SELECT id FROM written)
-)
-SELECT id FROM written
+),
 """
+    + _NOTIFY.format(rows="written")
 )
 # The save of one State this store knew stored (the usual save of a run): the same gate and
 # writes as `_SAVE` for that case, without the unnest of the states columns, and with the new
@@ -238,9 +244,8 @@ appended AS (
     INSERT INTO {s}.entries (state_id, seq, data, digest)
     SELECT u.id, e.seq, e.data, e.digest
     FROM updated AS u, (VALUES {rows}) AS e (seq, data, digest)
-)
-SELECT id FROM updated
-"""
+),
+""" + _NOTIFY.format(rows="updated")
 _SAVE_ONE_ROW = "(%(seq{k})s::integer, %(line{k})b::bytea, %(digest{k})b::bytea)"
 
 SAVE_ONE_MOST = 8
@@ -338,6 +343,9 @@ class Sql:
     set_meta: str = field(init=False)
     save: str = field(init=False)
     save_one: tuple[str, ...] = field(init=False)  # by new entry count - 1
+    channel: str = field(init=False)  # what saves NOTIFY on: one per schema
+    listen: str = field(init=False)
+    unlisten: str = field(init=False)
     ends: str = field(init=False)
     load: str = field(init=False)
     list_all: str = field(init=False)
@@ -355,9 +363,16 @@ class Sql:
 
     def __post_init__(self) -> None:
         quoted = f'"{check_schema_name(self.schema)}"'
+        # A channel name is at most 63 bytes: a digest of the schema name keeps it short.
+        digest = hashlib.blake2b(self.schema.encode(), digest_size=8).hexdigest()
+        channel = f"orchestrator_entries_{digest}"
+        object.__setattr__(self, "channel", channel)
+        object.__setattr__(self, "listen", f'LISTEN "{channel}"')
+        object.__setattr__(self, "unlisten", f'UNLISTEN "{channel}"')
 
         def put(name: str, template: str) -> None:
-            object.__setattr__(self, name, template.replace("{s}", quoted))
+            text = template.replace("{s}", quoted).replace("{channel}", channel)
+            object.__setattr__(self, name, text)
 
         object.__setattr__(
             self,
@@ -372,9 +387,9 @@ class Sql:
             self,
             "save_one",
             tuple(
-                _SAVE_ONE.replace("{s}", quoted).replace(
-                    "{rows}", ", ".join(_SAVE_ONE_ROW.format(k=k) for k in range(count))
-                )
+                _SAVE_ONE.replace("{s}", quoted)
+                .replace("{channel}", channel)
+                .replace("{rows}", ", ".join(_SAVE_ONE_ROW.format(k=k) for k in range(count)))
                 for count in range(1, SAVE_ONE_MOST + 1)
             ),
         )

@@ -47,7 +47,15 @@ from typing import Annotated, Any, TypeAlias, TypeVar
 
 import pydantic
 
-from orchestrator import State, StateInfo, Stopped, StoreDamagedError, StoreError, Usage
+from orchestrator import (
+    HistoryEntry,
+    State,
+    StateInfo,
+    Stopped,
+    StoreDamagedError,
+    StoreError,
+    Usage,
+)
 
 from ._codec import (
     DIGEST_SIZE,
@@ -66,10 +74,12 @@ from .backend import (
     TailCache,
     adopted,
     bind_state,
+    check_after,
     check_list_args,
     check_memory,
     check_state,
     continuation,
+    entries_after,
     rebuild,
     recover_state,
     storage_view,
@@ -85,8 +95,10 @@ __all__ = (
     "QueryMany",
     "Work",
     "backend_error",
+    "count_plan",
     "create_private",
     "delete_plan",
+    "entries_plan",
     "is_busy",
     "list_plan",
     "load_plan",
@@ -711,6 +723,33 @@ def _rebuild(state_id: str, expected: object, head: object, rows: list[Row], whe
             f" history entry {expected} is extra",
         )
     return rebuild(state_id, lines, None, where=where)  # its chain is checked above
+
+
+def entries_plan(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEntry, ...]]:
+    """The entries of `state_id` after the `seq` `after`, read and checked as a load reads them.
+
+    Raises:
+        TypeError, ValueError: `state_id` or `after` is not valid (at once, before any I/O).
+        LookupError: No State has this id.
+        StoreDamagedError: A damaged or missing entry, or another format version.
+    """
+    validate_id(state_id, "state_id")
+    check_after(after)
+    return _entries(state_id, after, where)
+
+
+def _entries(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEntry, ...]]:
+    state = yield from _read(state_id, where)
+    return entries_after(state, after)
+
+
+def count_plan(state_id: str) -> Plan[int]:
+    """How many entries the states row of `state_id` counts (-1: no row): a cheap probe."""
+    yield Query(BEGIN_READ)
+    rows: list[Row] = yield Query(COUNT_ENTRIES, (state_id,))
+    yield Query(COMMIT)
+    count = rows[0][0] if rows else -1
+    return count if isinstance(count, int) else -1
 
 
 def list_plan(parent_id: str | None, limit: int | None, where: str) -> Plan[list[StateInfo]]:

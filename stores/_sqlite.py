@@ -19,7 +19,7 @@ from weakref import WeakKeyDictionary
 import anyio
 import anyio.lowlevel
 
-from orchestrator import State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo
 
 from ._offload import ThreadedClosing
 from ._sql import (
@@ -33,8 +33,10 @@ from ._sql import (
     QueryMany,
     Work,
     backend_error,
+    count_plan,
     create_private,
     delete_plan,
+    entries_plan,
     is_busy,
     list_plan,
     load_plan,
@@ -46,7 +48,14 @@ from ._sql import (
     save_many_plan,
     save_plan,
 )
-from .backend import LoopGroupCommits, TailCache, check_state
+from .backend import (
+    LoopGroupCommits,
+    TailCache,
+    check_after,
+    check_state,
+    poll_entries,
+    validate_id,
+)
 
 __all__ = ("SQLiteStore", "refuse_folder")
 
@@ -155,6 +164,37 @@ class SQLiteStore(ThreadedClosing):
     def delete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
         self._run(delete_plan(state_id, self._known), state_id)
+
+    # -- following a State (`orchestrator.Followable`, `AsyncFollowable`) -----------------------
+
+    def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """The stored entries of `state_id` after the `seq` `after`, checked as a load checks them.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` or `after` is not valid, or an entry is damaged.
+        """
+        return self._run(entries_plan(state_id, after, self._where), state_id)
+
+    async def aentries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """`entries` in a worker thread."""
+        return await self._offload(self._entries, state_id, after)
+
+    def _entries(self, state_id: str, after: int) -> tuple[HistoryEntry, ...]:
+        return self.entries(state_id, after=after)
+
+    async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
+        """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
+
+        Another process's commits are seen by polling the State's entry count, at
+        `stores.backend.POLL_FIRST` to `POLL_MOST` intervals; a cancellation ends the wait at once.
+        """
+        validate_id(state_id, "state_id")
+        check_after(after)
+        return await poll_entries(
+            lambda: self.aentries(state_id, after=after),
+            lambda: self._offload(self._run, count_plan(state_id)),
+        )
 
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 

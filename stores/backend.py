@@ -21,7 +21,10 @@ And it keeps the rules every backend keeps with these:
   `list` and of the memory primitive, checked before any I/O;
 - `TailCache`: where each stored history ends, for the States a store wrote or read recently,
   so a save need not read it back (bounded);
-- `GroupCommit`: concurrent saves on one event loop written in one transaction.
+- `GroupCommit`: concurrent saves on one event loop written in one transaction;
+- `entries_after`, `check_after`, `poll_entries`: what `orchestrator.Followable` and
+  `orchestrator.AsyncFollowable` need (the entries after a position, and a bounded poll that
+  waits for new ones).
 
 The save rule: a save only ever adds entries. The State saved must continue the stored history:
 it holds at least the stored entries, and its entry at the stored end is the stored last entry
@@ -36,7 +39,7 @@ import builtins
 import contextlib
 import gc
 import threading
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from weakref import WeakKeyDictionary
@@ -68,11 +71,14 @@ __all__ = (
     "TailCache",
     "adopted",
     "bind_state",
+    "check_after",
     "check_list_args",
     "check_memory",
     "check_state",
     "continuation",
+    "entries_after",
     "listing_seal",
+    "poll_entries",
     "rebuild",
     "recover_state",
     "select",
@@ -233,6 +239,52 @@ def rebuild(
             return State(id=state_id, history=entries)
         except (ValueError, TypeError) as error:
             raise damaged(where, state_id, f"its history cannot be replayed ({error})") from None
+
+
+def check_after(after: object) -> int:
+    """`after` if it is a position to follow from (an int >= -1); a `ValueError` otherwise."""
+    if isinstance(after, bool) or not isinstance(after, int) or after < -1:
+        raise ValueError(
+            f"after must be the seq of an entry (an int >= 0), or -1 for all entries;"
+            f" got {after!r}."
+        )
+    return after
+
+
+def entries_after(state: State, after: int) -> tuple[HistoryEntry, ...]:
+    """The entries of `state` (rebuilt from its store, every digest checked) after `after`."""
+    return storage_view(state).entries(after + 1)
+
+
+POLL_FIRST = 0.005
+"""Seconds `poll_entries` waits after its first look; it doubles up to `POLL_MOST`."""
+POLL_MOST = 0.1
+"""The longest `poll_entries` waits between two looks."""
+
+
+async def poll_entries(
+    read: Callable[[], Awaitable[tuple[HistoryEntry, ...]]],
+    probe: Callable[[], Awaitable[Hashable]],
+) -> tuple[HistoryEntry, ...]:
+    """Wait for `read()` to return entries, looking again each time `probe()` changes.
+
+    `probe` is cheap (a file's size, a stored count) and says when `read` may find more: it is
+    asked first, so a save landing between the two is seen at the next look. The looks are
+    `POLL_FIRST` apart at first, then further apart up to `POLL_MOST`: no busy loop, and a new
+    entry is seen at most `POLL_MOST` after it was stored. A cancellation ends it at once.
+    """
+    interval = POLL_FIRST
+    seen: Hashable = object()  # equal to no probe: the first look reads
+    while True:
+        now = await probe()
+        if now != seen:
+            seen = now
+            new = await read()
+            if new:
+                return new
+            interval = POLL_FIRST
+        await anyio.sleep(interval)
+        interval = min(interval * 2, POLL_MOST)
 
 
 def to_adopt(state: State, listed: Iterable[StateInfo]) -> builtins.list[StateInfo]:

@@ -24,6 +24,10 @@ A store may also keep agent memory (`orchestrator.MemoryBackend` / `AsyncMemoryB
 primitive under `orchestrator.Memory`); set ``keeps_memory = False`` on a contract subclass
 whose store does not, and the memory tests check only that `Memory` refuses it.
 
+A store that can be followed (`orchestrator.Followable`, `AsyncFollowable`) mixes in
+`FollowContract` too: ``class TestMyStore(FollowContract, StoreContract)``, with the two hooks
+its docstring names (how to damage an entry, and the URL another process opens it with).
+
 The save rule every backend follows: a save only adds entries to the history it continues. The
 State saved must hold every stored entry (the stored last entry is compared); another State
 under an id that is taken, or an older copy with fewer entries, raises `ValueError` saying to
@@ -61,6 +65,7 @@ from orchestrator import (
 )
 from orchestrator.testing import FakeModel, tool_call
 
+from ._contract_follow import FollowContract
 from ._contract_support import (
     Colour,
     Loop,
@@ -79,6 +84,7 @@ from ._contract_support import (
 from .backend import storage_view
 
 __all__ = (
+    "FollowContract",
     "StoreClient",
     "StoreContract",
     "crashed_pending",

@@ -361,3 +361,17 @@ def test_bench_otel() -> None:
         },
     )
     assert by_key["otel.idle.ratio"].target == "≤ 1.2x"
+
+
+# -- issue 27, part 3: following a run from another process ----------------------------------
+
+
+def test_bench_follow() -> None:
+    """The SQLite rows (PostgreSQL's need a server): each delay beside its floor, in ms."""
+    from benchmarks.follow_bench import bench_follow
+
+    metrics = {metric.key: metric for metric in bench_follow(count=3, gap=0.01)}
+    for key in ("follow.sqlite.p50_ms", "follow.sqlite.floor.p99_ms"):
+        assert metrics[key].unit == "ms"
+        assert metrics[key].value > 0
+    assert metrics["follow.sqlite.p50.ratio"].value > 0

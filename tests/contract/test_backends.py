@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import builtins
 import re
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,13 +18,24 @@ import pytest
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore, ThreadedAsync
 from stores.backend import bind_state, recover_state, storage_view
-from stores.contract import StoreContract
+from stores.contract import FollowContract, StoreContract
 
 
-class TestMemoryStore(StoreContract):
+def _damaged(data: bytes, seq: int) -> bytes:
+    """`data` (a stored entry, ``text-<seq>`` in it) with that text changed, same length."""
+    assert f"text-{seq}".encode() in data
+    return data.replace(f"text-{seq}".encode(), b"text-X")
+
+
+class TestMemoryStore(FollowContract, StoreContract):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore()
+
+    def damage(self, store: MemoryStore, state_id: str, seq: int) -> None:
+        # Its lines are private: no public way reaches what it keeps.
+        lines = store._states[state_id].lines  # pyright: ignore[reportPrivateUsage]
+        lines[seq] = _damaged(lines[seq], seq)
 
 
 class StatesOnly(MemoryStore):
@@ -40,26 +52,61 @@ class TestStoreWithoutMemory(StoreContract):
         return StatesOnly()
 
 
-class TestFileStore(StoreContract):
+class TestFileStore(FollowContract, StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> FileStore:
         return FileStore(tmp_path / "states")
 
+    def damage(self, store: FileStore, state_id: str, seq: int) -> None:
+        log = store.path / state_id / "log.jsonl"
+        lines = log.read_bytes().split(b"\n")
+        lines[seq] = _damaged(lines[seq], seq)
+        log.write_bytes(b"\n".join(lines))
 
-class TestSQLiteStore(StoreContract):
+    def writer_url(self, store: FileStore) -> str:
+        return store.url
+
+
+def _damage_sqlite(path: str, state_id: str, seq: int) -> None:
+    db = sqlite3.connect(path)
+    try:
+        with db:
+            query = "SELECT data FROM entries WHERE state_id = ? AND seq = ?"
+            (data,) = db.execute(query, (state_id, seq)).fetchone()
+            db.execute(
+                "UPDATE entries SET data = ? WHERE state_id = ? AND seq = ?",
+                (_damaged(bytes(data), seq), state_id, seq),
+            )
+    finally:
+        db.close()
+
+
+class TestSQLiteStore(FollowContract, StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[SQLiteStore]:
         with SQLiteStore(tmp_path / "states.db") as store:
             yield store
 
+    def damage(self, store: SQLiteStore, state_id: str, seq: int) -> None:
+        _damage_sqlite(store.path, state_id, seq)
 
-class TestAioSQLiteStore(StoreContract):
+    def writer_url(self, store: SQLiteStore) -> str:
+        return store.url
+
+
+class TestAioSQLiteStore(FollowContract, StoreContract):
     colours = ("async",)
     asyncio_only = True
 
     @pytest.fixture
     def store(self, tmp_path: Path) -> AioSQLiteStore:
         return AioSQLiteStore(tmp_path / "states.db")
+
+    def damage(self, store: AioSQLiteStore, state_id: str, seq: int) -> None:
+        _damage_sqlite(store.path, state_id, seq)
+
+    def writer_url(self, store: AioSQLiteStore) -> str:
+        return store.url
 
 
 def _guide_backend() -> type[Any]:
@@ -175,3 +222,13 @@ class TestPublicApiStore(StoreContract):
     @pytest.fixture
     def store(self) -> PublicApiStore:
         return PublicApiStore()
+
+
+def test_a_store_that_cannot_be_followed_is_told_what_it_lacks() -> None:
+    """Following is optional: a store without `AsyncFollowable` gets a TypeError naming it."""
+    from orchestrator._storage import require_followable
+
+    with pytest.raises(TypeError, match=r"PublicApiStore cannot follow.*AsyncFollowable"):
+        require_followable(PublicApiStore())
+    store = MemoryStore()
+    assert require_followable(store) is store

@@ -35,25 +35,42 @@ from stores import FORMAT_VERSION, PostgresStore
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation, storage_view
-from stores.contract import StoreContract
+from stores.contract import FollowContract, StoreContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
 
-class TestPostgresStore(StoreContract):
+class TestPostgresStore(FollowContract, StoreContract):
     colours = ("sync", "async")
     asyncio_only = False  # the async twins run the sync driver in a worker thread
+    dsn = ""
 
     @pytest.fixture
     def store(self) -> Iterator[PostgresStore]:
         with fresh_schema() as (dsn, schema):
+            self.dsn = dsn
             store = PostgresStore(dsn, schema=schema, pool_size=4)
             try:
                 yield store
             finally:
                 store.close()
+
+    def damage(self, store: PostgresStore, state_id: str, seq: int) -> None:
+        (data,) = sql(
+            self.dsn,
+            f'SELECT data FROM "{store.schema}".entries WHERE state_id = %s AND seq = %s',
+            state_id,
+            seq,
+        )[0]
+        changed = bytes(data).replace(f"text-{seq}".encode(), b"text-X")
+        assert changed != bytes(data)
+        update = f'UPDATE "{store.schema}".entries SET data = %s WHERE state_id = %s AND seq = %s'
+        sql(self.dsn, update, changed, state_id, seq)
+
+    def writer_url(self, store: PostgresStore) -> str | None:
+        return store.url
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -550,3 +567,28 @@ def test_rows_of_a_schema_before_seals_are_sealed_when_migrated(where: tuple[str
         infos = second.list()
         assert [info.damage for info in infos] == [None] * 3
         assert {info.id: info.usage.input_tokens for info in infos}["kid"] == 10
+
+
+# -- following: a save notifies ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("added", [1, SAVE_ONE_MOST + 1])
+def test_a_save_notifies_the_followers_of_its_state(
+    where: tuple[str, str], store: PostgresStore, added: int
+) -> None:
+    """Each save sends a NOTIFY with the State's id on the schema's channel, when it commits.
+
+    Both statements are covered: the usual save of a known State (`save_one`) and the group
+    save (a new State, or more entries than `save_one` takes).
+    """
+    dsn, schema = where
+    channel = sql_for(schema).channel
+    state = State(id="told", messages=[Message.user("hi")])
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(cast("LiteralString", f'LISTEN "{channel}"'))
+        store.save(state)  # new: the group statement
+        store.save(grown(state, *(f"m{i}" for i in range(added))))
+        store.save(state)  # nothing new: nothing written, nothing sent
+        notes = [note.payload for note in listener.notifies(timeout=1.0)]
+    assert notes == ["told", "told"]
+    assert all(len(channel.encode()) <= 63 for channel in (sql_for("a" * 63).channel, channel))
