@@ -49,6 +49,7 @@ from ._reply import NO_USAGE, Reply, Usage
 from ._snapshot import StateSnapshot
 from ._stopped import Stopped
 from ._storage import StateInfo, StorageView
+from ._store_client import AnyStore, StoreClient, client_of
 from ._threads import refuse_abandoned
 from ._typed import Handler, Schema, as_json, merge_value
 
@@ -137,8 +138,8 @@ class StateParts:
     _lock: threading.RLock
     _folded: Folded
     _schema: Schema | None
-    _store: Any
-    _children_store: Any
+    _store: StoreClient | None
+    _children_store: StoreClient | None
     _children: dict[str, State]
     _compacting: bool
     _running: bool
@@ -152,7 +153,7 @@ def init_state(
     id: str,
     folded: Folded,
     schema: Schema | None = None,
-    children_store: Any = None,
+    children_store: StoreClient | None = None,
     children: Mapping[str, State] | None = None,
 ) -> None:
     """Give `state` all its parts: the one constructor path of `State(...)` and `fork()`.
@@ -186,12 +187,12 @@ def schema_of(state: StateParts) -> Schema | None:
     return state._schema
 
 
-def store_of(state: StateParts) -> Any:
+def store_of(state: StateParts) -> StoreClient | None:
     """The store `state` is bound to (it was saved to or loaded from it), or None."""
     return state._store
 
 
-def child_store(state: StateParts) -> Any:
+def child_store(state: StateParts) -> StoreClient | None:
     """Where `state`'s children not in memory load from: its store, or its original's."""
     return state._store if state._store is not None else state._children_store
 
@@ -613,8 +614,13 @@ def storage_view(state: State) -> StorageView:
 
 
 def bind_state(state: State, store: object) -> None:
-    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
-    state._store = store
+    """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children.
+
+    The State keeps the store's client, resolved the first time (a store binds at every save).
+    """
+    bound = state._store
+    if bound is None or bound.store is not store:
+        state._store = client_of(cast("AnyStore", store))
 
 
 def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:

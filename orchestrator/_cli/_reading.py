@@ -5,9 +5,7 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from orchestrator import OrchestratorError, State, StateInfo, ToolCall
+from orchestrator import OrchestratorError, State, StateInfo, Store, ToolCall
 
 from .._replay import agent_name
 from ._render import TreeNode
@@ -15,7 +13,7 @@ from ._render import TreeNode
 __all__ = ("agent_of", "read_tree")
 
 
-def agent_of(store: Any, info: StateInfo) -> str | None:
+def agent_of(store: Store, info: StateInfo) -> str | None:
     """The agent that ran a listed State, read from its history (None if it cannot be read)."""
     if info.damage is not None:
         return None
@@ -25,7 +23,7 @@ def agent_of(store: Any, info: StateInfo) -> str | None:
         return None
 
 
-def read_tree(store: Any, info: StateInfo) -> TreeNode:
+def read_tree(store: Store, info: StateInfo) -> TreeNode:
     """The tree of States under `info`, each child under the call that started it.
 
     Each node keeps the State it loaded (`TreeNode.state`); a State that cannot be loaded is a
@@ -56,7 +54,7 @@ def read_tree(store: Any, info: StateInfo) -> TreeNode:
     return root
 
 
-def _node(store: Any, info: StateInfo, call: ToolCall | None) -> TreeNode:
+def _node(store: Store, info: StateInfo, call: ToolCall | None) -> TreeNode:
     """The node of one State, loaded, without its children."""
     if info.damage is not None:
         return TreeNode(info, call=call)
