@@ -32,8 +32,8 @@ from ._loop import Loop, LoopBody, run_body
 from ._recording import (
     add_child,
     begin_run,
+    bind_client,
     bind_schema,
-    bind_state,
     close_pending,
     end_run,
     merge_turn,
@@ -544,5 +544,5 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
     parent.children.append(state)
     add_child(owner, state)
     if settings.store is None and store_of(state) is None and run.store is not None:
-        bind_state(state, run.store.store)  # so state.child(id) of a loaded parent opens it
+        bind_client(state, run.store)  # so state.child(id) of a loaded parent opens it
     run.report("on_child_start", owner, parent.call, state)

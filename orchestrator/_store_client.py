@@ -117,6 +117,8 @@ class StoreClient:
     """Whether it works only asynchronously (an `AsyncStore` and no usable `Store`)."""
     keeps_memory: bool
     """Whether it keeps agent memory (a `MemoryBackend` or `AsyncMemoryBackend`)."""
+    memory_is_async: bool
+    """Whether its memory works only asynchronously (no usable `MemoryBackend`)."""
     save: Callable[[State], Awaitable[None]]
     load: Callable[[str], Awaitable[State]]
     list: Callable[..., Awaitable[builtins.list[StateInfo]]]
@@ -133,9 +135,9 @@ class StoreClient:
 
     def sync_memory(self, refusal: str) -> MemoryBackend:
         """The store's sync memory methods; `TypeError(refusal)` if it has none usable."""
-        if self.is_async or not isinstance(self.store, MemoryBackend):
+        if self.memory_is_async:
             raise TypeError(refusal)
-        return self.store
+        return cast("MemoryBackend", self.store)
 
 
 def client_of(store: AnyStore) -> StoreClient:
@@ -147,6 +149,7 @@ def client_of(store: AnyStore) -> StoreClient:
     sync_load = isinstance(store, _Load)
     declared = store.async_only if isinstance(store, _AsyncOnly) else False
     is_async = bool(declared) or not (sync_load or isinstance(store, _Save))
+    memory_is_async = bool(declared) or not isinstance(store, MemoryBackend)
     keeps = store.keeps_memory if isinstance(store, _DeclaresMemory) else True
     memory = bool(keeps) and (isinstance(store, (MemoryBackend, AsyncMemoryBackend)))
     return StoreClient(
@@ -154,6 +157,7 @@ def client_of(store: AnyStore) -> StoreClient:
         url=store.url if isinstance(store, _Located) else None,
         is_async=is_async,
         keeps_memory=memory,
+        memory_is_async=memory_is_async,
         save=_pick(
             store,
             "save",
