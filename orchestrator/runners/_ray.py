@@ -38,7 +38,7 @@ import anyio.to_thread
 from .._errors import ChildRunError, error_text
 from .._link import Link
 from .._state import State, bind_state
-from .._store_client import StoreClient, client_of
+from .._store_client import AnyStore, StoreClient, client_of
 from ._base import ChildJob
 
 __all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry", "traced_under")
@@ -101,7 +101,7 @@ def _shared(job: ChildJob) -> StoreClient:
     return client
 
 
-def load_registry(registry: str, store: Any) -> dict[str, Any]:
+def load_registry(registry: str, store: AnyStore | None) -> dict[str, Any]:
     """The agents of `registry` (``"module"`` or ``"module:function"``), by name.
 
     The function (``agents`` unless named) takes the store and returns the agents, each with
@@ -143,9 +143,9 @@ class ChildWorker:
 
     def __init__(self, registry: str) -> None:
         self._registry = registry
-        self._opened: dict[str, tuple[Any, dict[str, Any]]] = {}  # by URL: store, agents
+        self._opened: dict[str, tuple[AnyStore, dict[str, Any]]] = {}  # by URL: store, agents
 
-    def _open(self, url: str) -> tuple[Any, dict[str, Any]]:
+    def _open(self, url: str) -> tuple[AnyStore, dict[str, Any]]:
         opened = self._opened.get(url)
         if opened is None:
             from stores import open_store
@@ -256,7 +256,7 @@ class RayRunner:
                 f" {known}): add it to the registry, so the workers can rebuild it by name."
             )
 
-    def _registry_names(self, store: Any) -> frozenset[str]:
+    def _registry_names(self, store: AnyStore | None) -> frozenset[str]:
         if self._names is None:
             self._names = frozenset(load_registry(self.registry, store))
         return self._names
