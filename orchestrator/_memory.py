@@ -34,7 +34,7 @@ from ._errors import Issue, ValidationError
 from ._frame import current_frame
 from ._json import freeze
 from ._recording import validate_id
-from ._storage import MemoryBackend
+from ._storage import AsyncMemoryBackend, MemoryBackend
 from ._store_client import AnyStore, StoreClient, client_of
 
 __all__ = (
@@ -138,9 +138,12 @@ def no_memory_reason(name: str | None, store: StoreClient | None) -> str | None:
     return None
 
 
-def _check_store(store: AnyStore | StoreClient | None) -> StoreClient:
-    client = None if store is None or isinstance(store, StoreClient) else client_of(store)
-    client = store if isinstance(store, StoreClient) else client
+def _check_store(store: object) -> StoreClient:
+    """The client of `store`, which must keep agent memory (anything else is a `TypeError`)."""
+    if store is None or isinstance(store, StoreClient):  # an agent's: resolved already
+        client = store
+    else:  # any object is resolved (one keeping only memory too); one keeping none is refused
+        client = client_of(cast("AnyStore", store))
     if client is None or not client.keeps_memory:
         shown = "None" if client is None else repr(client.store)
         raise TypeError(
@@ -522,14 +525,14 @@ class Memory:
         self,
         agent_name: str,
         collections: Mapping[str, type[pydantic.BaseModel]] | None,
-        store: AnyStore | StoreClient | None,
+        store: object,
     ) -> None:
         """The memory of the agent `agent_name` in `store`; see `open`."""
         self._agent = validate_id(agent_name, "agent_name")
         declared = _check_collections(collections)
         self._collections: Mapping[str, type[pydantic.BaseModel]] = MappingProxyType(declared)
         client = _check_store(store)
-        self._raw_store = client.store
+        self._raw_store = cast("MemoryBackend | AsyncMemoryBackend", client.store)
         self._store = _Store(client)
         self._handles = {name: Collection(self, name, model) for name, model in declared.items()}
 
@@ -538,7 +541,7 @@ class Memory:
         cls,
         agent_name: str,
         collections: Mapping[str, type[pydantic.BaseModel]] | None,
-        store: AnyStore,
+        store: object,
     ) -> Memory:
         """The memory of the agent `agent_name` in `store`, outside any run.
 
@@ -566,7 +569,7 @@ class Memory:
         return self._agent
 
     @property
-    def store(self) -> AnyStore:
+    def store(self) -> MemoryBackend | AsyncMemoryBackend:
         """The store the memory is kept in."""
         return self._raw_store
 

@@ -143,8 +143,9 @@ class StoreClient:
 def client_of(store: AnyStore) -> StoreClient:
     """The client of `store`: every protocol asked once, here.
 
-    An agent resolves its store once, when it is made; a State bound to a store keeps the
-    client (`orchestrator._recording.bind_state`), so a run reaches its store at no cost.
+    An agent resolves its store once, when it is made; a State bound to a store resolves it
+    when first asked and keeps it (`orchestrator._recording.store_of`). So a run reaches its
+    store at no cost per save.
     """
     sync_load = isinstance(store, _Load)
     declared = store.async_only if isinstance(store, _AsyncOnly) else False

@@ -21,14 +21,14 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
-from orchestrator import OrchestratorError, State, StateInfo, Store, validate_id
+from orchestrator import OrchestratorError, State, StateInfo, validate_id
 from orchestrator.testing import ReplayModel
 from stores import PostgresStore, SQLiteStore, encode_entry, redact_url
 from stores._open import OpenedStore
 
 from ._jsontext import dumps
 from ._open import open_existing
-from ._reading import agent_of, read_tree
+from ._reading import Readable, agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
 from ._viewer import HOST, Viewer, serve
@@ -85,7 +85,7 @@ def _store(target: str) -> Generator[OpenedStore]:
                 store.close()
 
 
-def _resolve(store: Store, target: str, state_id: str) -> str:
+def _resolve(store: Readable, target: str, state_id: str) -> str:
     """The full id of the State `state_id` names: itself, or the one id it starts."""
     if not state_id:
         _fail("The State id is empty: `orchestrator runs STORE` lists the ids.")
@@ -104,7 +104,7 @@ def _resolve(store: Store, target: str, state_id: str) -> str:
     _fail(f"No State {state_id!r} in {shown}: `orchestrator runs {shown}` lists the ids.")
 
 
-def _load(store: Store, target: str, state_id: str) -> State:
+def _load(store: Readable, target: str, state_id: str) -> State:
     """The State `state_id` names: loaded by its id, else by the one id it starts."""
     if state_id:
         validate_id(state_id, "State id")

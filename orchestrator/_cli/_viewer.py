@@ -31,11 +31,11 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from orchestrator import OrchestratorError, StateInfo, Store, validate_id
+from orchestrator import OrchestratorError, StateInfo, validate_id
 from stores import redact_url
 
 from ._jsontext import dumps
-from ._reading import agent_of, read_tree
+from ._reading import Readable, agent_of, read_tree
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
 
@@ -76,7 +76,7 @@ class Viewer:
             passwords (`stores.redact_url`).
     """
 
-    def __init__(self, store: Store, name: str) -> None:
+    def __init__(self, store: Readable, name: str) -> None:
         self.store = store
         self.name = redact_url(name)
         self._lock = threading.Lock()
