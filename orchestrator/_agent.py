@@ -28,6 +28,7 @@ from ._reporting import DEFAULT_BUFFER, Reporter
 from ._run import DEFAULT_MAX_SUBAGENT_DEPTH, Run, Settings, run_agent, step
 from ._state import RESERVED, State
 from ._storage import AsyncStore, Store
+from ._store_client import client_of
 from ._subagents import AgentTool, check_runner
 from ._sync import run_sync
 from ._think import think
@@ -171,7 +172,8 @@ class Agent:
             for item in items
             if not isinstance(item, Toolset)
         )
-        memory = agent_memory(name, store, collections)
+        client = None if store is None else client_of(store)  # the store resolved once
+        memory = agent_memory(name, client, collections)
         self._tools = collection_tools(memory, own)  # own tools win a name clash
         schema = (
             None
@@ -213,7 +215,7 @@ class Agent:
             handlers={item.name: item.output_handlers for item in self._tools},
             specs=tuple(item.spec for item in self._tools),
             name=name,
-            store=store,
+            store=client,
             schema=schema,
             memory=memory,
             permissions=check_permissions(permissions),
@@ -268,7 +270,8 @@ class Agent:
     @property
     def store(self) -> Store | AsyncStore | None:
         """Where the States this agent runs are saved, or None."""
-        return self._settings.store
+        client = self._settings.store
+        return None if client is None else client.store
 
     @property
     def memory(self) -> Memory:

@@ -22,14 +22,14 @@ neither: the parent's call gets an error result that says so.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio.lowlevel
 
 from ._history import ApprovalRecord
 from ._recording import record_approval, store_of, take_back, value_of
 from ._stopped import AwaitingCall
-from ._sync import call_twin, run_sync
+from ._sync import run_sync
 
 if TYPE_CHECKING:
     from ._state import State
@@ -91,7 +91,7 @@ async def _decide(
     recorded in it meanwhile), so the call stays decidable.
     """
     plan = _plan(state, call_id, approved, by, reason)
-    store: Any = store_of(state)
+    store = store_of(state)
     before = value_of(state)
     if plan is not None:
         record_approval(state, plan[1])
@@ -100,7 +100,7 @@ async def _decide(
         return
     after = value_of(state)
     try:
-        await call_twin(store, "save", state)
+        await store.save(state)
     except BaseException:
         take_back(state, before, after)
         raise

@@ -52,7 +52,6 @@ from ._reply import NO_USAGE, Usage
 from ._run import CallContext
 from ._stopped import AwaitingCall, StoppedByApproval, StoppedByPermission
 from ._subagents import AgentTool
-from ._sync import call_twin
 from ._threads import in_thread
 from ._tools import Tool, ToolInputError
 
@@ -211,7 +210,7 @@ class _Turn:
             return STILL_WAITING
         store = store_of(child)
         if store is not None and value_of(child) is not before:
-            await call_twin(store, "save", child)
+            await store.save(child)
         context.resume = child
         return ALLOWED
 
@@ -418,11 +417,11 @@ async def _open_child(run: Run, state: State, owner_id: str) -> State:
     """
     store = child_store(state) or run.store
     if store is not None:
-        child: State = await call_twin(store, "load", owner_id)
+        child = await store.load(owner_id)
         for _ in range(_MAX_DEPTH):
             if child.parent_id == state.id or child.parent_id is None:
                 break
-            child = await call_twin(store, "load", child.parent_id)
+            child = await store.load(child.parent_id)
         if child.parent_id != state.id:
             raise ValueError(
                 f"State {state.id} waits on a call of State {owner_id}, which the store does not"

@@ -24,7 +24,7 @@ import builtins
 import difflib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import MappingProxyType
 from typing import Any, cast
 
@@ -34,7 +34,8 @@ from ._errors import Issue, ValidationError
 from ._frame import current_frame
 from ._json import freeze
 from ._recording import validate_id
-from ._sync import call_twin
+from ._storage import AsyncMemoryBackend, MemoryBackend
+from ._store_client import AnyStore, StoreClient, client_of
 
 __all__ = (
     "KV_SPACE",
@@ -52,7 +53,6 @@ KV_SPACE = "kv"
 MAX_KEY = 512
 MAX_SPACE = 128
 _COLLECTION = re.compile(r"[A-Za-z0-9_-]{1,51}")
-_METHODS = ("memory_get", "memory_scan", "memory_put")
 
 
 def collection_space(name: str) -> str:
@@ -115,15 +115,7 @@ def _decode(text: object, where: str) -> Any:
 # -- the store ----------------------------------------------------------------------------------
 
 
-def _keeps_memory(store: object) -> bool:
-    if getattr(store, "keeps_memory", True) is False:
-        return False
-    sync = all(callable(getattr(store, name, None)) for name in _METHODS)
-    asynchronous = all(callable(getattr(store, "a" + name, None)) for name in _METHODS)
-    return sync or asynchronous
-
-
-def no_memory_reason(name: str | None, store: object) -> str | None:
+def no_memory_reason(name: str | None, store: StoreClient | None) -> str | None:
     """Why an agent named `name` with `store` has no memory (None: it has one)."""
     if name is None and store is None:
         return (
@@ -137,23 +129,29 @@ def no_memory_reason(name: str | None, store: object) -> str | None:
             "the agent has no store to keep its memory in: add one, e.g."
             " store=SQLiteStore('agent.db')"
         )
-    if not _keeps_memory(store):
+    if not store.keeps_memory:
         return (
-            f"its store {store!r} keeps no agent memory: use MemoryStore, FileStore, SQLiteStore"
-            " or AioSQLiteStore (or give the store memory_get, memory_scan and memory_put)"
+            f"its store {store.store!r} keeps no agent memory: use MemoryStore, FileStore,"
+            " SQLiteStore or AioSQLiteStore (or give the store memory_get, memory_scan and"
+            " memory_put)"
         )
     return None
 
 
-def _check_store(store: object) -> object:
-    if store is None or not _keeps_memory(store):
-        shown = "None" if store is None else repr(store)
+def _check_store(store: object) -> StoreClient:
+    """The client of `store`, which must keep agent memory (anything else is a `TypeError`)."""
+    if store is None or isinstance(store, StoreClient):  # an agent's: resolved already
+        client = store
+    else:  # any object is resolved (one keeping only memory too); one keeping none is refused
+        client = client_of(cast("AnyStore", store))
+    if client is None or not client.keeps_memory:
+        shown = "None" if client is None else repr(client.store)
         raise TypeError(
             f"Memory needs a store that keeps agent memory, got {shown}: use MemoryStore,"
             " FileStore, SQLiteStore or AioSQLiteStore (a third-party store needs memory_get,"
             " memory_scan and memory_put, or their async twins)."
         )
-    return store
+    return client
 
 
 def _effect_key() -> str | None:
@@ -171,30 +169,38 @@ def _effect_key() -> str | None:
 class _Store:
     """Calls the memory methods of a store: the sync ones, or the async twins."""
 
-    __slots__ = ("_store",)
+    __slots__ = ("_client",)
 
-    def __init__(self, store: object) -> None:
-        self._store = store
+    def __init__(self, client: StoreClient) -> None:
+        self._client = client
 
-    def check_sync(self, method: str, twin: str) -> None:
-        """Refuse a sync call when the store only works asynchronously, naming `twin`."""
-        if getattr(self._store, "async_only", False) or not callable(
-            getattr(self._store, method, None)
-        ):
-            raise TypeError(
-                f"{self._store!r} works only asynchronously, so this memory does too: use"
-                f" `await {twin}(...)` in async code (an async tool), or a store with sync"
-                " methods such as SQLiteStore."
-            )
+    def check_sync(self, method: str, twin: str) -> MemoryBackend:
+        """The sync memory methods; refuse an async-only store, naming `twin`."""
+        return self._client.sync_memory(
+            f"{self._client.store!r} works only asynchronously, so this memory does too: use"
+            f" `await {twin}(...)` in async code (an async tool), or a store with sync"
+            " methods such as SQLiteStore."
+        )
 
     def call(self, method: str, twin: str, *args: Any, **kwargs: Any) -> Any:
         """Call the store's sync `method`; `twin` names the async method to use instead."""
-        self.check_sync(method, twin)
-        return getattr(self._store, method)(*args, **kwargs)
+        backend = self.check_sync(method, twin)
+        methods: dict[str, Callable[..., Any]] = {
+            "memory_get": backend.memory_get,
+            "memory_scan": backend.memory_scan,
+            "memory_put": backend.memory_put,
+        }
+        return methods[method](*args, **kwargs)
 
     async def acall(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """Await the store's async twin of `method` (a sync-only store's runs in a thread)."""
-        return await call_twin(self._store, method, *args, **kwargs)
+        client = self._client
+        methods: dict[str, Callable[..., Awaitable[Any]]] = {
+            "memory_get": client.memory_get,
+            "memory_scan": client.memory_scan,
+            "memory_put": client.memory_put,
+        }
+        return await methods[method](*args, **kwargs)
 
 
 # -- documents ----------------------------------------------------------------------------------
@@ -519,14 +525,15 @@ class Memory:
         self,
         agent_name: str,
         collections: Mapping[str, type[pydantic.BaseModel]] | None,
-        store: Any,
+        store: object,
     ) -> None:
         """The memory of the agent `agent_name` in `store`; see `open`."""
         self._agent = validate_id(agent_name, "agent_name")
         declared = _check_collections(collections)
         self._collections: Mapping[str, type[pydantic.BaseModel]] = MappingProxyType(declared)
-        self._raw_store = _check_store(store)
-        self._store = _Store(store)
+        client = _check_store(store)
+        self._raw_store = cast("MemoryBackend | AsyncMemoryBackend", client.store)
+        self._store = _Store(client)
         self._handles = {name: Collection(self, name, model) for name, model in declared.items()}
 
     @classmethod
@@ -534,7 +541,7 @@ class Memory:
         cls,
         agent_name: str,
         collections: Mapping[str, type[pydantic.BaseModel]] | None,
-        store: Any,
+        store: object,
     ) -> Memory:
         """The memory of the agent `agent_name` in `store`, outside any run.
 
@@ -562,7 +569,7 @@ class Memory:
         return self._agent
 
     @property
-    def store(self) -> Any:
+    def store(self) -> MemoryBackend | AsyncMemoryBackend:
         """The store the memory is kept in."""
         return self._raw_store
 

@@ -18,6 +18,7 @@ import pydantic
 
 from ._errors import ToolError, ValidationError
 from ._memory import Collection, Memory, no_memory_reason
+from ._store_client import StoreClient
 from ._tools import FunctionTool, Tool
 
 __all__ = ("agent_memory", "collection_tools", "memory_required")
@@ -26,7 +27,7 @@ _ANNOTATED: Any = cast("Any", Annotated)  # built at run time, from a model know
 _ID_DOC = "The document's id: a short stable key such as 'reply-anna'."
 
 
-def agent_memory(name: str | None, store: Any, collections: Any) -> Memory | None:
+def agent_memory(name: str | None, store: StoreClient | None, collections: Any) -> Memory | None:
     """The memory of an agent with these settings; None when it has none.
 
     An agent has a memory when it has a name and a store that keeps memory.
@@ -46,7 +47,7 @@ def agent_memory(name: str | None, store: Any, collections: Any) -> Memory | Non
     return None
 
 
-def memory_required(name: str | None, store: Any) -> ValueError:
+def memory_required(name: str | None, store: StoreClient | None) -> ValueError:
     """The error for using the memory of an agent that has none."""
     reason = no_memory_reason(name, store) or "it has none"
     return ValueError(f"This agent has no memory: {reason}.")

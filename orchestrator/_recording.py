@@ -49,6 +49,7 @@ from ._reply import NO_USAGE, Reply, Usage
 from ._snapshot import StateSnapshot
 from ._stopped import Stopped
 from ._storage import StateInfo, StorageView
+from ._store_client import AnyStore, StoreClient, client_of
 from ._threads import refuse_abandoned
 from ._typed import Handler, Schema, as_json, merge_value
 
@@ -60,6 +61,7 @@ __all__ = (
     "add_child",
     "begin_run",
     "begin_think",
+    "bind_client",
     "bind_schema",
     "bind_state",
     "check_update",
@@ -122,6 +124,7 @@ class StateParts:
         "__weakref__",
         "_children",
         "_children_store",
+        "_client",
         "_compacting",
         "_folded",
         "_id",
@@ -137,8 +140,9 @@ class StateParts:
     _lock: threading.RLock
     _folded: Folded
     _schema: Schema | None
-    _store: Any
-    _children_store: Any
+    _store: AnyStore | None
+    _client: StoreClient | None  # of `_store`, resolved when first asked for
+    _children_store: StoreClient | None
     _children: dict[str, State]
     _compacting: bool
     _running: bool
@@ -152,7 +156,7 @@ def init_state(
     id: str,
     folded: Folded,
     schema: Schema | None = None,
-    children_store: Any = None,
+    children_store: StoreClient | None = None,
     children: Mapping[str, State] | None = None,
 ) -> None:
     """Give `state` all its parts: the one constructor path of `State(...)` and `fork()`.
@@ -165,6 +169,7 @@ def init_state(
     state._folded = folded
     state._schema = schema
     state._store = None
+    state._client = None
     state._children_store = children_store
     state._children = dict(children) if children else {}
     state._compacting = False
@@ -186,14 +191,25 @@ def schema_of(state: StateParts) -> Schema | None:
     return state._schema
 
 
-def store_of(state: StateParts) -> Any:
-    """The store `state` is bound to (it was saved to or loaded from it), or None."""
-    return state._store
+def store_of(state: StateParts) -> StoreClient | None:
+    """The client of the store `state` is bound to (saved to or loaded from), or None.
+
+    Resolved the first time it is asked for, then kept: a store binds a State at every save,
+    and most States never need their store's client (their run has its agent's).
+    """
+    store = state._store
+    if store is None:
+        return None
+    client = state._client
+    if client is None or client.store is not store:
+        client = state._client = client_of(store)
+    return client
 
 
-def child_store(state: StateParts) -> Any:
+def child_store(state: StateParts) -> StoreClient | None:
     """Where `state`'s children not in memory load from: its store, or its original's."""
-    return state._store if state._store is not None else state._children_store
+    client = store_of(state)
+    return client if client is not None else state._children_store
 
 
 def known_child(state: StateParts, child_id: str) -> State | None:
@@ -614,7 +630,13 @@ def storage_view(state: State) -> StorageView:
 
 def bind_state(state: State, store: object) -> None:
     """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
-    state._store = store
+    state._store = cast("AnyStore", store)
+
+
+def bind_client(state: StateParts, client: StoreClient) -> None:
+    """Bind `state` to the store of `client`, already resolved (a child, to its parent's)."""
+    state._store = client.store
+    state._client = client
 
 
 def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio.lowlevel
-import anyio.to_thread
 
 from orchestrator import (
     AuthError,
@@ -43,12 +42,15 @@ from orchestrator import (
     Reply,
     RunStartEntry,
     State,
+    Store,
     TextBlock,
     ToolCall,
     ToolResultBlock,
     ToolResultEntry,
 )
 from orchestrator.models import Request, TextCallback
+
+from ._store_client import AnyStore, client_of
 
 __all__ = (
     "ReplayMismatch",
@@ -235,7 +237,7 @@ class ReplayModel:
         self.requests: list[Request] = []
 
     @classmethod
-    def load(cls, store: Any, state_id: str, **options: Any) -> ReplayModel:
+    def load(cls, store: Store, state_id: str, **options: Any) -> ReplayModel:
         """Replay the State `state_id` of a sync `store`, with its subagents.
 
         Raises:
@@ -246,17 +248,18 @@ class ReplayModel:
 
     @classmethod
     async def aload(
-        cls, store: Any, state_id: str, *, name: str = "replay", context_window: int | None = None
+        cls,
+        store: AnyStore,
+        state_id: str,
+        *,
+        name: str = "replay",
+        context_window: int | None = None,
     ) -> ReplayModel:
         """`load` for async code: an `AsyncStore` is awaited, a sync one runs in a worker thread.
 
         Raises what `load` raises.
         """
-        aload = getattr(store, "aload", None)
-        if aload is not None:
-            root: State = await aload(state_id)
-        else:
-            root = await anyio.to_thread.run_sync(store.load, state_id)
+        root = await client_of(store).load(state_id)
         model = cls.__new__(cls)
         model._setup(await _atree(root), name, context_window)
         return model

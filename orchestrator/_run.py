@@ -32,8 +32,8 @@ from ._loop import Loop, LoopBody, run_body
 from ._recording import (
     add_child,
     begin_run,
+    bind_client,
     bind_schema,
-    bind_state,
     close_pending,
     end_run,
     merge_turn,
@@ -54,10 +54,12 @@ if TYPE_CHECKING:
     from ._messages import ToolCall
     from ._permissions import Permission
     from ._state import State
+    from ._store_client import StoreClient
     from ._tools import Tool, ToolSpec
     from ._toolsets import Toolset
     from ._typed import Handler, Schema
     from .models import Model
+    from .runners._base import Runner
 
 __all__ = (
     "DEFAULT_MAX_SUBAGENT_DEPTH",
@@ -93,7 +95,7 @@ class Settings:
     handlers: Mapping[str, Mapping[str, Handler]]  # each tool's state-update handlers, by name
     specs: tuple[ToolSpec, ...]
     name: str | None
-    store: Any
+    store: StoreClient | None  # resolved once, when the Agent is made
     schema: Schema | None
     memory: Memory | None
     permissions: tuple[Permission, ...] | None
@@ -102,7 +104,7 @@ class Settings:
     max_concurrency: int | None
     tool_timeout: float | None
     max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH
-    runner: Any = None  # where the children of its subagent tools run (None: here)
+    runner: Runner | None = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
@@ -188,7 +190,7 @@ class Run:
         settings: Settings,
         state: State,
         *,
-        store: Any,
+        store: StoreClient | None,
         reporters: tuple[Reporter, ...],
     ) -> None:
         self.agent = agent  # what the loop body is called with
@@ -542,5 +544,5 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
     parent.children.append(state)
     add_child(owner, state)
     if settings.store is None and store_of(state) is None and run.store is not None:
-        bind_state(state, run.store)  # so state.child(id) of a loaded parent opens it
+        bind_client(state, run.store)  # so state.child(id) of a loaded parent opens it
     run.report("on_child_start", owner, parent.call, state)

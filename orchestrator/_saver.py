@@ -19,17 +19,17 @@ group and a task per child cost more than the rest of a short child run's saving
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 import anyio.lowlevel
 
 from ._logs import get_log
 from ._recording import value_of
-from ._sync import call_twin
 
 if TYPE_CHECKING:
     from ._state import State
+    from ._store_client import StoreClient
 
 __all__ = ("Saver", "Writer")
 
@@ -99,7 +99,7 @@ class Saver:
         "writer",
     )
 
-    def __init__(self, store: Any, state: State) -> None:
+    def __init__(self, store: StoreClient | None, state: State) -> None:
         self.store = store
         self.state = state
         self.writer: Writer | None = None  # set by the run (None: marks wait for a flush)
@@ -170,11 +170,14 @@ class Saver:
                 self._failure = error
 
     async def _write(self) -> None:
+        store = self.store
+        if store is None:  # a saver without a store writes nothing
+            return
         self._marked = False
         self._writing = True
         count = len(value_of(self.state).entries)
         try:
-            await call_twin(self.store, "save", self.state)
+            await store.save(self.state)
         except BaseException:
             self._marked = True  # not written: the next write tries again
             raise

@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any, Never, cast
 
 import anyio.lowlevel
-import anyio.to_thread
 
 from ._fold import cleared_messages, replay
 from ._history import (
@@ -452,14 +451,13 @@ class State(StateParts):
         found = self._find_child(child_id)
         if found is not None:
             return found
-        store = child_store(self)
-        load = getattr(store, "load", None)
-        if getattr(store, "async_only", False) or not callable(load):
-            raise TypeError(
-                f"The store bound to this State ({type(store).__name__}) works only"
-                " asynchronously: use await state.achild(child_id)."
-            )
-        return cast("State", load(child_id))
+        client = child_store(self)
+        assert client is not None  # _find_child raised otherwise
+        store = client.sync_store(
+            f"The store bound to this State ({type(client.store).__name__}) works only"
+            " asynchronously: use await state.achild(child_id)."
+        )
+        return store.load(child_id)
 
     async def achild(self, child_id: str) -> State:
         """The async version of `child`: a child not in memory is loaded with `store.aload`."""
@@ -467,12 +465,9 @@ class State(StateParts):
         found = self._find_child(child_id)
         if found is not None:
             return found
-        store = child_store(self)
-        aload: Any = getattr(store, "aload", None)
-        if aload is not None:
-            return cast("State", await aload(child_id))
-        # A sync-only store: load in a worker thread, never on the event loop.
-        return cast("State", await anyio.to_thread.run_sync(store.load, child_id))
+        client = child_store(self)
+        assert client is not None  # _find_child raised otherwise
+        return await client.load(child_id)  # a sync-only store's in a worker thread
 
     def restore(self, snapshot: StateSnapshot) -> None:
         """Go back to `snapshot`, taken earlier from this State.

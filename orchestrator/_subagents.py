@@ -41,7 +41,7 @@ from ._reply import Usage
 from ._state import State
 from ._stopped import StoppedByApproval
 from ._tools import Tool
-from .runners._base import ChildJob, LocalRunner, Runner, load_state
+from .runners._base import ChildJob, LocalRunner, Runner
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -148,7 +148,7 @@ class AgentTool(Tool):
             link=context.link_child(state_id),
             state_id=state_id,
             task=task if resume is None else None,
-            store=context.run.store,
+            store=None if context.run.store is None else context.run.store.store,
             deadline=deadline(),
             state=resume,
             trace_context=trace_context(context.run, context.call),
@@ -180,13 +180,13 @@ class AgentTool(Tool):
 
     async def resume_call(self, run: Run, entry: ToolResultEntry) -> None:
         """Continue the children of the cut-off call `entry` and deliver their answers."""
-        store = run.store
+        client = run.store
         parent = run.state
         answers: list[str] = []
         spent = Usage()
         failed = False
         for index, child_id in enumerate(entry.child_ids):
-            child = await (load_state(store, child_id) if store else parent.achild(child_id))
+            child = await (client.load(child_id) if client else parent.achild(child_id))
             _check_link(parent, entry.call, child)
             before = child.usage
             if not child.finished and child.stopped is None:  # it had not ended: continue it
@@ -201,7 +201,7 @@ class AgentTool(Tool):
                     ),
                     state_id=child_id,
                     task=None,
-                    store=store,
+                    store=None if client is None else client.store,
                     deadline=deadline(),
                     trace_context=trace_context(run, entry.call),
                 )

@@ -22,6 +22,7 @@ from ._codec import first_digest as first_digest
 from ._file import FileStore as FileStore
 from ._memory import MemoryStore as MemoryStore
 from ._offload import ThreadedAsync as ThreadedAsync
+from ._open import OpenedStore as OpenedStore
 from ._open import open_store as open_store
 from ._postgres import PostgresStore as PostgresStore
 from ._redact import redact_url as redact_url
@@ -33,6 +34,7 @@ __all__ = (
     "AioSQLiteStore",
     "FileStore",
     "MemoryStore",
+    "OpenedStore",
     "PostgresStore",
     "SQLiteStore",
     "ThreadedAsync",

@@ -68,7 +68,7 @@ from ._codec import (
     listing_seal,
     missing_entries,
 )
-from ._offload import ThreadedAsync
+from ._offload import ThreadedClosing
 from .backend import (
     Tail,
     TailCache,
@@ -251,7 +251,7 @@ def _is_id(name: str) -> bool:
     return True
 
 
-class FileStore(ThreadedAsync):
+class FileStore(ThreadedClosing):
     """Keeps each State in a folder under `path`: ``<id>/log.jsonl`` and ``<id>/info.json``.
 
     The folder is made on the first save. `save` appends only the new entries and fsyncs them,
@@ -283,6 +283,9 @@ class FileStore(ThreadedAsync):
     def path(self) -> Path:
         """The folder the States are kept in."""
         return self._root
+
+    def close(self) -> None:
+        """Nothing to release (every call opens and closes its files): as every store closes."""
 
     @property
     def url(self) -> str:

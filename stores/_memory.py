@@ -8,11 +8,14 @@ from __future__ import annotations
 import builtins
 import threading
 from dataclasses import dataclass
+from types import TracebackType
+from typing import Self
 
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo
 
+from ._offload import AsyncClosing
 from .backend import (
     Tail,
     adopted,
@@ -43,7 +46,7 @@ class _Saved:
     tail: Tail
 
 
-class MemoryStore:
+class MemoryStore(AsyncClosing):
     """Keeps States in this process, encoded exactly as the other backends store them.
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
@@ -71,6 +74,29 @@ class MemoryStore:
 
     def __repr__(self) -> str:
         return f"<MemoryStore states={len(self._states)}>"
+
+    @property
+    def url(self) -> str | None:
+        """None: no other process can open this store (``open_store("memory:")`` makes another)."""
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: so that every store `open_store` gives closes the same way."""
+
+    async def aclose(self) -> None:
+        """Nothing to release (a checkpoint, as every async method)."""
+        await anyio.lowlevel.checkpoint()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def save(self, state: State) -> None:
         """Store the entries of `state` not stored yet and its info; bind it to this store.

@@ -16,12 +16,12 @@ from __future__ import annotations
 import builtins
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar, cast
+from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, cast
 
 import anyio.lowlevel
 import anyio.to_thread
 
-from orchestrator import StateInfo, Store
+from orchestrator import MemoryBackend, StateInfo, Store
 
 if TYPE_CHECKING:
     from orchestrator import State
@@ -113,28 +113,27 @@ class ThreadedAsync:
         """`delete` in a worker thread: forget the State `state_id` (fine if it is absent)."""
         await self._offload(self._sync().delete, state_id)
 
-    def _memory(self, name: str) -> Any:
-        method = getattr(self, name, None)
-        if not self.keeps_memory or method is None:
+    def _memory(self) -> MemoryBackend:
+        if not self.keeps_memory:
             raise TypeError(
                 f"{type(self).__name__} keeps no agent memory: define memory_get, memory_scan and"
                 " memory_put to give it one."
             )
-        return method
+        return cast("MemoryBackend", self)  # `__init_subclass__` checked all three are there
 
     async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
         """`memory_get` in a worker thread: the text under `key`, or None."""
-        return await self._offload(self._memory("memory_get"), agent, space, key)
+        return await self._offload(self._memory().memory_get, agent, space, key)
 
     async def amemory_scan(self, agent: str, space: str) -> builtins.list[tuple[str, str]]:
         """`memory_scan` in a worker thread: every ``(key, text)`` of the space, in key order."""
-        return await self._offload(self._memory("memory_scan"), agent, space)
+        return await self._offload(self._memory().memory_scan, agent, space)
 
     async def amemory_put(
         self, agent: str, space: str, key: str, data: str | None, *, effect: str | None = None
     ) -> bool:
         """`memory_put` in a worker thread: write (or delete) once per effect key."""
-        put = self._memory("memory_put")
+        put = self._memory().memory_put
 
         def call() -> bool:
             return bool(put(agent, space, key, data, effect=effect))

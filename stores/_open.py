@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import urllib.parse
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from ._file import FileStore
 from ._memory import MemoryStore
@@ -13,7 +13,10 @@ from ._postgres import PostgresStore
 from ._redact import redact_url, url_secrets
 from ._sqlite import SQLiteStore
 
-__all__ = ("open_store",)
+__all__ = ("OpenedStore", "open_store")
+
+OpenedStore: TypeAlias = MemoryStore | FileStore | SQLiteStore | PostgresStore
+"""What `open_store` opens: a backend that is both an `orchestrator.Store` and an `AsyncStore`."""
 
 _SCHEMES = (
     "memory: (a MemoryStore)",
@@ -31,7 +34,7 @@ def _is_url(target: str) -> bool:
     return _SCHEME.match(target) is not None
 
 
-def open_store(url: str, **options: Any) -> Any:
+def open_store(url: str, **options: Any) -> OpenedStore:
     """The store a URL or a path names; `options` go to its constructor (e.g. ``pool_size=4``).
 
     - ``memory:``: a `MemoryStore` (nothing outlives the process);
@@ -73,7 +76,9 @@ def open_store(url: str, **options: Any) -> Any:
     )
 
 
-def _open_local(scheme: str, url: str, shown: str, options: dict[str, Any]) -> Any:
+def _open_local(
+    scheme: str, url: str, shown: str, options: dict[str, Any]
+) -> FileStore | SQLiteStore:
     """The FileStore of a ``file:`` URL, the SQLiteStore of an ``sqlite:`` one."""
     parts = urllib.parse.urlsplit(url)
     if parts.query or parts.fragment or "?" in url or "#" in url:
@@ -96,7 +101,7 @@ def _open_local(scheme: str, url: str, shown: str, options: dict[str, Any]) -> A
     return SQLiteStore(urllib.parse.unquote(rest[3:]), **options)
 
 
-def _open_path(target: str, options: dict[str, Any]) -> Any:
+def _open_path(target: str, options: dict[str, Any]) -> FileStore | SQLiteStore:
     """The store at a path: a folder is a FileStore, a file (or nothing yet) an SQLiteStore."""
     if not target:
         raise ValueError(

@@ -39,7 +39,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 import pytest
 from anyio.from_thread import start_blocking_portal
@@ -93,6 +93,13 @@ __all__ = (
 )
 
 
+@runtime_checkable
+class _AsyncClosing(Protocol):
+    """A store that needs closing on its event loop."""
+
+    async def aclose(self) -> None: ...
+
+
 class StoreContract:
     """The tests every store passes. Subclass it as ``Test<YourStore>`` with a `store` fixture.
 
@@ -143,9 +150,8 @@ class StoreContract:
             return
         with start_blocking_portal(mode) as portal:
             yield StoreClient(store, portal)
-            aclose = getattr(store, "aclose", None)
-            if aclose is not None:
-                portal.call(aclose)
+            if isinstance(store, _AsyncClosing):
+                portal.call(store.aclose)
 
     # -- the protocols ---------------------------------------------------------------------------
 
@@ -159,15 +165,15 @@ class StoreContract:
             assert isinstance(store, Store)
         else:
             # An async-only store's sync methods, if it has them, point at the async ones.
-            for name in ("save", "load", "list", "delete"):
-                method = getattr(store, name, None)
-                if method is None:
-                    continue
-                args: tuple[Any, ...] = () if name == "list" else ("x",)
-                if name == "save":
-                    args = (State(id="x"),)
-                with pytest.raises(TypeError, match=f"a{name}"):
-                    method(*args)
+            if isinstance(store, Store):
+                with pytest.raises(TypeError, match="asave"):
+                    store.save(State(id="x"))
+                with pytest.raises(TypeError, match="aload"):
+                    store.load("x")
+                with pytest.raises(TypeError, match="alist"):
+                    store.list()
+                with pytest.raises(TypeError, match="adelete"):
+                    store.delete("x")
         if "async" in self.colours:
             assert isinstance(store, AsyncStore)
 
@@ -575,15 +581,13 @@ class StoreContract:
         if "sync" in self.colours:
             assert isinstance(store, MemoryBackend)
         else:
-            for name in ("memory_get", "memory_scan", "memory_put"):
-                method = getattr(store, name, None)
-                if method is None:
-                    continue
-                args: tuple[Any, ...] = ("a", "kv") if name == "memory_scan" else ("a", "kv", "k")
-                if name == "memory_put":
-                    args = (*args, "1")
-                with pytest.raises(TypeError, match=f"a{name}"):
-                    method(*args)
+            if isinstance(store, MemoryBackend):  # its sync methods point at the async ones
+                with pytest.raises(TypeError, match="amemory_get"):
+                    store.memory_get("a", "kv", "k")
+                with pytest.raises(TypeError, match="amemory_scan"):
+                    store.memory_scan("a", "kv")
+                with pytest.raises(TypeError, match="amemory_put"):
+                    store.memory_put("a", "kv", "k", "1")
         if "async" in self.colours:
             assert isinstance(store, AsyncMemoryBackend)
 

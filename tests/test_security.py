@@ -13,7 +13,7 @@ import re
 import traceback
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import structlog
@@ -186,7 +186,7 @@ def test_a_store_urls_secret_is_in_no_error_repr_log_or_command_output(
         except ValueError as error:
             seen.append(described(error))
         else:  # PostgreSQL: made now, refused when it connects
-            seen += [repr(store), str(store), repr(ray_job(store.url))]
+            seen += [repr(store), str(store), repr(ray_job(cast("str", store.url)))]
             with pytest.raises(StoreError) as failed:
                 store.list()
             seen.append(described(failed.value))

@@ -23,12 +23,12 @@ from rich.console import Console
 
 from orchestrator import OrchestratorError, State, StateInfo
 from orchestrator.testing import ReplayModel
-from stores import encode_entry, redact_url
+from stores import OpenedStore, PostgresStore, SQLiteStore, encode_entry, redact_url
 from stores.backend import validate_id
 
 from ._jsontext import dumps
 from ._open import open_existing
-from ._reading import agent_of, read_tree
+from ._reading import Readable, agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
 from ._viewer import HOST, Viewer, serve
@@ -74,19 +74,18 @@ def _trouble() -> Generator[None]:
 
 
 @contextlib.contextmanager
-def _store(target: str) -> Generator[Any]:
+def _store(target: str) -> Generator[OpenedStore]:
     """The store `target` names, closed afterwards; its errors made one line."""
     with _trouble():
         store = open_existing(target)
         try:
             yield store
         finally:
-            close = getattr(store, "close", None)
-            if callable(close):
-                close()
+            if isinstance(store, SQLiteStore | PostgresStore):  # what holds a connection
+                store.close()
 
 
-def _resolve(store: Any, target: str, state_id: str) -> str:
+def _resolve(store: Readable, target: str, state_id: str) -> str:
     """The full id of the State `state_id` names: itself, or the one id it starts."""
     if not state_id:
         _fail("The State id is empty: `orchestrator runs STORE` lists the ids.")
@@ -105,7 +104,7 @@ def _resolve(store: Any, target: str, state_id: str) -> str:
     _fail(f"No State {state_id!r} in {shown}: `orchestrator runs {shown}` lists the ids.")
 
 
-def _load(store: Any, target: str, state_id: str) -> State:
+def _load(store: Readable, target: str, state_id: str) -> State:
     """The State `state_id` names: loaded by its id, else by the one id it starts."""
     if state_id:
         validate_id(state_id, "State id")

@@ -7,9 +7,8 @@ exist, since reading never creates one, and a folder must hold a FileStore's Sta
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from stores import FileStore, open_store, redact_url
+from stores import FileStore, OpenedStore, SQLiteStore, open_store, redact_url
 
 __all__ = ("StoreNotFound", "StoreURLError", "open_existing")
 
@@ -27,7 +26,7 @@ class StoreNotFound(LookupError):
     """The store a command should read is not there."""
 
 
-def open_existing(target: str) -> Any:
+def open_existing(target: str) -> OpenedStore:
     """The store a command reads: a URL, or a path (a ``.db`` file or a FileStore folder).
 
     The store must exist: a command that only reads never creates one. Messages show `target`
@@ -43,9 +42,9 @@ def open_existing(target: str) -> Any:
         store = open_store(target)
     except ValueError as error:
         raise StoreURLError(str(error)) from None
-    path = getattr(store, "path", None)
-    if path is None:
+    if not isinstance(store, FileStore | SQLiteStore):  # a server's, or memory's: no path
         return store
+    path = store.path
     if not Path(path).exists():
         where = "" if str(path) == target else f"{redact_url(str(path))!r} does not exist;"
         raise StoreNotFound(f"No store at {shown!r}: {where} give {_FORMS}.")

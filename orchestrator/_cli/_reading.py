@@ -5,17 +5,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import builtins
+from typing import Protocol
 
 from orchestrator import OrchestratorError, State, StateInfo, ToolCall
 
 from .._replay import agent_name
 from ._render import TreeNode
 
-__all__ = ("agent_of", "read_tree")
+__all__ = ("Readable", "agent_of", "read_tree")
 
 
-def agent_of(store: Any, info: StateInfo) -> str | None:
+class Readable(Protocol):
+    """What the command line and the viewer read of a store: `list` and `load`."""
+
+    def list(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        """The saved States, most recently updated first."""
+        ...
+
+    def load(self, state_id: str) -> State:
+        """The State saved under `state_id`."""
+        ...
+
+
+def agent_of(store: Readable, info: StateInfo) -> str | None:
     """The agent that ran a listed State, read from its history (None if it cannot be read)."""
     if info.damage is not None:
         return None
@@ -25,7 +40,7 @@ def agent_of(store: Any, info: StateInfo) -> str | None:
         return None
 
 
-def read_tree(store: Any, info: StateInfo) -> TreeNode:
+def read_tree(store: Readable, info: StateInfo) -> TreeNode:
     """The tree of States under `info`, each child under the call that started it.
 
     Each node keeps the State it loaded (`TreeNode.state`); a State that cannot be loaded is a
@@ -56,7 +71,7 @@ def read_tree(store: Any, info: StateInfo) -> TreeNode:
     return root
 
 
-def _node(store: Any, info: StateInfo, call: ToolCall | None) -> TreeNode:
+def _node(store: Readable, info: StateInfo, call: ToolCall | None) -> TreeNode:
     """The node of one State, loaded, without its children."""
     if info.damage is not None:
         return TreeNode(info, call=call)

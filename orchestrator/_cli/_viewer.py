@@ -36,7 +36,7 @@ from stores import redact_url
 from stores.backend import validate_id
 
 from ._jsontext import dumps
-from ._reading import agent_of, read_tree
+from ._reading import Readable, agent_of, read_tree
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
 
@@ -77,7 +77,7 @@ class Viewer:
             passwords (`stores.redact_url`).
     """
 
-    def __init__(self, store: Any, name: str) -> None:
+    def __init__(self, store: Readable, name: str) -> None:
         self.store = store
         self.name = redact_url(name)
         self._lock = threading.Lock()

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio.lowlevel
-import anyio.to_thread
 
 from .._link import Link
 from .._messages import Message
 from .._state import State
+from .._store_client import AnyStore, client_of
 
 if TYPE_CHECKING:
     from .._agent import Agent
@@ -49,12 +49,12 @@ class ChildJob:
     link: Link
     state_id: str
     task: str | None
-    store: Any = None
+    store: AnyStore | None = None
     deadline: float | None = None
     state: State | None = None
     trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
 
-    async def open_state(self, store: Any = None) -> State:
+    async def open_state(self, store: AnyStore | None = None) -> State:
         """The child's State: a new one with the task, or the one to continue.
 
         Args:
@@ -125,18 +125,11 @@ class LocalRunner:
         return state
 
 
-async def load_state(store: Any, state_id: str) -> State:
+async def load_state(store: AnyStore, state_id: str) -> State:
     """Load `state_id` from `store` (an async store, or a sync one in a worker thread)."""
-    aload = getattr(store, "aload", None)
-    if aload is not None:
-        return cast("State", await aload(state_id))
-    return cast("State", await anyio.to_thread.run_sync(store.load, state_id))
+    return await client_of(store).load(state_id)
 
 
-async def save_state(store: Any, state: State) -> None:
+async def save_state(store: AnyStore, state: State) -> None:
     """Save `state` in `store` (an async store, or a sync one in a worker thread)."""
-    asave = getattr(store, "asave", None)
-    if asave is not None:
-        await asave(state)
-    else:
-        await anyio.to_thread.run_sync(store.save, state)
+    await client_of(store).save(state)

@@ -38,7 +38,8 @@ import anyio.to_thread
 from .._errors import ChildRunError, error_text
 from .._link import Link
 from .._state import State, bind_state
-from ._base import ChildJob, load_state, save_state
+from .._store_client import AnyStore, StoreClient, client_of
+from ._base import ChildJob
 
 __all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry", "traced_under")
 
@@ -77,13 +78,30 @@ class RayJob:
             link=job.link,
             state_id=job.state_id,
             task=job.task,
-            store_url=cast("str", getattr(job.store, "url", None)),
+            store_url=cast("str", _shared(job).url),
             deadline=job.deadline,
             trace_context=dict(job.trace_context),
         )
 
 
-def load_registry(registry: str, store: Any) -> dict[str, Any]:
+def _shared(job: ChildJob) -> StoreClient:
+    """The client of the job's store, which the workers open by its URL.
+
+    Raises:
+        ValueError: The store has no URL (or there is none): the message says what to give.
+    """
+    client = None if job.store is None else client_of(job.store)
+    if client is None or not client.url:
+        raise ValueError(
+            f"RayRunner cannot send the child of call {job.link.call_id!r}: its store"
+            f" ({job.store!r}) has no URL the workers can open. Give the parent agent a"
+            " store both sides reach by URL: PostgresStore(dsn), SQLiteStore(path) on a"
+            " shared disk, or stores.open_store(url)."
+        )
+    return client
+
+
+def load_registry(registry: str, store: AnyStore | None) -> dict[str, Any]:
     """The agents of `registry` (``"module"`` or ``"module:function"``), by name.
 
     The function (``agents`` unless named) takes the store and returns the agents, each with
@@ -125,9 +143,9 @@ class ChildWorker:
 
     def __init__(self, registry: str) -> None:
         self._registry = registry
-        self._opened: dict[str, tuple[Any, dict[str, Any]]] = {}  # by URL: store, agents
+        self._opened: dict[str, tuple[AnyStore, dict[str, Any]]] = {}  # by URL: store, agents
 
-    def _open(self, url: str) -> tuple[Any, dict[str, Any]]:
+    def _open(self, url: str) -> tuple[AnyStore, dict[str, Any]]:
         opened = self._opened.get(url)
         if opened is None:
             from stores import open_store
@@ -228,14 +246,7 @@ class RayRunner:
         Raises:
             ValueError: The message says what to change.
         """
-        url = getattr(job.store, "url", None)
-        if not isinstance(url, str) or not url:
-            raise ValueError(
-                f"RayRunner cannot send the child of call {job.link.call_id!r}: its store"
-                f" ({job.store!r}) has no URL the workers can open. Give the parent agent a"
-                " store both sides reach by URL: PostgresStore(dsn), SQLiteStore(path) on a"
-                " shared disk, or stores.open_store(url)."
-            )
+        _shared(job)
         name = job.agent.name
         names = self._registry_names(job.store)
         if name not in names:
@@ -245,7 +256,7 @@ class RayRunner:
                 f" {known}): add it to the registry, so the workers can rebuild it by name."
             )
 
-    def _registry_names(self, store: Any) -> frozenset[str]:
+    def _registry_names(self, store: AnyStore | None) -> frozenset[str]:
         if self._names is None:
             self._names = frozenset(load_registry(self.registry, store))
         return self._names
@@ -283,7 +294,7 @@ class RayRunner:
                     raise await self._lost(job, error) from error
         finally:
             self._give_back(slot)
-        state = await load_state(job.store, job.state_id)
+        state = await _shared(job).load(job.state_id)
         if failed is not None:
             raise ChildRunError(
                 f"The child State {job.state_id} failed on its Ray worker: {failed}",
@@ -296,8 +307,9 @@ class RayRunner:
         """The error of a child whose worker died: the child loaded and saved, never re-run."""
         state: State | None = None
         try:
-            state = await load_state(job.store, job.state_id)  # open calls closed `unknown`
-            await save_state(job.store, state)
+            client = _shared(job)
+            state = await client.load(job.state_id)  # open calls closed `unknown`
+            await client.save(state)
         except LookupError:
             pass  # it died before the child's first save
         what = type(error).__name__

@@ -20,7 +20,9 @@ def test_sqlite_and_file_stores_give_absolute_urls_that_open_the_same_place(
         assert Path(reopened.path) == tmp_path / "runs one.db"
     folder = FileStore("states")
     assert folder.url == (tmp_path / "states").as_uri()
-    assert open_store(folder.url).path == tmp_path / "states"
+    reopened_folder = open_store(folder.url)
+    assert isinstance(reopened_folder, FileStore)
+    assert reopened_folder.path == tmp_path / "states"
 
 
 def test_a_postgres_url_keeps_its_schema_and_other_stores_have_none() -> None:
@@ -31,5 +33,35 @@ def test_a_postgres_url_keeps_its_schema_and_other_stores_have_none() -> None:
         f"{dsn}?sslmode=require&schema=b"
     )
     assert PostgresStore("host=db dbname=runs").url is None  # a key=value DSN is no URL
-    assert open_store(f"{dsn}?schema=team_a").schema == "team_a"
-    assert not hasattr(MemoryStore(), "url")
+    opened = open_store(f"{dsn}?schema=team_a")
+    assert isinstance(opened, PostgresStore)
+    assert opened.schema == "team_a"
+    assert MemoryStore().url is None  # no other process can open it
+
+
+class _AtURL(MemoryStore):
+    """A third party's store that another process reaches by URL: it declares `url`."""
+
+    @property
+    def url(self) -> str:
+        return "memory-server://runs"
+
+
+def test_a_runner_sends_the_url_a_third_party_store_declares() -> None:
+    from orchestrator import Agent, Link
+    from orchestrator.runners import ChildJob
+    from orchestrator.runners._ray import RayJob
+    from orchestrator.testing import FakeModel
+
+    job = ChildJob(
+        agent=Agent(FakeModel([]), name="kid"),
+        link=Link(parent_id="boss", call_id="c1", scope="boss:0:c1:0"),
+        state_id="kid1",
+        task="go",
+        store=_AtURL(),
+    )
+    assert RayJob.of(job).store_url == "memory-server://runs"
+    with pytest.raises(ValueError, match="has no URL the workers can open"):
+        RayJob.of(
+            ChildJob(agent=job.agent, link=job.link, state_id="k2", task="go", store=MemoryStore())
+        )

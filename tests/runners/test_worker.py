@@ -118,6 +118,7 @@ class InProcessRunner:
         remote = RayJob.of(job)
         self.sent.append(remote)
         assert await self.worker.run(remote) is None
+        assert job.store is not None
         return await load_state(job.store, job.state_id)
 
 

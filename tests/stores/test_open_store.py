@@ -30,6 +30,16 @@ def test_memory() -> None:
     assert store.load("m").id == "m"
 
 
+@pytest.mark.anyio
+async def test_every_local_store_it_opens_closes_in_a_with_block(tmp_path: Path) -> None:
+    for url in ("memory:", (tmp_path / "states").as_uri(), f"sqlite:///{tmp_path / 'r.db'}"):
+        with open_store(url) as store:
+            store.save(State(id="w"))
+            assert [info.id for info in store.list()] == ["w"]
+        async with open_store(url) as again:
+            await again.alist()
+
+
 def test_file_url_is_an_absolute_folder(tmp_path: Path) -> None:
     store = open_store(f"file://{tmp_path}/runs")
     assert isinstance(store, FileStore)
