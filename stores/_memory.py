@@ -8,14 +8,12 @@ from __future__ import annotations
 import builtins
 import threading
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Self
 
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo
 
-from ._offload import AsyncClosing
+from ._offload import AsyncClosing, Closing
 from .backend import (
     Tail,
     adopted,
@@ -46,7 +44,7 @@ class _Saved:
     tail: Tail
 
 
-class MemoryStore(AsyncClosing):
+class MemoryStore(Closing, AsyncClosing):
     """Keeps States in this process, encoded exactly as the other backends store them.
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
@@ -86,17 +84,6 @@ class MemoryStore(AsyncClosing):
     async def aclose(self) -> None:
         """Nothing to release (a checkpoint, as every async method)."""
         await anyio.lowlevel.checkpoint()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def save(self, state: State) -> None:
         """Store the entries of `state` not stored yet and its info; bind it to this store.

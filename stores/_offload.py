@@ -26,7 +26,7 @@ from orchestrator import MemoryBackend, StateInfo, Store
 if TYPE_CHECKING:
     from orchestrator import State
 
-__all__ = ("AsyncClosing", "ThreadedAsync", "ThreadedClosing")
+__all__ = ("AsyncClosing", "Closing", "ThreadedAsync", "ThreadedClosing")
 
 _T = TypeVar("_T")
 _SYNC_METHODS = ("save", "load", "list", "delete")
@@ -162,22 +162,14 @@ class AsyncClosing:
         await self.aclose()
 
 
-class ThreadedClosing(ThreadedAsync, AsyncClosing, abstract=True):
-    """A `ThreadedAsync` store holding a resource its `close` releases (a connection, a pool).
-
-    It gives `aclose` (`close` in a worker thread: closing may wait on I/O) and the ``with`` and
-    ``async with`` blocks that close the store at their end.
-    """
+class Closing:
+    """A store whose `close` releases what it holds: a ``with`` block closes it at the end."""
 
     __slots__ = ()
 
     def close(self) -> None:
         """Release what the store holds; the subclass defines it."""
         raise NotImplementedError
-
-    async def aclose(self) -> None:
-        """`close` in a worker thread (closing may wait on I/O: a WAL written back, a pool)."""
-        await self._offload(self.close)
 
     def __enter__(self) -> Self:
         return self
@@ -189,3 +181,17 @@ class ThreadedClosing(ThreadedAsync, AsyncClosing, abstract=True):
         traceback: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class ThreadedClosing(ThreadedAsync, Closing, AsyncClosing, abstract=True):
+    """A `ThreadedAsync` store holding a resource its `close` releases (a connection, a pool).
+
+    It gives `aclose` (`close` in a worker thread: closing may wait on I/O) and the ``with`` and
+    ``async with`` blocks that close the store at their end.
+    """
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        """`close` in a worker thread (closing may wait on I/O: a WAL written back, a pool)."""
+        await self._offload(self.close)
