@@ -31,7 +31,13 @@ from orchestrator import (
 )
 
 # Private: close_pending has no public name (an Agent closes pending calls itself).
-from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
+from orchestrator._recording import (
+    begin_think,
+    close_pending,
+    record_reply,
+    record_tool_result,
+    value_of,
+)
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
 
@@ -170,7 +176,7 @@ async def test_a_load_mid_turn_recovers_and_resumes_to_the_same_end() -> None:
     # handler: it never merges by another rule.
     assert loaded.get("count") == 10
     # private: due updates have no public view
-    assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
+    assert [entry.call.name for entry in value_of(loaded).due] == ["bump"]
     assert await agent(resumed=True).arun(loaded) == "Counted."
     assert loaded.get("count") == 15
 
@@ -243,7 +249,7 @@ def test_file_and_sqlite_stores_keep_the_due_update(tmp_path: Path) -> None:
         store.save(state)
         loaded = store.load(state.id)
         # private: due updates have no public view
-        assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
+        assert [entry.call.name for entry in value_of(loaded).due] == ["bump"]
         assert agent(resumed=True).run(loaded) == "Counted."
         assert loaded.get("count") == 15
 

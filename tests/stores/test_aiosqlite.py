@@ -31,7 +31,7 @@ from orchestrator import (
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
 from stores.backend import storage_view
-from tests.doubles import add, assert_same, reseal_sql, write_sql
+from tests.doubles import add, assert_same, bound_store, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -95,7 +95,7 @@ async def test_a_run_round_trips_in_the_file_sqlite_store_reads(
     assert await Agent(model, tools=[add], store=store).arun(state) == "It is 3."
     loaded = await store.aload(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store  # private: the binding has no public accessor
+    assert bound_store(loaded) is store  # private: the binding has no public accessor
     assert await store.alist() == [storage_view(state).info]
     with SQLiteStore(path) as sync_store:  # one format for both backends
         assert_same(await sync_store.aload(state.id), state)

@@ -40,7 +40,7 @@ from orchestrator._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, SQLiteStore
 from stores.backend import Tail, TailCache, storage_view
-from tests.doubles import add, assert_same, reseal_sql, write_sql
+from tests.doubles import add, assert_same, bound_store, reseal_sql, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_a_run_round_trips_and_the_loaded_state_is_bound(store: SQLiteStore) -> 
     assert answer == "It is 3."
     loaded = store.load(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store  # private: the binding has no public accessor
+    assert bound_store(loaded) is store  # private: the binding has no public accessor
     loaded.add_message(Message.user("And now?"))
     with SQLiteStore(store.path) as other:  # a loaded State runs on, here with a second store
         run_agent(other, loaded, ["Still 3."])
