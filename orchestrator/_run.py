@@ -108,9 +108,9 @@ class Settings:
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
-# The builtin `list`, typed: not `list[str]` as the factory (calling a generic alias costs 7x
-# more: it tries to set __orig_class__ on the list), nor a Python function (a frame per list):
-# every tool call makes a context with four lists.
+# The builtin `list`, typed: not `list[str]` as the factory (calling a generic alias costs
+# several times more: it tries to set __orig_class__ on the list), nor a Python function (a
+# frame per list): every tool call makes a context with four lists.
 _new_list = cast("Callable[[], list[Any]]", list)
 
 
