@@ -40,6 +40,7 @@ from orchestrator._recording import (
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
+from tests.doubles import assert_replays
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = {"count": {"type": int}}
@@ -141,7 +142,7 @@ async def test_a_state_replayed_mid_turn_holds_the_update_due_and_agrees() -> No
     assert [call.name for call in mid.pending_calls] == ["slow"]
     # The replay agrees with the live State at this point, and after the turn closes the same
     # agent ends where an uninterrupted run ends.
-    assert State(history=mid.history).snapshot() == mid.snapshot()
+    assert_replays(mid)
     await agent().ause_tools(mid)  # runs `slow`: the turn closes, the agent merges
     assert mid.get("count") == 15
     assert await agent(resumed=True).arun(mid) == "Counted."
