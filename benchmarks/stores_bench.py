@@ -36,6 +36,7 @@ from orchestrator import (
     Usage,
 )
 from orchestrator._recording import begin_think, record_reply, record_run_start, record_tool_result
+from stores import encode_entry
 from stores._file import FileStore
 from stores._memory import MemoryStore
 from stores.contract import crashed_pending
@@ -103,8 +104,9 @@ def _new_state(state_id: str) -> State:
 
 
 def _stored_bytes(store: Any, folder: Path) -> int:
-    if isinstance(store, MemoryStore):
-        return sum(len(line) + 1 for saved in store._states.values() for line in saved.lines)
+    if isinstance(store, MemoryStore):  # the lines it keeps: each entry as it encodes it
+        entries = (entry for info in store.list() for entry in store.entries(info.id))
+        return sum(len(encode_entry(entry)) + 1 for entry in entries)
     return sum(item.stat().st_size for item in folder.rglob("*") if item.is_file())
 
 

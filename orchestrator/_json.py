@@ -171,8 +171,9 @@ def _above(item: Any, height: int) -> int:
 def _frozen_dict(items: dict[Any, Any], height: int = 0) -> FrozenDict[Any, Any]:
     """A FrozenDict of items that are frozen already (no second pass); `height` if known."""
     new = cast("FrozenDict[Any, Any]", FrozenDict.__new__(FrozenDict))
-    new._hash = None
-    new._height = height or _height_of(items.values())
+    # The class's own slots, set as its __init__ sets them (it would freeze the items again).
+    height = height or _height_of(items.values())
+    new._hash, new._height = None, height  # pyright: ignore[reportPrivateUsage]
     super(FrozenDict, new).update(items)
     return new
 
@@ -180,8 +181,9 @@ def _frozen_dict(items: dict[Any, Any], height: int = 0) -> FrozenDict[Any, Any]
 def _frozen_list(items: list[Any], height: int = 0) -> FrozenList[Any]:
     """A FrozenList of items that are frozen already (no second pass); `height` if known."""
     new = cast("FrozenList[Any]", FrozenList.__new__(FrozenList))
-    new._hash = None
-    new._height = height or _height_of(items)
+    # The class's own slots, set as its __init__ sets them (it would freeze the items again).
+    height = height or _height_of(items)
+    new._hash, new._height = None, height  # pyright: ignore[reportPrivateUsage]
     super(FrozenList, new).extend(items)
     return new
 

@@ -202,6 +202,16 @@ class _Store:
         }
         return await methods[method](*args, **kwargs)
 
+    def put(self, agent: str, space: str, key: str, text: str | None, twin: str) -> None:
+        """Write `text` (None: delete) under `key` of `agent`'s `space`, once per effect."""
+        self.check_sync("memory_put", twin)
+        effect = _effect_key()
+        self.call("memory_put", twin, agent, space, key, text, effect=effect)
+
+    async def aput(self, agent: str, space: str, key: str, text: str | None) -> None:
+        """The async twin of `put`."""
+        await self.acall("memory_put", agent, space, key, text, effect=_effect_key())
+
 
 # -- documents ----------------------------------------------------------------------------------
 
@@ -324,10 +334,13 @@ class Collection:
         ```
     """
 
-    __slots__ = ("_memory", "_model", "_name", "_space")
+    __slots__ = ("_memory", "_model", "_name", "_space", "_store")
 
-    def __init__(self, memory: Memory, name: str, model: type[pydantic.BaseModel] | None) -> None:
+    def __init__(
+        self, memory: Memory, store: _Store, name: str, model: type[pydantic.BaseModel] | None
+    ) -> None:
         self._memory = memory
+        self._store = store  # the memory's
         self._name = name
         self._model = model
         self._space = collection_space(name)
@@ -429,7 +442,7 @@ class Collection:
                 None or an int >= 0; the store is async-only (use `alist`).
         """
         checked, count = _check_where(where), _check_limit(limit)
-        rows = self._memory._store.call(
+        rows = self._store.call(
             "memory_scan", "collection.alist", self._memory.agent_name, self._space
         )
         return self._selected(rows, checked, count)
@@ -439,13 +452,13 @@ class Collection:
     ) -> builtins.list[dict[str, Any]]:
         """The async twin of `list`."""
         checked, count = _check_where(where), _check_limit(limit)
-        rows = await self._memory._store.acall("memory_scan", self._memory.agent_name, self._space)
+        rows = await self._store.acall("memory_scan", self._memory.agent_name, self._space)
         return self._selected(rows, checked, count)
 
     def get(self, id: str) -> dict[str, Any] | None:
         """The document `id` as ``{"id": id, **doc}``, or None if there is none."""
         key = validate_key(id, "id")
-        text = self._memory._store.call(
+        text = self._store.call(
             "memory_get", "collection.aget", self._memory.agent_name, self._space, key
         )
         return None if text is None else self._document(key, text)
@@ -453,9 +466,7 @@ class Collection:
     async def aget(self, id: str) -> dict[str, Any] | None:
         """The async twin of `get`."""
         key = validate_key(id, "id")
-        text = await self._memory._store.acall(
-            "memory_get", self._memory.agent_name, self._space, key
-        )
+        text = await self._store.acall("memory_get", self._memory.agent_name, self._space, key)
         return None if text is None else self._document(key, text)
 
     def upsert(self, id: str, doc: Any) -> dict[str, Any]:
@@ -472,13 +483,13 @@ class Collection:
             TypeError: The store is async-only (use `aupsert`).
         """
         key, text, stored = self._validated(id, doc)
-        self._memory._write(self._space, key, text, "collection.aupsert")
+        self._store.put(self._memory.agent_name, self._space, key, text, "collection.aupsert")
         return stored
 
     async def aupsert(self, id: str, doc: Any) -> dict[str, Any]:
         """The async twin of `upsert`."""
         key, text, stored = self._validated(id, doc)
-        await self._memory._awrite(self._space, key, text)
+        await self._store.aput(self._memory.agent_name, self._space, key, text)
         return stored
 
     def remove(self, id: str) -> None:
@@ -489,12 +500,14 @@ class Collection:
             TypeError: The store is async-only (use `aremove`).
         """
         self._writable("remove")
-        self._memory._write(self._space, validate_key(id, "id"), None, "collection.aremove")
+        self._store.put(
+            self._memory.agent_name, self._space, validate_key(id, "id"), None, "collection.aremove"
+        )
 
     async def aremove(self, id: str) -> None:
         """The async twin of `remove`."""
         self._writable("remove")
-        await self._memory._awrite(self._space, validate_key(id, "id"), None)
+        await self._store.aput(self._memory.agent_name, self._space, validate_key(id, "id"), None)
 
 
 class Memory:
@@ -534,7 +547,9 @@ class Memory:
         client = _check_store(store)
         self._raw_store = cast("MemoryBackend | AsyncMemoryBackend", client.store)
         self._store = _Store(client)
-        self._handles = {name: Collection(self, name, model) for name, model in declared.items()}
+        self._handles = {
+            name: Collection(self, self._store, name, model) for name, model in declared.items()
+        }
 
     @classmethod
     def open(
@@ -592,7 +607,7 @@ class Memory:
                 f"The collection name {name!r} is not valid: use 1 to 51 letters, digits, '_' or"
                 f" '-' (declared: {', '.join(self._collections) or 'none'})."
             )
-        return Collection(self, name, None)
+        return Collection(self, self._store, name, None)
 
     # -- key-value ------------------------------------------------------------------------------
 
@@ -625,29 +640,21 @@ class Memory:
             ValueError: `key` is not a str of 1 to 512 characters.
         """
         key = validate_key(key)
-        self._write(KV_SPACE, key, _encode(value, f"memory[{key!r}]"), "memory.aset")
+        self._store.put(
+            self._agent, KV_SPACE, key, _encode(value, f"memory[{key!r}]"), "memory.aset"
+        )
 
     async def aset(self, key: str, value: Any) -> None:
         """The async twin of `set`."""
         key = validate_key(key)
-        await self._awrite(KV_SPACE, key, _encode(value, f"memory[{key!r}]"))
+        await self._store.aput(self._agent, KV_SPACE, key, _encode(value, f"memory[{key!r}]"))
 
     def delete(self, key: str) -> None:
         """Forget the value under `key` (nothing happens if there is none)."""
         key = validate_key(key)
-        self._write(KV_SPACE, key, None, "memory.adelete")
+        self._store.put(self._agent, KV_SPACE, key, None, "memory.adelete")
 
     async def adelete(self, key: str) -> None:
         """The async twin of `delete`."""
         key = validate_key(key)
-        await self._awrite(KV_SPACE, key, None)
-
-    # -- writes ---------------------------------------------------------------------------------
-
-    def _write(self, space: str, key: str, text: str | None, twin: str) -> None:
-        self._store.check_sync("memory_put", twin)
-        effect = _effect_key()
-        self._store.call("memory_put", twin, self._agent, space, key, text, effect=effect)
-
-    async def _awrite(self, space: str, key: str, text: str | None) -> None:
-        await self._store.acall("memory_put", self._agent, space, key, text, effect=_effect_key())
+        await self._store.aput(self._agent, KV_SPACE, key, None)

@@ -44,6 +44,7 @@ __all__ = (
     "Permission",
     "check_permissions",
     "decide",
+    "terminal_lock",
 )
 
 DECLINED = "the user declined"
@@ -328,7 +329,8 @@ _TERMINAL_LOCK: anyio.lowlevel.RunVar[anyio.Lock] = anyio.lowlevel.RunVar(
 )
 
 
-def _terminal_lock() -> anyio.Lock:
+def terminal_lock() -> anyio.Lock:
+    """The lock of the terminal prompts on the current event loop: one question at a time."""
     lock = _TERMINAL_LOCK.get(None)
     if lock is None:
         lock = anyio.Lock()
@@ -443,7 +445,7 @@ class AskApproval(Permission):
     async def _ask_terminal(self, call: ToolCall) -> Decision:
         arguments = json.dumps(call.args, ensure_ascii=False)
         prompt = f"Allow tool {call.name}({arguments})? [y/N] "
-        async with _terminal_lock():
+        async with terminal_lock():
             # Abandoned on cancel: input() cannot be interrupted, and a run must stop at once.
             answer = await anyio.to_thread.run_sync(_read_answer, prompt, abandon_on_cancel=True)
         if answer is not None and answer.strip().lower() in ("y", "yes"):

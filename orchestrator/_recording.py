@@ -57,6 +57,7 @@ if TYPE_CHECKING:
     from ._state import State
 
 __all__ = (
+    "Recorder",
     "StateParts",
     "add_child",
     "begin_run",
@@ -64,6 +65,7 @@ __all__ = (
     "bind_client",
     "bind_schema",
     "bind_state",
+    "bind_store",
     "check_update",
     "child_store",
     "close_pending",
@@ -71,9 +73,11 @@ __all__ = (
     "compaction",
     "end_run",
     "held_for_decision",
+    "id_of",
     "init_state",
     "known_child",
     "known_children",
+    "lock_of",
     "merge_turn",
     "record",
     "record_approval",
@@ -150,128 +154,282 @@ class StateParts:
     _snapshot: tuple[Folded, StateSnapshot] | None
 
 
-def init_state(
-    state: StateParts,
-    *,
-    id: str,
-    folded: Folded,
-    schema: Schema | None = None,
-    children_store: StoreClient | None = None,
-    children: Mapping[str, State] | None = None,
-) -> None:
-    """Give `state` all its parts: the one constructor path of `State(...)` and `fork()`.
+# -- the parts' operations ----------------------------------------------------------------------
 
-    `children_store` is where a fork opens the children its original started (the original's
-    store); `children` are the child objects it already knows (copied, never shared).
+
+class Recorder(StateParts):
+    """The operations on a State's parts: the only code that reads or changes them.
+
+    A subclass of `StateParts` so it may use the parts' names; never instantiated, and not a
+    base of `State` (which gains no names from it). The module binds each operation to its
+    name (`record = Recorder.record`), which is what the other layers call.
     """
-    state._id = id
-    state._lock = threading.RLock()
-    state._folded = folded
-    state._schema = schema
-    state._store = None
-    state._client = None
-    state._children_store = children_store
-    state._children = dict(children) if children else {}
-    state._compacting = False
-    state._running = False
-    state._recorded = None
-    state._snapshot = None
 
+    __slots__ = ()
 
-# -- reading -------------------------------------------------------------------------------------
+    @staticmethod
+    def init_state(
+        state: StateParts,
+        *,
+        id: str,
+        folded: Folded,
+        schema: Schema | None = None,
+        children_store: StoreClient | None = None,
+        children: Mapping[str, State] | None = None,
+    ) -> None:
+        """Give `state` all its parts: the one constructor path of `State(...)` and `fork()`.
 
+        `children_store` is where a fork opens the children its original started (the original's
+        store); `children` are the child objects it already knows (copied, never shared).
+        """
+        state._id = id
+        state._lock = threading.RLock()
+        state._folded = folded
+        state._schema = schema
+        state._store = None
+        state._client = None
+        state._children_store = children_store
+        state._children = dict(children) if children else {}
+        state._compacting = False
+        state._running = False
+        state._recorded = None
+        state._snapshot = None
 
-def value_of(state: StateParts) -> Folded:
-    """The folded value of `state` at this moment (immutable: read it without a lock)."""
-    return state._folded
+    @staticmethod
+    def value_of(state: StateParts) -> Folded:
+        """The folded value of `state` at this moment (immutable: read it without a lock)."""
+        return state._folded
 
+    @staticmethod
+    def schema_of(state: StateParts) -> Schema | None:
+        """The schema bound to `state`, or None."""
+        return state._schema
 
-def schema_of(state: StateParts) -> Schema | None:
-    """The schema bound to `state`, or None."""
-    return state._schema
+    @staticmethod
+    def store_of(state: StateParts) -> StoreClient | None:
+        """The client of the store `state` is bound to (saved to or loaded from), or None.
 
+        Resolved the first time it is asked for, then kept: a store binds a State at every save,
+        and most States never need their store's client (their run has its agent's).
+        """
+        store = state._store
+        if store is None:
+            return None
+        client = state._client
+        if client is None or client.store is not store:
+            client = state._client = client_of(store)
+        return client
 
-def store_of(state: StateParts) -> StoreClient | None:
-    """The client of the store `state` is bound to (saved to or loaded from), or None.
+    @staticmethod
+    def child_store(state: StateParts) -> StoreClient | None:
+        """Where `state`'s children not in memory load from: its store, or its original's."""
+        client = store_of(state)
+        return client if client is not None else state._children_store
 
-    Resolved the first time it is asked for, then kept: a store binds a State at every save,
-    and most States never need their store's client (their run has its agent's).
-    """
-    store = state._store
-    if store is None:
-        return None
-    client = state._client
-    if client is None or client.store is not store:
-        client = state._client = client_of(store)
-    return client
+    @staticmethod
+    def known_child(state: StateParts, child_id: str) -> State | None:
+        """The child `child_id` if it is in memory (this State's run started it), else None."""
+        return state._children.get(child_id)
 
+    @staticmethod
+    def known_children(state: StateParts) -> tuple[State, ...]:
+        """The children of `state` in memory (its runs started them), in the order they started."""
+        return tuple(state._children.values())
 
-def child_store(state: StateParts) -> StoreClient | None:
-    """Where `state`'s children not in memory load from: its store, or its original's."""
-    client = store_of(state)
-    return client if client is not None else state._children_store
-
-
-def known_child(state: StateParts, child_id: str) -> State | None:
-    """The child `child_id` if it is in memory (this State's run started it), else None."""
-    return state._children.get(child_id)
-
-
-def known_children(state: StateParts) -> tuple[State, ...]:
-    """The children of `state` in memory (its runs started them), in the order they started."""
-    return tuple(state._children.values())
-
-
-def snapshot_of(state: StateParts) -> StateSnapshot:
-    """`state.snapshot()`: made once per value."""
-    value = state._folded
-    cached = state._snapshot
-    if cached is not None and cached[0] is value:
-        return cached[1]
-    snap = value.snapshot(state._id)
-    state._snapshot = (value, snap)
-    return snap
-
-
-# -- the one way a State changes -----------------------------------------------------------------
-
-
-def record(
-    state: StateParts,
-    entry_type: type[HistoryEntry],
-    content: Any,
-    *,
-    lookup: Lookup | None = None,
-    **fields: Any,
-) -> HistoryEntry:
-    """Build one entry of `entry_type` and fold it into `state`: the only way a State changes.
-
-    Raises:
-        ValueError: The entry cannot follow the ones before it.
-        CallAbandonedError: Called from a sync tool's thread whose call was abandoned (checked
-            under the lock: such a write lands before the call's result, or not at all).
-    """
-    with state._lock:
-        refuse_abandoned()
+    @staticmethod
+    def snapshot_of(state: StateParts) -> StateSnapshot:
+        """`state.snapshot()`: made once per value."""
         value = state._folded
-        kind = KIND_OF[entry_type]
-        entry = entry_type(
-            seq=len(value.entries),
-            turn=entry_turn(value, kind),
-            at=datetime.now(UTC),
-            content=content,
-            **fields,
-        )
+        cached = state._snapshot
+        if cached is not None and cached[0] is value:
+            return cached[1]
+        snap = value.snapshot(state._id)
+        state._snapshot = (value, snap)
+        return snap
+
+    @staticmethod
+    def id_of(state: StateParts) -> str:
+        """The id of `state`."""
+        return state._id
+
+    @staticmethod
+    def lock_of(state: StateParts) -> threading.RLock:
+        """The lock every change of `state` holds: hold it to make several steps one."""
+        return state._lock
+
+    @staticmethod
+    def record(
+        state: StateParts,
+        entry_type: type[HistoryEntry],
+        content: Any,
+        *,
+        lookup: Lookup | None = None,
+        **fields: Any,
+    ) -> HistoryEntry:
+        """Build one entry of `entry_type` and fold it into `state`: the only way a State changes.
+
+        Raises:
+            ValueError: The entry cannot follow the ones before it.
+            CallAbandonedError: Called from a sync tool's thread whose call was abandoned (checked
+                under the lock: such a write lands before the call's result, or not at all).
+        """
+        with state._lock:
+            refuse_abandoned()
+            value = state._folded
+            kind = KIND_OF[entry_type]
+            entry = entry_type(
+                seq=len(value.entries),
+                turn=entry_turn(value, kind),
+                at=datetime.now(UTC),
+                content=content,
+                **fields,
+            )
+            try:
+                state._folded = fold(value, entry, lookup)
+            except Inconsistent as error:
+                raise ValueError(f"Cannot record a {kind} entry: {error}.") from None
+            return entry
+
+    @staticmethod
+    def record_error(
+        state: StateParts, error: BaseException | str, *, again: bool = False
+    ) -> ErrorEntry | None:
+        """Record a failure as ``"TypeName: message"``; a waiting request is taken back.
+
+        An exception object is recorded once per run: the run that it leaves does not record it a
+        second time. `again` records it even so (a failed think must always be taken back).
+        """
+        if isinstance(error, str):
+            return cast("ErrorEntry", record(state, ErrorEntry, error))
+        with state._lock:
+            recorded = state._recorded
+            same = recorded is error or (
+                recorded is not None and is_interruption(recorded) and is_interruption(error)
+            )
+            if same and not again:
+                return None
+            state._recorded = error
+            return cast("ErrorEntry", record(state, ErrorEntry, error_text(error)))
+
+    @staticmethod
+    def take_back(state: StateParts, before: Folded, after: Folded) -> bool:
+        """Give `state` its value `before` again, if it still is `after`; whether it did.
+
+        For entries that must not stay in memory when their save failed (a person's decision,
+        which the caller may make again): what was recorded from `before` to `after` goes, unless
+        something else was recorded since, which then keeps it (the next save writes both).
+        """
+        with state._lock:
+            if state._folded is not after:
+                return False
+            state._folded = before
+            state._snapshot = None
+            return True
+
+    @staticmethod
+    @contextmanager
+    def compaction(state: StateParts) -> Generator[None, None, None]:
+        """Mark a compaction of `state` as under way (`restore` refuses meanwhile)."""
+        with state._lock:
+            if state._compacting:
+                raise ValueError(
+                    "A compaction of this State is already under way: wait for it to end."
+                )
+            state._compacting = True
         try:
-            state._folded = fold(value, entry, lookup)
-        except Inconsistent as error:
-            raise ValueError(f"Cannot record a {kind} entry: {error}.") from None
-        return entry
+            yield
+        finally:
+            state._compacting = False
+
+    @staticmethod
+    def compacting(state: StateParts) -> bool:
+        """Whether a compaction of `state` is under way."""
+        return state._compacting
+
+    @staticmethod
+    def begin_run(state: StateParts) -> None:
+        """Mark a run of `state` as started: one run at a time per State.
+
+        Raises:
+            ValueError: `state` is already running.
+        """
+        with state._lock:
+            if state._running:
+                raise ValueError(
+                    f"State {state._id} is already running: one run at a time per State. Wait for"
+                    " it to end, or run a fork()."
+                )
+            state._running = True
+
+    @staticmethod
+    def end_run(state: StateParts) -> None:
+        """Mark the run of `state` as ended."""
+        state._running = False
+        state._recorded = None
+
+    @staticmethod
+    def bind_schema(state: StateParts, schema: Schema) -> None:
+        """Bind an agent's `schema` to `state` (validating its data), or check they are the same.
+
+        Raises:
+            ValueError: The data fails the schema, or `state` has another schema.
+        """
+        with state._lock:
+            if state._schema is None:
+                schema.validate_data(state._folded.extra_data)
+                state._schema = schema
+            elif state._schema != schema:
+                raise ValueError(
+                    f"State {state._id} has a schema that differs from the agent's state_schema:"
+                    " run it with an agent of the same schema, or a State without one."
+                )
+
+    @staticmethod
+    def add_child(state: StateParts, child: State) -> None:
+        """Keep `child`, which a tool call of `state` started, so `state.child(id)` returns it."""
+        state._children[child.id] = child
+
+    @staticmethod
+    def bind_store(state: StateParts, store: AnyStore) -> None:
+        """Bind `state` to `store`; its client is resolved when first asked for."""
+        state._store = store
+
+    @staticmethod
+    def bind_client(state: StateParts, client: StoreClient) -> None:
+        """Bind `state` to the store of `client`, already resolved (a child, to its parent's)."""
+        state._store = client.store
+        state._client = client
+
+
+init_state = Recorder.init_state
+value_of = Recorder.value_of
+schema_of = Recorder.schema_of
+store_of = Recorder.store_of
+child_store = Recorder.child_store
+known_child = Recorder.known_child
+known_children = Recorder.known_children
+snapshot_of = Recorder.snapshot_of
+id_of = Recorder.id_of
+lock_of = Recorder.lock_of
+record = Recorder.record
+record_error = Recorder.record_error
+take_back = Recorder.take_back
+compaction = Recorder.compaction
+compacting = Recorder.compacting
+begin_run = Recorder.begin_run
+end_run = Recorder.end_run
+bind_schema = Recorder.bind_schema
+add_child = Recorder.add_child
+bind_store = Recorder.bind_store
+bind_client = Recorder.bind_client
+
+
+# -- the records ---------------------------------------------------------------------------------
 
 
 def require_closed_turn(state: StateParts, what: str) -> None:
     """Raise `ValueError` if the model is waited on or calls are pending: `what` needs neither."""
-    value = state._folded
+    value = value_of(state)
     if value.waiting:
         raise ValueError(f"{what}() while the model is being waited on: call it between turns.")
     if value.pending:
@@ -291,8 +449,8 @@ def begin_think(state: StateParts, *, model: str | None = None) -> Sequence[Mess
     Raises:
         ValueError: The State is finished, its turn is open, or a turn's updates wait to merge.
     """
-    with state._lock:
-        value = state._folded
+    with lock_of(state):
+        value = value_of(state)
         if value.finished:
             raise ValueError(
                 "This State is finished: it cannot think again. Restore an earlier snapshot,"
@@ -321,27 +479,6 @@ def record_reply(state: StateParts, reply: Reply) -> ModelReplyEntry:
     return cast("ModelReplyEntry", record(state, ModelReplyEntry, reply))
 
 
-def record_error(
-    state: StateParts, error: BaseException | str, *, again: bool = False
-) -> ErrorEntry | None:
-    """Record a failure as ``"TypeName: message"``; a waiting request is taken back.
-
-    An exception object is recorded once per run: the run that it leaves does not record it a
-    second time. `again` records it even so (a failed think must always be taken back).
-    """
-    if isinstance(error, str):
-        return cast("ErrorEntry", record(state, ErrorEntry, error))
-    with state._lock:
-        recorded = state._recorded
-        same = recorded is error or (
-            recorded is not None and is_interruption(recorded) and is_interruption(error)
-        )
-        if same and not again:
-            return None
-        state._recorded = error
-        return cast("ErrorEntry", record(state, ErrorEntry, error_text(error)))
-
-
 def record_stop(state: StateParts, stopped: Stopped) -> StopEntry:
     """Record why the run stops (or, for `StoppedByFinish`, that the State is finished)."""
     return cast("StopEntry", record(state, StopEntry, stopped))
@@ -354,21 +491,6 @@ def record_approval(state: StateParts, decision: ApprovalRecord) -> ApprovalEntr
         ValueError: The call waits for no decision, or it is decided already.
     """
     return cast("ApprovalEntry", record(state, ApprovalEntry, decision))
-
-
-def take_back(state: StateParts, before: Folded, after: Folded) -> bool:
-    """Give `state` its value `before` again, if it still is `after`; whether it did.
-
-    For entries that must not stay in memory when their save failed (a person's decision,
-    which the caller may make again): what was recorded from `before` to `after` goes, unless
-    something else was recorded since, which then keeps it (the next save writes both).
-    """
-    with state._lock:
-        if state._folded is not after:
-            return False
-        state._folded = before
-        state._snapshot = None
-        return True
 
 
 def held_for_decision(value: Folded) -> frozenset[str]:
@@ -414,8 +536,8 @@ def record_tool_result(
     A state update is due until the turn closes; then the turn's updates are merged with the
     tools' handlers (`merge_turn`), which the agent that ran them has.
     """
-    with state._lock:
-        late = call.id not in state._folded.pending_ids
+    with lock_of(state):
+        late = call.id not in value_of(state).pending_ids
         entry = record(
             state,
             ToolResultEntry,
@@ -444,9 +566,9 @@ def close_pending(
     calls whose ids are in `keep` stay pending.
     """
     links = links or {}
-    with state._lock:
+    with lock_of(state):
         entries: list[ToolResultEntry] = []
-        for call in state._folded.pending:
+        for call in value_of(state).pending:
             if call.id in keep:
                 continue
             child_ids, usage = links.get(call.id, ((), None))
@@ -479,21 +601,21 @@ def merge_turn(state: StateParts, handlers: Mapping[str, Mapping[str, Handler]])
     Raises:
         ValueError: A tool whose update is due is not in `handlers`.
     """
-    if not state._folded.due:  # the common case, read without the lock (values never change)
+    if not value_of(state).due:  # the common case, read without the lock (values never change)
         return
-    with state._lock:
-        due = state._folded.due
+    with lock_of(state):
+        due = value_of(state).due
         if not due:
             return
         missing = sorted({entry.call.name for entry in due if entry.call.name not in handlers})
         if missing:
             raise ValueError(
-                f"State {state._id} has state updates from {', '.join(missing)} waiting to be"
+                f"State {id_of(state)} has state updates from {', '.join(missing)} waiting to be"
                 " merged with those tools' handlers, and this agent has no such tool: run the"
                 " State with the agent whose tools made them."
             )
-        schema = state._schema
-        before = state._folded.extra_data
+        schema = schema_of(state)
+        before = value_of(state).extra_data
         changed: dict[str, Any] = {}
         refused: list[str] = []
         for entry in due:
@@ -526,8 +648,8 @@ def check_update(
     `ValueError` for a value its key's type refuses. Returns the update as frozen JSON.
     """
     checked: dict[str, Any] = {}
-    with state._lock:
-        schema, data = state._schema, state._folded.extra_data
+    with lock_of(state):
+        schema, data = schema_of(state), value_of(state).extra_data
         for key, value in update.items():
             merge_value(schema, data, key, value, handlers.get(key) if handlers else None)
             checked[key] = as_json(key, None if schema is None else schema.field(key), value)
@@ -550,74 +672,13 @@ def record_compact(
         raise TypeError(f"compact takes the summary as a str, got {type(summary).__name__}.")
     if not summary.strip():
         raise ValueError("compact got an empty summary: say what the model should keep.")
-    with state._lock:
+    with lock_of(state):
         require_closed_turn(state, "compact")
         change = ContextChange(kind="compact", summary=summary, usage=usage, covered=covered)
         record(state, ContextChangeEntry, change)
 
 
-@contextmanager
-def compaction(state: StateParts) -> Generator[None, None, None]:
-    """Mark a compaction of `state` as under way (`restore` refuses meanwhile)."""
-    with state._lock:
-        if state._compacting:
-            raise ValueError("A compaction of this State is already under way: wait for it to end.")
-        state._compacting = True
-    try:
-        yield
-    finally:
-        state._compacting = False
-
-
-def compacting(state: StateParts) -> bool:
-    """Whether a compaction of `state` is under way."""
-    return state._compacting
-
-
 # -- runs ----------------------------------------------------------------------------------------
-
-
-def begin_run(state: StateParts) -> None:
-    """Mark a run of `state` as started: one run at a time per State.
-
-    Raises:
-        ValueError: `state` is already running.
-    """
-    with state._lock:
-        if state._running:
-            raise ValueError(
-                f"State {state._id} is already running: one run at a time per State. Wait for"
-                " it to end, or run a fork()."
-            )
-        state._running = True
-
-
-def end_run(state: StateParts) -> None:
-    """Mark the run of `state` as ended."""
-    state._running = False
-    state._recorded = None
-
-
-def bind_schema(state: StateParts, schema: Schema) -> None:
-    """Bind an agent's `schema` to `state` (validating its data), or check they are the same.
-
-    Raises:
-        ValueError: The data fails the schema, or `state` has another schema.
-    """
-    with state._lock:
-        if state._schema is None:
-            schema.validate_data(state._folded.extra_data)
-            state._schema = schema
-        elif state._schema != schema:
-            raise ValueError(
-                f"State {state._id} has a schema that differs from the agent's state_schema:"
-                " run it with an agent of the same schema, or a State without one."
-            )
-
-
-def add_child(state: StateParts, child: State) -> None:
-    """Keep `child`, which a tool call of `state` started, so `state.child(id)` returns it."""
-    state._children[child.id] = child
 
 
 # -- what a store uses (public through `stores.backend`) -------------------------------------------
@@ -625,18 +686,12 @@ def add_child(state: StateParts, child: State) -> None:
 
 def storage_view(state: State) -> StorageView:
     """What a store writes of `state`: its id, entries and info, all of this moment."""
-    return StorageView(state._id, state._folded)
+    return StorageView(id_of(state), value_of(state))
 
 
 def bind_state(state: State, store: object) -> None:
     """Bind `state` to `store`: what `save` and `load` do, so `child` can open its children."""
-    state._store = cast("AnyStore", store)
-
-
-def bind_client(state: StateParts, client: StoreClient) -> None:
-    """Bind `state` to the store of `client`, already resolved (a child, to its parent's)."""
-    state._store = client.store
-    state._client = client
+    bind_store(state, cast("AnyStore", store))
 
 
 def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[HistoryEntry, ...]:
@@ -651,22 +706,22 @@ def recover_state(state: State, children: Iterable[StateInfo] = ()) -> tuple[His
     `stores.backend.adopted`, never a listing as stored. The added entries are written by the
     next save.
     """
-    with state._lock:
-        start = len(state._folded.entries)
+    with lock_of(state):
+        start = len(value_of(state).entries)
         links = storage_view(state).links(children)
-        if state._folded.waiting:
+        if value_of(state).waiting:
             record_error(
                 state,
                 "Interrupted: the process stopped while the model was being waited on;"
                 " the request was taken back.",
             )
-        if state._folded.pending:
+        if value_of(state).pending:
             close_pending(
                 state,
                 "unknown",
                 "(unknown: the process stopped while this call was open; the tool may or may"
                 " not have run. Check its effects before running it again.)",
                 links,
-                keep=held_for_decision(state._folded),  # they wait for a person, not a tool
+                keep=held_for_decision(value_of(state)),  # they wait for a person, not a tool
             )
-        return state._folded.entries.after(start)
+        return value_of(state).entries.after(start)

@@ -108,9 +108,9 @@ class Settings:
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
 
 
-# The builtin `list`, typed: not `list[str]` as the factory (calling a generic alias costs 7x
-# more: it tries to set __orig_class__ on the list), nor a Python function (a frame per list):
-# every tool call makes a context with four lists.
+# The builtin `list`, typed: not `list[str]` as the factory (calling a generic alias costs
+# several times more: it tries to set __orig_class__ on the list), nor a Python function (a
+# frame per list): every tool call makes a context with four lists.
 _new_list = cast("Callable[[], list[Any]]", list)
 
 
@@ -158,9 +158,10 @@ def _scope(run: Run, turn: int, call_id: str, index: int) -> str:
 class Run:
     """One run of an Agent's settings on a State: what its loop, tools and ask work with.
 
-    `link` is the tool call the run's State is to hang under (a subagent), `parent` the same
-    once the run start recorded it; `effect_scope` is what its memory writes are keyed under
-    (its place in that call; None: the State's id). `writer` writes the marked save points of
+    `parent_call` is the tool call the run's State is to hang under (a subagent), `parent_link`
+    the link ``arun(link=...)`` gave, if any, and `linked_call` the call once the run start
+    recorded the link; `effect_scope` is what its memory writes are keyed under (its place in
+    that call; None: the State's id). `writer` writes the marked save points of
     this run and of the runs started in it. `depth` is how many subagent levels the run is
     below its root run in this process (0: a root).
     """
@@ -169,10 +170,10 @@ class Run:
         "agent",
         "depth",
         "effect_scope",
-        "given",
-        "link",
+        "linked_call",
         "pacers",
-        "parent",
+        "parent_call",
+        "parent_link",
         "reporters",
         "saver",
         "scopers",
@@ -208,9 +209,9 @@ class Run:
             for reporter in reporters
             if getattr(type(reporter), "tool_scope", Reporter.tool_scope) is not Reporter.tool_scope
         )
-        self.link: CallContext | None = None  # the call to link the State to, when it starts
-        self.given: Link | None = None  # the link `arun(link=)` gave, if any
-        self.parent: CallContext | None = None  # that call, once linked
+        self.parent_call: CallContext | None = None  # the call to link the State to
+        self.parent_link: Link | None = None  # the link `arun(link=)` gave, if any
+        self.linked_call: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
         self.depth = 0
         limit = settings.max_concurrency
@@ -370,7 +371,7 @@ def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
     return None if value_of(state).linked else frame.call
 
 
-def _linked_call(frame: Frame | None, state: State, link: Link) -> CallContext | None:
+def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext | None:
     """The call executing here that `link` names, or None (the call is elsewhere).
 
     Raises:
@@ -427,7 +428,7 @@ async def _run_agent(
     link: Link | None,
 ) -> None:
     frame = current_frame()
-    parent = _parent_of(frame, state) if link is None else _linked_call(frame, state, link)
+    parent = _parent_of(frame, state) if link is None else _call_of_link(frame, state, link)
     depth = 0 if parent is None else parent.run.depth + 1
     if depth > settings.max_subagent_depth:
         error = SubagentDepthError(depth_refused(depth, settings.max_subagent_depth))
@@ -444,16 +445,16 @@ async def _run_agent(
         store=store,
         reporters=(*_reporters(settings.reporter, frame), *reporters),
     )
-    run.link = parent
-    run.given = link
+    run.parent_call = parent
+    run.parent_link = link
     run.depth = depth
     begin_run(state)
     error: BaseException | None = None
     try:
         await within(run, _run_loop, _failed)
         stopped = state.stopped
-        if run.parent is not None and isinstance(stopped, StoppedByApproval):
-            run.parent.suspended.append(stopped)  # the parent's call waits with it
+        if run.linked_call is not None and isinstance(stopped, StoppedByApproval):
+            run.linked_call.suspended.append(stopped)  # the parent's call waits with it
     except BaseException as exc:
         error = exc
         raise
@@ -477,7 +478,7 @@ async def _run_loop(run: Run) -> None:
         bind_schema(state, settings.schema)
     if run.pacers:
         await run.pace()  # before the start (and a subagent's link) is reported
-    _start(run, run.link, run.given)
+    _start(run, run.parent_call, run.parent_link)
     merge_turn(state, settings.handlers)  # of a turn a crash or a fork cut off
     run.saver.mark()  # written with the first request, or the run's end
     run.report("on_run_start", state)
@@ -499,8 +500,8 @@ async def _run_loop(run: Run) -> None:
 def _failed(run: Run, error: BaseException) -> None:
     """Record that `error` ends the run: its pending calls closed, the error recorded once."""
     state = run.state
-    if run.parent is not None:
-        run.parent.failures.append(error)  # the parent's call tells a child's failure apart
+    if run.linked_call is not None:
+        run.linked_call.failures.append(error)  # the parent's call tells a child's failure apart
     if state.pending_calls:
         if is_interruption(error):
             close_pending(state, "interrupted", "(interrupted by user)")
@@ -540,7 +541,7 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
         parent.child_ids.append(state.id)
     elif state.id not in parent.child_ids:
         parent.child_ids.append(state.id)
-    run.parent = parent
+    run.linked_call = parent
     parent.children.append(state)
     add_child(owner, state)
     if settings.store is None and store_of(state) is None and run.store is not None:

@@ -27,6 +27,7 @@ from orchestrator import (
     ToolResultEntry,
     tool,
 )
+from orchestrator._recording import store_of
 from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
 from stores.backend import bind_state
@@ -256,6 +257,12 @@ def assert_same(loaded: State, state: State) -> None:
     assert loaded.id == state.id
     assert loaded.snapshot() == state.snapshot()
     assert [entry.at for entry in loaded.history] == [entry.at for entry in state.history]
+
+
+def bound_store(state: State) -> object | None:
+    """The store `state` is bound to (private: the binding has no public accessor)."""
+    client = store_of(state)
+    return None if client is None else client.store
 
 
 # Typing helpers: values the type checker must not narrow or check --------------------------------

@@ -134,8 +134,8 @@ def resolve_model(model: Model | str) -> Model:
     """
     if isinstance(model, str):
         return model_from_string(model)
-    # What isinstance(model, Model) checks, without its cost (about 12 µs on CPython 3.11,
-    # paid by every Agent, and a subagent makes one per call).
+    # What isinstance(model, Model) checks, without its cost (a runtime protocol check is
+    # slow, paid by every Agent, and a subagent makes one per call).
     if not all(hasattr(model, member) for member in _MODEL_MEMBERS):
         raise TypeError(
             f"Agent(model=...) takes a Model (with name, context_window and async respond) or a"

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator import EVENT_ADAPTER, Agent, Message, State, TextDelta, ToolResultEntry, tool
+from orchestrator import EVENT_ADAPTER, Agent, Message, State, TextDelta, tool
 from orchestrator.models import AnthropicModel, OpenAIModel
 
 # Private: the key a provider keeps arguments under when they cannot be recorded.
 from orchestrator.models._wire import INVALID_ARGUMENTS
 from stores import MemoryStore
-from tests.doubles import FAST_RETRY
+from tests.doubles import FAST_RETRY, results
 from tests.models import wire_anthropic, wire_openai
 from tests.models._server import Scripted, ScriptedServer
 
@@ -86,7 +86,7 @@ async def test_arguments_a_state_cannot_record_are_an_input_error(
     assert await Agent(model, tools=[note], store=store).arun(state) == "Sorry."
     [call] = state.messages[1].tool_calls
     assert dict(call.args) == {INVALID_ARGUMENTS: arguments}
-    [entry] = [e for e in state.history if isinstance(e, ToolResultEntry)]
+    [entry] = results(state)
     assert entry.outcome == "input_error"
     assert list(store.load(state.id).history) == list(state.history)
 

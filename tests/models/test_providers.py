@@ -30,7 +30,7 @@ from orchestrator import (
 )
 from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
 from stores import MemoryStore, SQLiteStore
-from tests.doubles import FAST_RETRY, StreamRecorder, results
+from tests.doubles import FAST_RETRY, StreamRecorder, assert_replays, results
 from tests.models import wire_anthropic as an
 from tests.models import wire_openai as oa
 from tests.models._server import Recorded, Scripted, ScriptedServer
@@ -149,7 +149,7 @@ async def test_a_run_without_a_key_fails_at_the_first_request_naming_the_variabl
         await agent.arun(state)
     assert state.messages == (Message.user("Hi"),)
     assert state.history[-1].kind == "error"
-    assert State(history=state.history).snapshot() == state.snapshot()
+    assert_replays(state)
 
 
 @pytest.mark.parametrize("provider", ["openai", "anthropic"])
@@ -300,7 +300,7 @@ async def test_a_stream_cut_mid_reply_leaves_a_saved_state_that_replays(
         assert reporter.retries == []
         assert state.messages == (Message.user("Hi"),)
         assert state.usage.requests == 0
-        assert State(history=state.history).snapshot() == state.snapshot()
+        assert_replays(state)
         loaded = await store.aload(state.id)
         assert loaded.snapshot() == state.snapshot()
         reply = await agent.athink(loaded)

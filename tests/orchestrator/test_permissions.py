@@ -16,7 +16,7 @@ import orchestrator.permissions
 
 # Private: the terminal prompt's module and lock, to fake the terminal and see prompts queue.
 from orchestrator import State, ToolCall, _permissions
-from orchestrator._permissions import _terminal_lock
+from orchestrator._permissions import terminal_lock
 from orchestrator.permissions import (
     AllowByName,
     AllowByReadOnly,
@@ -434,7 +434,7 @@ async def test_concurrent_terminal_prompts_do_not_interleave(
             await anyio.wait_all_tasks_blocked()
             # The second prompt waits for the first: it is queued, not reading the terminal.
             assert len(shown) == 1
-            assert _terminal_lock().statistics().tasks_waiting == 1
+            assert terminal_lock().statistics().tasks_waiting == 1
             release_first.set()
 
     assert most_active == 1

@@ -19,7 +19,6 @@ from orchestrator import (
     ContextChangeEntry,
     Message,
     State,
-    ToolResultEntry,
     loop,
     tool,
     waiting_for_user,
@@ -28,7 +27,7 @@ from orchestrator.models import Request
 from orchestrator.permissions import AllowByName, DenyByName
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
-from tests.doubles import ThreadCheckedStore
+from tests.doubles import ThreadCheckedStore, results
 
 TIMEOUT = 20  # seconds; only reached when a regression makes something wait forever
 NO_SPACE = "No space left on device"
@@ -402,7 +401,7 @@ async def test_results_cancelled_by_a_stopping_permission_are_saved() -> None:
     state = State(messages=[Message.user("Go")])
     await agent.athink(state)
     await agent.ause_tools(state)
-    outcomes = [e.outcome for e in state.history if isinstance(e, ToolResultEntry)]
+    outcomes = [e.outcome for e in results(state)]
     assert outcomes == ["denied", "cancelled"]
     assert store.load(state.id).history == state.history
 
@@ -472,4 +471,4 @@ async def test_a_save_failing_after_a_cancellation_is_a_note_and_the_cancellatio
     notes: list[str] = getattr(cancelled, "__notes__", [])
     assert any(NO_SPACE in note for note in notes)
     assert state.pending_calls == ()
-    assert [e.outcome for e in state.history if isinstance(e, ToolResultEntry)] == ["interrupted"]
+    assert [e.outcome for e in results(state)] == ["interrupted"]

@@ -1150,7 +1150,7 @@ def test_restore_twice_to_the_same_snapshot() -> None:
     state.add_message(Message.user("b"))
     state.restore(before)
     assert state.messages == before.messages
-    assert State(history=state.history).snapshot() == state.snapshot()
+    assert_replays(state)
 
 
 @pytest.mark.parametrize("value", [None, "snapshot", {"history": ()}])

@@ -40,6 +40,7 @@ from orchestrator._recording import (
     record_run_start,
     record_stop,
     record_tool_result,
+    value_of,
 )
 from orchestrator.models import Request, TextCallback
 from stores.backend import bind_state
@@ -725,7 +726,7 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     # The turn closed: its updates are due until merged (an agent merges them at once, with
     # its tools' handlers), and a State replayed from here agrees.
     assert "winner" not in state.extra_data
-    assert [entry.call.id for entry in state._folded.due] == [
+    assert [entry.call.id for entry in value_of(state).due] == [
         "first",
         "second",
     ]  # private: due updates have no public view
@@ -737,7 +738,7 @@ def test_state_updates_apply_when_the_last_result_is_in_in_request_order(state: 
     assert state.extra_data == {"winner": "second", "a": [1]}
     assert state.history[-1].kind == "extra_data"
     assert state.history[-1].content.turn_merge
-    assert state._folded.due == ()  # private: due updates have no public view
+    assert value_of(state).due == ()  # private: due updates have no public view
     assert_replays(state)
 
 

@@ -27,11 +27,11 @@ from orchestrator import (
     State,
     ToolError,
     ToolResult,
-    ToolResultEntry,
     tool,
 )
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
+from tests.doubles import results
 
 HALF = "\ud83d"  # the first half of an emoji: JSON "\ud83d" alone decodes to it
 ESCAPED = "\udce9"  # the byte 0xE9 of b"caf\xe9" decoded with errors="surrogateescape"
@@ -348,7 +348,7 @@ async def test_a_tool_result_that_is_not_json_is_an_error_result(
         agent = Agent(model, tools=_bad_tools(make), store=async_store)
         state = _started()
         assert await agent.arun(state) == "I will return plain data."
-        [entry] = [e for e in state.history if isinstance(e, ToolResultEntry)]
+        [entry] = results(state)
         assert entry.outcome == "error"
         assert entry.content.is_error
         text = entry.content.text
@@ -423,7 +423,7 @@ async def test_an_int_this_process_cannot_write_is_an_error_result(async_store: 
             tools = _bad_tools(lambda: [10**2000])
             state = _started()
             assert await Agent(model, tools=tools, store=async_store).arun(state) == "ok"
-            [entry] = [e for e in state.history if isinstance(e, ToolResultEntry)]
+            [entry] = results(state)
             assert entry.outcome == "error"
             assert "could not be written as JSON" in entry.content.text
             _same(await async_store.aload(state.id), state)

@@ -24,7 +24,6 @@ from orchestrator import (
     State,
     Tool,
     ToolCall,
-    ToolResultEntry,
     Usage,
     tool,
 )
@@ -34,7 +33,7 @@ from orchestrator._recording import begin_think, record_reply, record_run_start
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
-from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, child_ids, lookup, only_child
+from tests.doubles import AsyncOnlyStore, ThreadCheckedStore, child_ids, lookup, only_child, results
 
 SyncStore: TypeAlias = MemoryStore | FileStore | SQLiteStore
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -363,7 +362,7 @@ def test_a_cut_off_call_still_lists_the_child_it_started_after_load(sync_store: 
     sync_store.save(kid)
     # The process stops here: the lead's call never got its result.
     loaded = sync_store.load("lead")
-    (result,) = [e for e in loaded.history if isinstance(e, ToolResultEntry)]
+    (result,) = results(loaded)
     assert result.outcome == "unknown"
     assert result.child_ids == ("kid",)
     assert loaded.child("kid").answer == "found it"

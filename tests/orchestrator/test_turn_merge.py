@@ -31,9 +31,16 @@ from orchestrator import (
 )
 
 # Private: close_pending has no public name (an Agent closes pending calls itself).
-from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
+from orchestrator._recording import (
+    begin_think,
+    close_pending,
+    record_reply,
+    record_tool_result,
+    value_of,
+)
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
+from tests.doubles import assert_replays
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = {"count": {"type": int}}
@@ -135,7 +142,7 @@ async def test_a_state_replayed_mid_turn_holds_the_update_due_and_agrees() -> No
     assert [call.name for call in mid.pending_calls] == ["slow"]
     # The replay agrees with the live State at this point, and after the turn closes the same
     # agent ends where an uninterrupted run ends.
-    assert State(history=mid.history).snapshot() == mid.snapshot()
+    assert_replays(mid)
     await agent().ause_tools(mid)  # runs `slow`: the turn closes, the agent merges
     assert mid.get("count") == 15
     assert await agent(resumed=True).arun(mid) == "Counted."
@@ -170,7 +177,7 @@ async def test_a_load_mid_turn_recovers_and_resumes_to_the_same_end() -> None:
     # handler: it never merges by another rule.
     assert loaded.get("count") == 10
     # private: due updates have no public view
-    assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
+    assert [entry.call.name for entry in value_of(loaded).due] == ["bump"]
     assert await agent(resumed=True).arun(loaded) == "Counted."
     assert loaded.get("count") == 15
 
@@ -243,7 +250,7 @@ def test_file_and_sqlite_stores_keep_the_due_update(tmp_path: Path) -> None:
         store.save(state)
         loaded = store.load(state.id)
         # private: due updates have no public view
-        assert [entry.call.name for entry in loaded._folded.due] == ["bump"]
+        assert [entry.call.name for entry in value_of(loaded).due] == ["bump"]
         assert agent(resumed=True).run(loaded) == "Counted."
         assert loaded.get("count") == 15
 

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanContext
 
-from orchestrator import Agent, Link, State, ToolResultEntry, tool
+from orchestrator import Agent, Link, State, tool
 from orchestrator.otel import OtelReporter
 from orchestrator.runners import ChildJob
 from orchestrator.runners._base import load_state
@@ -27,6 +27,7 @@ from orchestrator.runners._ray import ChildWorker, RayJob, load_registry
 from orchestrator.runners.contract import REGISTRY
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
+from tests.doubles import results
 
 pytestmark = pytest.mark.anyio
 
@@ -67,8 +68,7 @@ async def test_a_child_stops_at_the_deadline_of_its_job(tmp_path: Path) -> None:
     marker = tmp_path / "waiting"
     worker = ChildWorker(REGISTRY)
     assert await worker.run(job(store, f"wait {marker}", deadline=time.time() + 1)) is None
-    results = [e for e in store.load("kid").history if isinstance(e, ToolResultEntry)]
-    assert [r.outcome for r in results] == ["interrupted"]
+    assert [r.outcome for r in results(store.load("kid"))] == ["interrupted"]
     assert marker.exists()
 
 

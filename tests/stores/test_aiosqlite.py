@@ -31,7 +31,7 @@ from orchestrator import (
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
 from stores.backend import storage_view
-from tests.doubles import add, assert_same, reseal_sql, write_sql
+from tests.doubles import add, assert_same, bound_store, reseal_sql, results, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 on_asyncio = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -95,7 +95,7 @@ async def test_a_run_round_trips_in_the_file_sqlite_store_reads(
     assert await Agent(model, tools=[add], store=store).arun(state) == "It is 3."
     loaded = await store.aload(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store  # private: the binding has no public accessor
+    assert bound_store(loaded) is store  # private: the binding has no public accessor
     assert await store.alist() == [storage_view(state).info]
     with SQLiteStore(path) as sync_store:  # one format for both backends
         assert_same(await sync_store.aload(state.id), state)
@@ -222,9 +222,7 @@ async def test_delete_and_list_by_parent(store: AioSQLiteStore) -> None:
     parent = State(messages=[Message.user("look it up")])
     model = FakeModel([tool_call("researcher", task="look"), "Done."])
     await Agent(model, tools=[researcher.as_tool()], store=store).arun(parent)
-    (child_id,) = [
-        child for e in parent.history if isinstance(e, ToolResultEntry) for child in e.child_ids
-    ]
+    (child_id,) = [child for e in results(parent) for child in e.child_ids]
     assert [info.id for info in await store.alist(parent_id=parent.id)] == [child_id]
     assert len(await store.alist(limit=1)) == 1
     await store.adelete(child_id)
@@ -240,9 +238,7 @@ async def test_children_of_a_loaded_state_open_with_achild_only(store: AioSQLite
     parent = State(messages=[Message.user("look it up")])
     model = FakeModel([tool_call("researcher", task="look"), "Done."])
     await Agent(model, tools=[researcher.as_tool()], store=store).arun(parent)
-    (child_id,) = [
-        child for e in parent.history if isinstance(e, ToolResultEntry) for child in e.child_ids
-    ]
+    (child_id,) = [child for e in results(parent) for child in e.child_ids]
     loaded = await store.aload(parent.id)
     with pytest.raises(TypeError, match="achild"):
         loaded.child(child_id)

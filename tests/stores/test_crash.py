@@ -15,7 +15,7 @@ from pathlib import Path
 from orchestrator import Agent, ErrorEntry, Message, State, tool
 from orchestrator.testing import FakeModel
 from stores import FileStore
-from tests.doubles import results
+from tests.doubles import bound_store, results
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_a_crash_inside_a_tool_leaves_an_unknown_result(tmp_path: Path) -> None:
     store = FileStore(tmp_path)
     stored = store.list()[0].entries
     state = store.load("crashed")
-    assert state._store is store  # private: the binding has no public accessor
+    assert bound_store(state) is store  # private: the binding has no public accessor
     assert [(entry.call.name, entry.outcome) for entry in results(state)] == [
         ("check", "done"),
         ("deploy", "unknown"),

@@ -14,6 +14,7 @@ import trio
 from orchestrator import Message, State
 from stores import SQLiteStore
 from stores.backend import GroupCommit
+from tests.doubles import bound_store
 
 
 class CountingStore(SQLiteStore):
@@ -61,7 +62,7 @@ async def test_concurrent_saves_share_transactions_and_all_land(tmp_path: Path) 
     reopened = SQLiteStore(tmp_path / "batch.db")
     for state in states:
         assert reopened.load(state.id).snapshot() == state.snapshot()
-        assert state._store is store  # a save binds, batched or not (private: no accessor)
+        assert bound_store(state) is store  # a save binds, batched or not (private: no accessor)
     reopened.close()
     store.close()
 
@@ -99,7 +100,8 @@ async def test_two_states_under_one_id_in_one_batch_refuse_the_second(tmp_path: 
     store = SQLiteStore(tmp_path / "batch.db")
     kept = State(id="twin", messages=[Message.user("kept")])
     other = State(id="twin", messages=[Message.user("other")])
-    refused = await store._write_batch([kept, other])  # one transaction, as a batch writes it
+    # One transaction, as a batch writes it: the private writer under test.
+    refused = await store._write_batch([kept, other])  # pyright: ignore[reportPrivateUsage]
     assert list(refused) == [id(other)]
     assert "store.load('twin')" in str(refused[id(other)])
     assert store.load("twin").snapshot() == kept.snapshot()
@@ -116,7 +118,8 @@ async def test_a_batch_of_many_new_states_still_checks_the_stored_ones(tmp_path:
     store = SQLiteStore(path)
     new = [State(id=f"new{i}", messages=[Message.user(str(i))]) for i in range(1200)]
     impostor = State(id="taken", messages=[Message.user("other")])
-    refused = await store._write_batch([*new[:700], impostor, *new[700:]])
+    batch = [*new[:700], impostor, *new[700:]]
+    refused = await store._write_batch(batch)  # pyright: ignore[reportPrivateUsage]
     assert list(refused) == [id(impostor)]
     assert len(store.list()) == 1201
     assert store.load("new1199").messages[0].text == "1199"

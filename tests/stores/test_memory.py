@@ -1,5 +1,9 @@
 """`MemoryStore` beyond the contract: it keeps encoded entries, and its async side has no thread."""
 
+# pyright: reportPrivateUsage=false
+# This file checks MemoryStore's private storage (its encoded lines, damaged on purpose) and
+# the codec's TypeAdapter: no public name reaches them.
+
 from __future__ import annotations
 
 import threading

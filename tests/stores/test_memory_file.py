@@ -14,7 +14,6 @@ from orchestrator import Memory, MemoryBackend, Message, State
 from stores import FileStore
 
 # Private: the memory log's file layout and its compaction threshold, checked on disk.
-from stores import _file as file_module
 from stores._file import LOG, MEMORY, MEMORY_FORMAT
 from tests.doubles import mode_of
 
@@ -123,7 +122,7 @@ def test_another_format_version_is_refused_naming_both(root: Path, found: int) -
 def test_an_overwritten_log_is_compacted(
     store: FileStore, root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(file_module, "COMPACT_LINES", 20)
+    monkeypatch.setattr("stores._file.COMPACT_LINES", 20)
     other = FileStore(root)
     store.memory_put("digest", "kv", "keep", "k", effect="first")
     assert other.memory_get("digest", "kv", "keep") == "k"  # other has read the old log

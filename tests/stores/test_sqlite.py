@@ -40,7 +40,7 @@ from orchestrator._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, SQLiteStore
 from stores.backend import Tail, TailCache, storage_view
-from tests.doubles import add, assert_same, reseal_sql, write_sql
+from tests.doubles import add, assert_same, bound_store, reseal_sql, results, write_sql
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -90,7 +90,7 @@ def test_a_run_round_trips_and_the_loaded_state_is_bound(store: SQLiteStore) -> 
     assert answer == "It is 3."
     loaded = store.load(state.id)
     assert_same(loaded, state)
-    assert loaded._store is store  # private: the binding has no public accessor
+    assert bound_store(loaded) is store  # private: the binding has no public accessor
     loaded.add_message(Message.user("And now?"))
     with SQLiteStore(store.path) as other:  # a loaded State runs on, here with a second store
         run_agent(other, loaded, ["Still 3."])
@@ -130,9 +130,7 @@ def test_list_gives_the_same_info_as_info_of(store: SQLiteStore) -> None:
         tools=[researcher.as_tool()],
         store=store,
     ).run(parent)
-    (child_id,) = [
-        child for e in parent.history if isinstance(e, ToolResultEntry) for child in e.child_ids
-    ]
+    (child_id,) = [child for e in results(parent) for child in e.child_ids]
     child = parent.child(child_id)
     finished = State(messages=[Message.notice("a notice"), Message.user("the title")])
     finished.finish({"answer": [1, 2.5, None]})
@@ -583,7 +581,7 @@ def test_a_crash_inside_a_tool_gives_the_call_an_unknown_result(tmp_path: Path, 
         again = store.load("crashed")  # ... the next save wrote the recovery with the rest
     assert_same(again, state)
     assert again.answer == "I could not tell whether it deployed."
-    assert [e.outcome for e in again.history if isinstance(e, ToolResultEntry)] == ["unknown"]
+    assert [e.outcome for e in results(again)] == ["unknown"]
 
 
 @pytest.mark.parametrize("when", ["saved", "unsaved"])
@@ -709,8 +707,7 @@ def test_two_processes_append_to_one_file_at_the_same_time(tmp_path: Path, path:
     with SQLiteStore(path) as store:
         for name in ("first", "second"):
             state = store.load(name)
-            results = [e for e in state.history if isinstance(e, ToolResultEntry)]
-            texts = sorted(int(e.content.text) for e in results)
+            texts = sorted(int(e.content.text) for e in results(state))
             assert texts == list(range(turns))  # the calls of a turn finish in any order
             assert state.answer == "done"
             assert [e.seq for e in state.history] == list(range(len(state.history)))
