@@ -31,7 +31,12 @@ from orchestrator import (
 )
 
 # Private: close_pending has no public name (an Agent closes pending calls itself).
-from orchestrator._recording import begin_think, close_pending, record_reply, record_tool_result
+from orchestrator._record._recording import (
+    begin_think,
+    close_pending,
+    record_reply,
+    record_tool_result,
+)
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore, SQLiteStore
 
