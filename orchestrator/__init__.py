@@ -76,9 +76,11 @@ from ._stopped import StoppedByFinish as StoppedByFinish
 from ._stopped import StoppedByLimit as StoppedByLimit
 from ._stopped import StoppedByPermission as StoppedByPermission
 from ._stopped import StoppedByUntil as StoppedByUntil
+from ._storage import AsyncBatchStore as AsyncBatchStore
 from ._storage import AsyncFollowable as AsyncFollowable
 from ._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._storage import AsyncStore as AsyncStore
+from ._storage import BatchStore as BatchStore
 from ._storage import Followable as Followable
 from ._storage import MemoryBackend as MemoryBackend
 from ._storage import StateInfo as StateInfo
@@ -162,12 +164,14 @@ __all__ = (
     "ApprovalRecord",
     "AskEntry",
     "AskRecord",
+    "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
     "AuthError",
     "AwaitingCall",
     "AwaitingInfo",
+    "BatchStore",
     "Block",
     "CallAbandonedError",
     "CallInfo",
