@@ -32,7 +32,7 @@ import anyio.lowlevel
 
 from ._approvals import hand_down
 from ._errors import ToolError, error_text, is_interruption
-from ._frame import Frame, enter, leave
+from ._frame import CallContext, Frame, enter, leave
 from ._history import Outcome, ToolResultEntry
 from ._logs import get_log
 from ._messages import Image, TextBlock, ToolCall, ToolResultBlock
@@ -49,9 +49,7 @@ from ._recording import (
     value_of,
 )
 from ._reply import NO_USAGE, Usage
-from ._run import CallContext
 from ._stopped import AwaitingCall, StoppedByApproval, StoppedByPermission
-from ._subagents import AgentTool
 from ._threads import in_thread
 from ._tools import Tool, ToolInputError
 
@@ -250,11 +248,8 @@ class _Turn:
             with run.tool_scope(call):  # a tracer's call span is current in the tool's code
                 value = await self._invoke(tool, kwargs, context)
             resumed = context.resume
-            if (
-                resumed is not None
-                and not isinstance(tool, AgentTool)
-                and all(child is not resumed for child in context.children)
-            ):
+            # Continued here, or elsewhere and adopted (an agent tool's runner): by id.
+            if resumed is not None and all(child.id != resumed.id for child in context.children):
                 raise _Result(
                     "error",
                     f"The tool {call.name} did not continue its subagent State {resumed.id}, which"

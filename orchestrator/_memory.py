@@ -30,8 +30,8 @@ from typing import Any, cast
 
 import pydantic
 
+from . import _here
 from ._errors import Issue, ValidationError
-from ._frame import current_frame
 from ._json import freeze
 from ._recording import validate_id
 from ._storage import AsyncMemoryBackend, MemoryBackend
@@ -156,14 +156,8 @@ def _check_store(store: object) -> StoreClient:
 
 def _effect_key() -> str | None:
     """The effect key of the next write of the tool call running here, or None."""
-    frame = current_frame()
-    if frame is None or frame.call is None:
-        return None
-    # The turn keeps a call id reused by a later turn apart; a replay of the same turn (after
-    # restore) has the same turn, call and ordinal, so it writes once.
-    run, context = frame.run, frame.call
-    scope = run.effect_scope or run.state.id  # a subagent: its place in the parent's call
-    return f"{scope}:{run.state.turn}:{context.call.id}:{next(context.ordinals)}"
+    place = _here.current()
+    return None if place is None else place.effect_key()
 
 
 class _Store:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from ._frame import current_frame
+from . import _here
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -33,11 +33,9 @@ def report_retry(attempt: int, delay: float, error: BaseException) -> None:
     A provider calls it without knowing the State or the reporters: the current frame has both.
     Outside a think (a model asked by a tool, or by `ask`) it does nothing.
     """
-    frame = current_frame()
-    if frame is not None and frame.thinking:
-        run = frame.run
-        for reporter in run.reporters:
-            reporter.on_retry(run.state, attempt, delay, error)
+    place = _here.current()
+    if place is not None:
+        place.report_retry(attempt, delay, error)
 
 
 @runtime_checkable

@@ -15,18 +15,18 @@ does, here or on another machine.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
 from ._errors import SubagentDepthError, is_interruption
-from ._frame import Frame, current_frame, enter, leave
+from ._execute import use_tools
+from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._history import RunStart
-from ._link import Link, child_scope
+from ._link import Link
 from ._logs import get_log
 from ._loop import Loop, LoopBody, run_body
 from ._recording import (
@@ -64,7 +64,6 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_MAX_SUBAGENT_DEPTH",
     "DEFAULT_SYNC_THREADS",
-    "CallContext",
     "Run",
     "Settings",
     "run_agent",
@@ -106,53 +105,6 @@ class Settings:
     max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH
     runner: Runner | None = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
-
-
-# The builtin `list`, typed: not `list[str]` as the factory (calling a generic alias costs
-# several times more: it tries to set __orig_class__ on the list), nor a Python function (a
-# frame per list): every tool call makes a context with four lists.
-_new_list = cast("Callable[[], list[Any]]", list)
-
-
-@dataclass(slots=True)
-class CallContext:
-    """A tool call being executed by `run`: subagents started in it link to it."""
-
-    run: Run
-    call: ToolCall
-    child_ids: list[str] = field(default_factory=_new_list)
-    children: list[State] = field(default_factory=_new_list)
-    failures: list[BaseException] = field(default_factory=_new_list)  # of children
-    # Numbers the call's memory writes: their effect keys are state id, call id, ordinal.
-    ordinals: itertools.count[int] = field(default_factory=itertools.count)
-    # A subagent State this call started before and continues now (its calls were decided).
-    resume: State | None = None
-    # The approval stops of the subagents this call ran: the call waits with them.
-    suspended: list[StoppedByApproval] = field(default_factory=_new_list)
-
-    def link_child(self, state_id: str) -> Link:
-        """The link of a new child `state_id` of this call, listed now, before it runs anywhere.
-
-        Its scope (the prefix of its memory effect keys) is its place in the call, the same
-        whether it runs here or elsewhere.
-        """
-        owner = self.run.state
-        scope = _scope(self.run, owner.turn, self.call.id, len(self.child_ids))
-        self.child_ids.append(state_id)
-        return Link(parent_id=owner.id, call_id=self.call.id, scope=scope)
-
-    def adopt(self, child: State) -> None:
-        """Keep `child`, run elsewhere, as this call's: its usage rolls up, `child()` finds it."""
-        if child.id not in self.child_ids:
-            self.child_ids.append(child.id)
-        if all(known.id != child.id for known in self.children):
-            self.children.append(child)
-            add_child(self.run.state, child)
-
-
-def _scope(run: Run, turn: int, call_id: str, index: int) -> str:
-    """The effect scope of the child number `index` of call `call_id` of `run`'s State."""
-    return child_scope(run.effect_scope or run.state.id, turn, call_id, index)
 
 
 class Run:
@@ -487,8 +439,6 @@ async def _run_loop(run: Run) -> None:
         await resume_children(run)  # before the model starts that work over
     if value_of(state).awaiting:
         # Calls waited for a person: the decided ones run (or get their denial) first.
-        from ._execute import use_tools  # a low module: it imports this one
-
         await use_tools(run)
     loop = settings.loop
     if isinstance(loop, Loop):
@@ -537,7 +487,7 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
         return
     owner = parent.run.state
     if link is None:
-        run.effect_scope = _scope(parent.run, owner.turn, parent.call.id, len(parent.child_ids))
+        run.effect_scope = parent.next_scope()
         parent.child_ids.append(state.id)
     elif state.id not in parent.child_ids:
         parent.child_ids.append(state.id)

@@ -32,7 +32,7 @@ from ._errors import (
     error_text,
     is_interruption,
 )
-from ._frame import current_frame
+from ._frame import CallContext, current_frame
 from ._history import ToolResultEntry
 from ._link import Link, child_scope
 from ._messages import Message, TextBlock, ToolCall, ToolResultBlock
@@ -45,7 +45,7 @@ from .runners._base import ChildJob, LocalRunner, Runner
 
 if TYPE_CHECKING:
     from ._agent import Agent
-    from ._run import CallContext, Run
+    from ._run import Run
 
 __all__ = (
     "AgentTool",

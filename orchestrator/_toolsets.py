@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 from abc import ABC, abstractmethod
-from collections.abc import AsyncGenerator, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from ._tools import Tool
 
-if TYPE_CHECKING:
-    from ._run import Settings
-
-__all__ = ("Toolset", "open_toolsets")
+__all__ = ("Toolset", "WithToolsets", "open_toolsets")
 
 
 class Toolset(ABC):
@@ -43,8 +40,30 @@ class Toolset(ABC):
         """
 
 
+class WithToolsets(Protocol):
+    """Settings that hold tools and toolsets: what `open_toolsets` opens.
+
+    A dataclass (the run's settings), so it can give a copy with the opened tools added.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
+    @property
+    def tools(self) -> Mapping[str, Tool]:
+        """The tools, by name."""
+        ...
+
+    @property
+    def toolsets(self) -> Sequence[Toolset]:
+        """The toolsets to open."""
+        ...
+
+
+_Settings = TypeVar("_Settings", bound=WithToolsets)
+
+
 @asynccontextmanager
-async def open_toolsets(settings: Settings) -> AsyncGenerator[Settings]:
+async def open_toolsets(settings: _Settings) -> AsyncGenerator[_Settings]:
     """Open the toolsets of `settings`; yield the settings with their tools added.
 
     Raises:
