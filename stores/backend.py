@@ -48,9 +48,9 @@ import anyio
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
-from orchestrator._memory import validate_key, validate_space
-from orchestrator._state import bind_state, recover_state, storage_view, validate_id
-from orchestrator._storage import StorageView
+from orchestrator._record._state import bind_state, recover_state, storage_view, validate_id
+from orchestrator._record._storage import StorageView
+from orchestrator._tooling._memory import validate_key, validate_space
 
 from ._codec import (
     chain_digests,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Agent, Message, State
-from orchestrator._store_client import client_of
+from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
 from tests.doubles import AsyncOnlyStore, ThreadCheckedStore
