@@ -1,9 +1,10 @@
 """Here: the library's one context variable, and what the lower layers may ask of it.
 
-The run layer keeps its frame here (`orchestrator._frame`: the run in progress, and the tool
-call it is executing). This module sits at the bottom of the core, so the layers below the run
-reach the frame without importing the run: a memory write asks for its effect key, a provider
-reports a retry. They see the frame only through `Place`, the protocol this module owns.
+The run layer keeps its frame here (`orchestrator._running._frame`: the run in progress, and
+the tool call it is executing). This module sits at the bottom of the core, so the layers below
+the run reach the frame without importing the run: a memory write asks for its effect key, a
+provider reports a retry. They see the frame only through `Place`, the protocol this module
+owns.
 
 Context variables follow tasks and worker threads, so the frame is right in each of them.
 """

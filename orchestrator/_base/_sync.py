@@ -1,13 +1,13 @@
 """Running the async core from sync code: the one bridge, at the top of the API.
 
 A sync method called from plain code starts an event loop (`anyio.run`). Called from a worker
-thread of a running async run (a sync tool, a sync loop body: `orchestrator._threads`), it hops
+thread of a running async run (a sync tool, a sync loop body: `_base._threads`), it hops
 onto that loop, inside the tool call's task group; from an anyio worker thread of your own, with
 `anyio.from_thread.run`. Called on a thread that runs an event loop, it would deadlock, so it
 raises `TypeError` naming the async twin.
 
 `is_async_callable` is the one test of what is async. The other way, a store's async twins or
-its sync methods in a worker thread, is `orchestrator._store_client`'s.
+its sync methods in a worker thread, is `orchestrator._record._store_client`'s.
 """
 
 from __future__ import annotations

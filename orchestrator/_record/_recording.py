@@ -1,8 +1,8 @@
 """The recording protocol: what a State holds, and every operation that records an entry.
 
-`State` (in `orchestrator._state`) is the public class; its parts are declared here, in
+`State` (in `orchestrator._record._state`) is the public class; its parts are declared here, in
 `StateParts`, and only the functions of this module touch them. Each operation builds one
-history entry and passes it through the fold (`orchestrator._fold`), under the State's lock:
+history entry and passes it through the fold (`orchestrator._record._fold`), under the State's lock:
 the fold is the protocol. The agent's layers (think, tool execution, ask, the loop, subagent
 links) and the stores call these functions by their public names; none reaches into a State.
 
@@ -118,7 +118,7 @@ def validate_id(value: object, what: str = "id") -> str:
 class StateParts:
     """What a State holds. `State` adds the public API; this module's functions change it.
 
-    The folded value (`orchestrator._fold.Folded`) is the State's whole value; the rest is
+    The folded value (`orchestrator._record._fold.Folded`) is the State's whole value; the rest is
     what a live object needs besides: its lock, schema, the store it is bound to, the children
     it started (the same objects while in memory), and whether a run or a compaction is under
     way.

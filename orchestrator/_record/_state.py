@@ -1,7 +1,7 @@
 """`State`: one conversation's record, folded from an append-only history.
 
 The public class. What a State holds and the operations that record entries are in
-`orchestrator._recording`; typed data's merge and validation in `orchestrator._typed`. Commands
+`_record._recording`; typed data's merge and validation in `_record._typed`. Commands
 take the State's lock; properties read the current immutable value without locking.
 """
 

@@ -144,7 +144,7 @@ def client_of(store: AnyStore) -> StoreClient:
     """The client of `store`: every protocol asked once, here.
 
     An agent resolves its store once, when it is made; a State bound to a store resolves it
-    when first asked and keeps it (`orchestrator._recording.store_of`). So a run reaches its
+    when first asked and keeps it (`orchestrator._record._recording.store_of`). So a run reaches its
     store at no cost per save.
     """
     sync_load = isinstance(store, _Load)

@@ -1,7 +1,7 @@
 """`Agent`: the settings that run a State, and its actions as sync and async twins.
 
 The async methods are the core; each sync method runs its twin through the one bridge in
-`orchestrator._sync`. Settings are fixed after construction: `agent.copy(**changes)` makes a
+`orchestrator._base._sync`. Settings are fixed after construction: `agent.copy(**changes)` makes a
 variant.
 """
 

@@ -17,7 +17,7 @@ Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return
 not JSON become error results the model can act on. Any other exception waits for the calls
 still running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes
 every pending call as ``interrupted`` and is re-raised at once: a sync tool's thread is
-abandoned, not waited for (`orchestrator._threads`).
+abandoned, not waited for (`orchestrator._base._threads`).
 """
 
 from __future__ import annotations

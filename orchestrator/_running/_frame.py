@@ -1,8 +1,8 @@
 """The current frame: the run in progress here, and the tool call it is executing.
 
-Kept in the library's only context variable (`orchestrator._here`). Everything else a run needs
-travels in its `Run` object, passed explicitly; the frame is for what cannot be passed, because
-user code sits in between:
+Kept in the library's only context variable (`orchestrator._base._here`). Everything else a run
+needs travels in its `Run` object, passed explicitly; the frame is for what cannot be passed,
+because user code sits in between:
 
 - a tool that runs another agent (``await other.arun(State(...))``, or ``other.run(...)`` from
   a sync tool in a worker thread) starts a child State linked to the call executing;
@@ -12,7 +12,7 @@ user code sits in between:
 - a provider reports a retry (`report_retry`) to the reporters of the think in progress.
 
 Context variables follow tasks and worker threads, so the frame is right in each of them.
-The layers below the run reach the frame through `orchestrator._here.Place` (a memory write's
+The layers below the run reach the frame through `orchestrator._base._here.Place` (a memory write's
 effect key, a provider's retry): they never import this module.
 """
 

@@ -69,7 +69,7 @@ async def run_body(body: LoopBody, agent: Agent, state: State) -> None:
     """Run one call of `body`: awaited if async, in a worker thread if sync.
 
     A sync body runs in a worker thread so that the sync Agent methods it calls can hop back
-    onto the event loop. A cancelled run abandons it, like a sync tool (`orchestrator._threads`).
+    onto the event loop. A cancelled run abandons it, like a sync tool (`_base._threads`).
     """
     await _runner(body)(agent, state)
 

@@ -5,7 +5,7 @@ tool limiters, its subagent depth, the tool call it hangs under) and passes it
 explicitly to the loop's steps, tool execution, `ask` and subagent linking; none of them reaches
 back into the Agent. A step called on its own (``await agent.athink(state)`` outside a run) gets
 a run of its own for the call (`step`); called from a loop body, it finds its run through the
-current frame (`orchestrator._frame`).
+current frame (`orchestrator._running._frame`).
 
 A child run's place (the tool call it hangs under) comes from the frame when a tool runs
 another agent here, or explicitly as a `Link` (``agent.arun(state, link=...)``): what a runner

@@ -1,7 +1,7 @@
 """Subagents: an Agent used as a tool, and the children a crash cut off.
 
 A tool call links every new State that an agent runs while the call executes (from an async
-tool, or from a sync tool in a worker thread: the current frame, `orchestrator._frame`, follows
+tool, or from a sync tool in a worker thread: the current frame, `_running._frame`, follows
 both). The link is recorded in the child's first `run_start` (`parent_id`, `parent_call_id`);
 the parent's `tool_result` lists the `child_ids` and adds their usage when the call closes.
 

@@ -2,7 +2,7 @@
 
 `@tool` turns a plain or ``async def`` function into a `FunctionTool`; a `Tool` subclass defines
 ``run(self, ...)`` or ``async def arun(self, ...)`` instead. Either way the tool reads its
-signature once (`orchestrator._tool_schema`): its `spec` is exactly what the model is shown, and
+signature once (`_tooling._tool_schema`): its `spec` is exactly what the model is shown, and
 `bind` checks the model's arguments and fills the hidden parameters (state inputs, the live
 `State`, the agent's `Memory`). The agent loop then calls `call` (sync tools, in a worker
 thread) or `acall` (async tools) and turns the return value into content blocks and a state
