@@ -1,6 +1,22 @@
 """orchestrator: async multi-agent orchestration.
 
 An `Agent` runs a `State`, one conversation's record folded from an append-only history.
+
+The private modules sit in one folder per layer, bottom-up; a layer imports only the layers
+below it, not even for types (a lower layer owns a protocol instead; tests/test_layers.py checks):
+
+- `_base`: errors, JSON values, messages, replies, stop reasons, links, threads, the sync bridge,
+  and the one context variable (`_here`, with the protocol the layers below the run ask it by).
+- `_record`: the State and its history: entries, the fold, recording, typed data, the store
+  protocols and the one store client.
+- `_tooling`: tools, their schema and results, toolsets, permissions, memory.
+- `_apps`: reporters, events, the console reporter, approvals.
+- `models`: the Model protocol and the providers.
+- `_running`: the Agent, its run, the loop, thinking, tool execution, ask, saving, subagents,
+  runners.
+
+Above them the public surface: this package, `mcp`, `otel`, `permissions`, `runners`, `testing`
+and the CLI. Public import paths are these; the folders are private.
 """
 
 import typing as _typing
