@@ -87,9 +87,11 @@ from ._record._history import ToolResultEntry as ToolResultEntry
 from ._record._history import UserEntry as UserEntry
 from ._record._snapshot import StateSnapshot as StateSnapshot
 from ._record._state import State as State
+from ._record._storage import AsyncBatchStore as AsyncBatchStore
 from ._record._storage import AsyncFollowable as AsyncFollowable
 from ._record._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._record._storage import AsyncStore as AsyncStore
+from ._record._storage import BatchStore as BatchStore
 from ._record._storage import Followable as Followable
 from ._record._storage import MemoryBackend as MemoryBackend
 from ._record._storage import StateInfo as StateInfo
@@ -178,12 +180,14 @@ __all__ = (
     "ApprovalRecord",
     "AskEntry",
     "AskRecord",
+    "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
     "AuthError",
     "AwaitingCall",
     "AwaitingInfo",
+    "BatchStore",
     "Block",
     "CallAbandonedError",
     "CallInfo",

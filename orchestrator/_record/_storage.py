@@ -11,6 +11,11 @@ The two store protocols have the same method names, the async ones prefixed with
 backend implements one or both. `save` writes only the entries not yet stored (idempotent by
 `seq`), so storage grows with the history, never with snapshots.
 
+A store may also save several States in one transaction (`BatchStore`, `AsyncBatchStore`).
+These protocols are optional: the core gathers the saves of the agents running at once on an
+event loop and hands them to `save_many` together, so a store that has it commits once for
+them all; a store without it gets them one by one.
+
 A store may also let a State be followed from another process (`Followable`,
 `AsyncFollowable`): the entries stored after a position, and a wait for new ones. These
 protocols are optional, so a store without them still runs agents; what needs them checks once
@@ -20,7 +25,7 @@ with `require_followable`, which says what is missing.
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Protocol, runtime_checkable
@@ -37,9 +42,11 @@ if TYPE_CHECKING:
     from ._state import State
 
 __all__ = (
+    "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
+    "BatchStore",
     "Followable",
     "MemoryBackend",
     "StateInfo",
@@ -265,6 +272,37 @@ class AsyncStore(Protocol):
 
     async def adelete(self, state_id: str) -> None:
         """Forget the State `state_id` (nothing happens if it is absent)."""
+        ...
+
+
+@runtime_checkable
+class BatchStore(Protocol):
+    """A store that saves several States in one transaction, from sync code (optional).
+
+    Agents running at once on one event loop have their saves gathered and handed to
+    `save_many` together: one commit for them all, where `save` would commit each.
+    """
+
+    def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """Save each of `states` as `save` does, in one transaction; the refused, by position.
+
+        A State the store refuses (it does not continue the history stored under its id) is
+        left out, and its `ValueError` is returned under its position in `states`; the others
+        are saved and bound. So one bad State does not sink the others.
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved).
+            StoreError: The store failed: none of the States is saved.
+        """
+        ...
+
+
+@runtime_checkable
+class AsyncBatchStore(Protocol):
+    """A store that saves several States in one transaction, from async code (optional)."""
+
+    async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """`BatchStore.save_many`, awaited: the refused States' errors, by position."""
         ...
 
 

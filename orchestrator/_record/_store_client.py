@@ -10,6 +10,11 @@ what it can do again.
 Each protocol here holds one method, because a store may implement only part of a protocol (a
 test double that only saves): the client then uses what is there, and a call of what is not
 raises `TypeError` naming the method.
+
+A store that saves several States in one transaction (`BatchStore`, `AsyncBatchStore`) is
+saved through a group commit (`orchestrator._record._group_commit`): the saves made at once on an event
+loop go out together. One without it is saved one State at a time. A store has one client while
+anything holds it, so all its saves share one group commit per event loop.
 """
 
 from __future__ import annotations
@@ -17,13 +22,23 @@ from __future__ import annotations
 import builtins
 import functools
 import inspect
-from collections.abc import Awaitable, Callable
+import weakref
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkable
 
 import anyio.to_thread
 
-from ._storage import AsyncMemoryBackend, AsyncStore, MemoryBackend, StateInfo, Store
+from ._group_commit import Flush, GroupCommits
+from ._storage import (
+    AsyncBatchStore,
+    AsyncMemoryBackend,
+    AsyncStore,
+    BatchStore,
+    MemoryBackend,
+    StateInfo,
+    Store,
+)
 
 if TYPE_CHECKING:
     from ._state import State
@@ -98,13 +113,16 @@ class _ADelete(Protocol):
     async def adelete(self, state_id: str) -> None: ...
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class StoreClient:
     """A store as the core reaches it, resolved once by `client_of`.
 
     `save`, `load`, `list` and `delete` are awaited on the event loop: a store's async twin,
     or its sync method in a worker thread (never blocking the loop). Each is the resolved
-    callable itself, so a save is one call and one await, as if the store were called directly.
+    callable itself, so a call is one call and one await, as if the store were called directly.
+    For a store that saves in batches, `save` joins the running loop's group commit; `save_many`
+    saves several States (in one transaction if the store can, else one by one) and returns the
+    refused States' errors by position.
     The sync API (`State.child`, `Memory.get`, `ReplayModel.load`) uses `sync_store` and
     `sync_memory`, which refuse a store that works only asynchronously.
     """
@@ -119,7 +137,10 @@ class StoreClient:
     """Whether it keeps agent memory (a `MemoryBackend` or `AsyncMemoryBackend`)."""
     memory_is_async: bool
     """Whether its memory works only asynchronously (no usable `MemoryBackend`)."""
+    batches: bool
+    """Whether it saves several States in one transaction (a `BatchStore` or `AsyncBatchStore`)."""
     save: Callable[[State], Awaitable[None]]
+    save_many: Flush
     load: Callable[[str], Awaitable[State]]
     list: Callable[..., Awaitable[builtins.list[StateInfo]]]
     delete: Callable[[str], Awaitable[None]]
@@ -140,31 +161,58 @@ class StoreClient:
         return cast("MemoryBackend", self.store)
 
 
+# The client of each store that has one alive, by id(store): a client holds its store, so the
+# id names that store for as long as the entry lives (it goes with the client).
+_CLIENTS = weakref.WeakValueDictionary[int, StoreClient]()
+
+
 def client_of(store: AnyStore) -> StoreClient:
-    """The client of `store`: every protocol asked once, here.
+    """The client of `store`: every protocol asked once, here; the same client while it lives.
 
     An agent resolves its store once, when it is made; a State bound to a store resolves it
     when first asked and keeps it (`orchestrator._record._recording.store_of`). So a run reaches its
-    store at no cost per save.
+    store at no cost per save, and every saver of one store shares its group commits.
     """
+    client = _CLIENTS.get(id(store))
+    if client is not None and client.store is store:
+        return client
+    client = _resolve(store)
+    _CLIENTS[id(store)] = client
+    return client
+
+
+def _resolve(store: AnyStore) -> StoreClient:
     sync_load = isinstance(store, _Load)
     declared = store.async_only if isinstance(store, _AsyncOnly) else False
     is_async = bool(declared) or not (sync_load or isinstance(store, _Save))
     memory_is_async = bool(declared) or not isinstance(store, MemoryBackend)
     keeps = store.keeps_memory if isinstance(store, _DeclaresMemory) else True
     memory = bool(keeps) and (isinstance(store, (MemoryBackend, AsyncMemoryBackend)))
+    save = _pick(
+        store,
+        "save",
+        store.asave if isinstance(store, _ASave) else None,
+        store.save if isinstance(store, _Save) else None,
+    )
+    batch: Flush | None = None
+    if isinstance(store, AsyncBatchStore) and inspect.iscoroutinefunction(store.asave_many):
+        batch = store.asave_many
+    elif isinstance(store, BatchStore) and not declared:
+        batch = _threaded(store.save_many)
+    if batch is not None:
+        save_many = batch
+        save = GroupCommits(batch).save
+    else:
+        save_many = functools.partial(_one_by_one, save)
     return StoreClient(
         store=store,
         url=store.url if isinstance(store, _Located) else None,
         is_async=is_async,
         keeps_memory=memory,
         memory_is_async=memory_is_async,
-        save=_pick(
-            store,
-            "save",
-            store.asave if isinstance(store, _ASave) else None,
-            store.save if isinstance(store, _Save) else None,
-        ),
+        batches=batch is not None,
+        save=save,
+        save_many=save_many,
         load=_pick(
             store,
             "load",
@@ -187,6 +235,19 @@ def client_of(store: AnyStore) -> StoreClient:
         memory_scan=_pick_memory(store, "memory_scan"),
         memory_put=_pick_memory(store, "memory_put"),
     )
+
+
+async def _one_by_one(
+    save: Callable[[State], Awaitable[None]], states: Sequence[State]
+) -> dict[int, ValueError]:
+    """Save `states` in turn with `save` (a store that has no batch save); the refused."""
+    refused: dict[int, ValueError] = {}
+    for at, state in enumerate(states):
+        try:
+            await save(state)
+        except ValueError as error:
+            refused[at] = error
+    return refused
 
 
 def _pick(
