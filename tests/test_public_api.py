@@ -180,6 +180,27 @@ def test_orchestrator_exports_the_value_types() -> None:
     assert expected <= names
 
 
+def test_orchestrator_exports_the_store_protocols() -> None:
+    names = set(_all(_module("orchestrator")))
+    assert {
+        "Store",
+        "AsyncStore",
+        "BatchStore",
+        "AsyncBatchStore",
+        "Followable",
+        "AsyncFollowable",
+        "MemoryBackend",
+        "AsyncMemoryBackend",
+    } <= names
+    assert [
+        p.name for p in inspect.signature(orchestrator.BatchStore.save_many).parameters.values()
+    ] == [
+        "self",
+        "states",
+    ]
+    assert inspect.iscoroutinefunction(orchestrator.AsyncBatchStore.asave_many)
+
+
 def test_the_public_api_has_the_design_names_and_signatures() -> None:
     # DESIGN 3 (explicit __all__), 4 (Message/blocks/Reply/Usage), 6 (Agent), 7 (ToolSpec,
     # ToolResult), 11 (FakeModel, tool_call(name, /, **args)).
