@@ -37,7 +37,7 @@ from typing import LiteralString, cast
 import anyio
 
 from orchestrator import Message, State
-from orchestrator._store_client import client_of
+from orchestrator._record._store_client import client_of
 from stores import MemoryStore, PostgresStore, SQLiteStore
 
 from .agent_bench import fanout_seconds

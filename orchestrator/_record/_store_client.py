@@ -12,8 +12,8 @@ test double that only saves): the client then uses what is there, and a call of 
 raises `TypeError` naming the method.
 
 A store that saves several States in one transaction (`BatchStore`, `AsyncBatchStore`) is
-saved through a group commit (`orchestrator._record._group_commit`): the saves made at once on an event
-loop go out together. One without it is saved one State at a time. A store has one client while
+saved through a group commit (`_group_commit`): the saves made at once on an event loop go out
+together. One without it is saved one State at a time. A store has one client while
 anything holds it, so all its saves share one group commit per event loop.
 """
 
