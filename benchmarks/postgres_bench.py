@@ -6,9 +6,9 @@ run works in a schema of its own, dropped at the end. Without a server, the rows
 with a line saying so.
 
 - one save alone: a State saved after each turn of 3 entries, one save at a time (median).
-- 100 concurrent saves: 100 States each grown by a turn, saved by 100 tasks at once
-  (`asave`): the wall time over 100, per round (median). Saves arriving while one statement
-  runs go out in the next (group commit).
+- 100 concurrent saves: 100 States each grown by a turn, saved by 100 tasks at once through
+  the store's client, as an agent saves: the wall time over 100, per round (median). Saves
+  arriving while one statement runs go out in the next (group commit).
 - load: one State of about 100,000 entries, loaded (best of 3).
 - fan-out: a lead whose 1,000 children run 3 tool turns each, with no store, `SQLiteStore` and
   `PostgresStore`, taken in turn (median of each; the ratios are medians of each round's).
@@ -37,6 +37,7 @@ from typing import LiteralString, cast
 import anyio
 
 from orchestrator import Message, State
+from orchestrator._record._store_client import client_of
 from stores import MemoryStore, PostgresStore, SQLiteStore
 
 from .agent_bench import fanout_seconds
@@ -147,6 +148,10 @@ def save_concurrent_us(dsn: str, states: int, rounds: int) -> tuple[float, float
     with _store(dsn) as store:
         floor = _Floor(store, dsn, states)
         crowd = [_state(f"crowd-{i}") for i in range(states)]
+        client = client_of(store)  # an agent's saves go through it, in group commits
+
+        async def save(state: State) -> None:
+            await client.save(state)
 
         async def main() -> tuple[list[float], list[float]]:
             per_save: list[float] = []
@@ -157,7 +162,7 @@ def save_concurrent_us(dsn: str, states: int, rounds: int) -> tuple[float, float
                 start = time.perf_counter()
                 async with anyio.create_task_group() as group:
                     for state in crowd:
-                        group.start_soon(store.asave, state)
+                        group.start_soon(save, state)
                 if round_:  # the first round makes the rows and warms the pool up
                     per_save.append((time.perf_counter() - start) / states)
                     bare.append(floor.batch() / states)  # nothing else runs meanwhile

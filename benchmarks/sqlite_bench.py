@@ -20,7 +20,7 @@ from pathlib import Path
 import anyio
 
 from orchestrator import Message, Reply, State, TextBlock, ToolCall, ToolResultBlock
-from orchestrator._recording import begin_think, record_reply, record_tool_result
+from orchestrator._record._recording import begin_think, record_reply, record_tool_result
 from stores._aiosqlite import AioSQLiteStore
 from stores._sqlite import SQLiteStore
 

@@ -12,7 +12,7 @@ import tracemalloc
 from collections.abc import Callable, Sequence
 
 from orchestrator import HistoryEntry, Message, Reply, State, TextBlock, ToolCall, ToolResultBlock
-from orchestrator._recording import begin_think, record_reply, record_tool_result
+from orchestrator._record._recording import begin_think, record_reply, record_tool_result
 
 from .report import Metric
 from .workload import USAGE, Recorded, record_until

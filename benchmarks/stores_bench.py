@@ -35,7 +35,12 @@ from orchestrator import (
     ToolResultBlock,
     Usage,
 )
-from orchestrator._recording import begin_think, record_reply, record_run_start, record_tool_result
+from orchestrator._record._recording import (
+    begin_think,
+    record_reply,
+    record_run_start,
+    record_tool_result,
+)
 from stores import encode_entry
 from stores._file import FileStore
 from stores._memory import MemoryStore

@@ -19,7 +19,7 @@ from orchestrator import (
     ToolResultBlock,
     Usage,
 )
-from orchestrator._recording import begin_think, record_reply, record_tool_result
+from orchestrator._record._recording import begin_think, record_reply, record_tool_result
 
 __all__ = ("USAGE", "Recorded", "build_history", "record_turn", "record_until")
 

@@ -45,14 +45,14 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 
-from ._errors import Issue, OrchestratorError, ToolError
-from ._json import thaw
-from ._logs import get_log
-from ._memory import Memory
-from ._messages import Image, TextBlock
-from ._state import State
-from ._tools import Tool, ToolInputError, ToolResult, ToolSpec
-from ._toolsets import Toolset
+from ._base._errors import Issue, OrchestratorError, ToolError
+from ._base._json import thaw
+from ._base._logs import get_log
+from ._base._messages import Image, TextBlock
+from ._record._state import State
+from ._tooling._memory import Memory
+from ._tooling._tools import Tool, ToolInputError, ToolResult, ToolSpec
+from ._tooling._toolsets import Toolset
 
 try:
     import httpx2

@@ -38,8 +38,8 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
-from ._reporting import Reporter
+from ._apps._reporting import Reporter
+from ._base._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
 
 try:
     from opentelemetry import context as otel_context
@@ -52,9 +52,9 @@ except ImportError as _missing:  # pragma: no cover - the message is the point
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from ._history import ToolResultEntry
-    from ._reply import Reply
-    from ._state import State
+    from ._base._reply import Reply
+    from ._record._history import ToolResultEntry
+    from ._record._state import State
 
 __all__ = ("OtelReporter",)
 

@@ -16,19 +16,19 @@ Example:
     ```
 """
 
-from ._permissions import AllowByName as AllowByName
-from ._permissions import AllowByReadOnly as AllowByReadOnly
-from ._permissions import Allowed as Allowed
-from ._permissions import ApprovalCallback as ApprovalCallback
-from ._permissions import ApproveLater as ApproveLater
-from ._permissions import AskApproval as AskApproval
-from ._permissions import Decision as Decision
-from ._permissions import Deferred as Deferred
-from ._permissions import Denied as Denied
-from ._permissions import DenyByName as DenyByName
-from ._permissions import Permission as Permission
-from ._permissions import check_permissions as check_permissions
-from ._permissions import decide as decide
+from ._tooling._permissions import AllowByName as AllowByName
+from ._tooling._permissions import AllowByReadOnly as AllowByReadOnly
+from ._tooling._permissions import Allowed as Allowed
+from ._tooling._permissions import ApprovalCallback as ApprovalCallback
+from ._tooling._permissions import ApproveLater as ApproveLater
+from ._tooling._permissions import AskApproval as AskApproval
+from ._tooling._permissions import Decision as Decision
+from ._tooling._permissions import Deferred as Deferred
+from ._tooling._permissions import Denied as Denied
+from ._tooling._permissions import DenyByName as DenyByName
+from ._tooling._permissions import Permission as Permission
+from ._tooling._permissions import check_permissions as check_permissions
+from ._tooling._permissions import decide as decide
 
 __all__ = (
     "AllowByName",

@@ -1,7 +1,8 @@
 """`AioSQLiteStore`: States in one SQLite file, through `aiosqlite`, for asyncio apps.
 
-It runs the same plans as `SQLiteStore` (`stores._sql`), driven with awaits. aiosqlite runs on
-asyncio only: under trio, use `SQLiteStore`, whose async methods work on both.
+It runs the same plans as `SQLiteStore` (`stores._sql`), driven with awaits
+(`stores._plan.arun_plan`). aiosqlite runs on asyncio only: under trio, use `SQLiteStore`,
+whose async methods work on both.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import sqlite3
 import threading
 import urllib.parse
 import weakref
+from collections.abc import Awaitable, Sequence
 from typing import Any, ClassVar, NoReturn, TypeVar
 
 import aiosqlite
@@ -23,16 +25,12 @@ import anyio.to_thread
 from orchestrator import HistoryEntry, State, StateInfo
 
 from ._offload import AsyncClosing
+from ._plan import Operation, Plan, Query, QueryMany, Work, arun_plan
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
-    Operation,
-    Plan,
-    Query,
-    QueryMany,
-    Work,
     backend_error,
     count_plan,
     create_private,
@@ -46,16 +44,10 @@ from ._sql import (
     memory_scan_plan,
     open_plan,
     save_many_plan,
+    save_plan,
 )
 from ._sqlite import refuse_folder
-from .backend import (
-    LoopGroupCommits,
-    TailCache,
-    check_after,
-    check_state,
-    poll_entries,
-    validate_id,
-)
+from .backend import TailCache, check_after, check_state, poll_entries, validate_id
 
 __all__ = ("AioSQLiteStore",)
 
@@ -66,8 +58,9 @@ class AioSQLiteStore(AsyncClosing):
     """States kept in one SQLite file, used with ``await`` on asyncio.
 
     It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
-    file format, WAL, busy timeout, append-only saves), run by aiosqlite's thread. Its sync
-    methods raise `TypeError`: from sync code, or under trio, use `SQLiteStore`. Close it with
+    file format, WAL, busy timeout, append-only saves), run by aiosqlite's thread, and
+    `asave_many`, which saves several States in one transaction. Its sync methods raise
+    `TypeError`: from sync code, or under trio, use `SQLiteStore`. Close it with
     `await store.aclose()`, or use ``async with``.
 
     Example:
@@ -99,7 +92,6 @@ class AioSQLiteStore(AsyncClosing):
         self._known = TailCache()  # what its connection stored
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
-        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
         self._on_collect: weakref.finalize[[aiosqlite.Connection], Any] | None = None
 
     def __repr__(self) -> str:
@@ -120,18 +112,25 @@ class AioSQLiteStore(AsyncClosing):
     async def asave(self, state: State) -> None:
         """Write the entries of `state` not stored yet and its info; bind it to this store.
 
-        Saves that arrive while one is being written share one transaction.
-
         Raises:
             TypeError: `state` is not a State, or this is not asyncio.
             ValueError: The store holds a different history under this id (load it instead),
-                or the file has another format version. A refused State does not fail the
-                others of its batch.
+                or the file has another format version.
         """
         _require_asyncio("asave")
-        await self._batches.current().save(check_state(state))
+        await self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
 
-    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
+    async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """Save each of `states` as `asave` does, in one transaction; the refused, by position.
+
+        A State the store refuses is left out and its `ValueError` returned under its position
+        in `states`; the others are saved (`orchestrator.AsyncBatchStore`).
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved), or this is not asyncio.
+            StoreError: SQLite failed: none of the States is saved.
+        """
+        _require_asyncio("asave_many")
         return await self._run(save_many_plan(states, self, self._where, self._known))
 
     async def aload(self, state_id: str) -> State:
@@ -215,6 +214,10 @@ class AioSQLiteStore(AsyncClosing):
     def save(self, state: State) -> NoReturn:
         """Refused: use ``await store.asave(state)``, or `SQLiteStore` from sync code."""
         _sync_refused("save")
+
+    def save_many(self, states: Sequence[State]) -> NoReturn:
+        """Refused: use ``await store.asave_many(states)``, or `SQLiteStore` from sync code."""
+        _sync_refused("save_many")
 
     def load(self, state_id: str) -> NoReturn:
         """Refused: use ``await store.aload(state_id)``, or `SQLiteStore` from sync code."""
@@ -341,16 +344,9 @@ def _daemon(connection: aiosqlite.Connection) -> aiosqlite.Connection:
     return connection
 
 
-async def _drive(plan: Plan[_T], connection: aiosqlite.Connection) -> _T:
-    """The async twin of `stores._sql.run_plan`: carry out each operation with ``await``."""
-    try:
-        operation = next(plan)
-        while True:
-            operation = plan.send(await _execute(connection, operation))
-    except StopIteration as done:
-        return done.value
-    finally:
-        plan.close()
+def _drive(plan: Plan[_T], connection: aiosqlite.Connection) -> Awaitable[_T]:
+    """Carry out each operation of `plan` on `connection`, with ``await``."""
+    return arun_plan(plan, lambda operation: _execute(connection, operation))
 
 
 async def _execute(connection: aiosqlite.Connection, operation: Operation) -> Any:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import builtins
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar, cast
 
@@ -24,6 +24,8 @@ from orchestrator import (
     Agent,
     AskEntry,
     AskRecord,
+    AsyncBatchStore,
+    BatchStore,
     ExtraDataChange,
     ExtraDataEntry,
     HistoryEntry,
@@ -262,6 +264,16 @@ class StoreClient:
             self.store.save(state)
         else:
             self.call(self.store.asave, state)
+
+    def save_many(self, states: Sequence[State]) -> dict[int, ValueError] | None:
+        """`save_many` or `asave_many`; None if the store has no batch save of this colour."""
+        if self.portal is None:
+            if not isinstance(self.store, BatchStore):
+                return None
+            return self.store.save_many(states)
+        if not isinstance(self.store, AsyncBatchStore):
+            return None
+        return self.call(self.store.asave_many, states)
 
     def load(self, state_id: str) -> State:
         """`load` or `aload`."""

@@ -14,10 +14,13 @@ left half-done, and the cancellation is raised as soon as the thread returns.
 from __future__ import annotations
 
 import builtins
+import threading
 from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, ClassVar, Self, TypeVar, cast
+from weakref import WeakKeyDictionary
 
+import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
@@ -26,7 +29,7 @@ from orchestrator import MemoryBackend, StateInfo, Store
 if TYPE_CHECKING:
     from orchestrator import State
 
-__all__ = ("AsyncClosing", "Closing", "ThreadedAsync", "ThreadedClosing")
+__all__ = ("AsyncClosing", "Closing", "OneAtATime", "ThreadedAsync", "ThreadedClosing")
 
 _T = TypeVar("_T")
 _SYNC_METHODS = ("save", "load", "list", "delete")
@@ -139,6 +142,31 @@ class ThreadedAsync:
             return bool(put(agent, space, key, data, effect=effect))
 
         return await self._offload(call)
+
+
+class OneAtATime:
+    """A `anyio.CapacityLimiter` of 1 for each event loop: one worker thread at a time.
+
+    A store with one connection (SQLite) runs one call at a time; the others wait on the loop,
+    not in threads of their own. A limiter belongs to the loop that used it first, and a sync
+    ``agent.run`` starts a new loop each time: so one per loop, kept weakly by the loop
+    (asyncio's loop, trio's token), held by the store.
+    """
+
+    __slots__ = ("_limiters", "_mutex")
+
+    def __init__(self) -> None:
+        self._limiters = WeakKeyDictionary[object, anyio.CapacityLimiter]()
+        self._mutex = threading.Lock()  # loops in several threads may use one store
+
+    def current(self) -> anyio.CapacityLimiter:
+        """The limiter of the running event loop."""
+        loop = anyio.lowlevel.current_token().native_token
+        with self._mutex:
+            limiter = self._limiters.get(loop)
+            if limiter is None:
+                limiter = self._limiters[loop] = anyio.CapacityLimiter(1)
+        return limiter
 
 
 class AsyncClosing:

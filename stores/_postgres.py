@@ -16,7 +16,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from typing import TYPE_CHECKING, Any, LiteralString, cast
 
 import anyio.to_thread
@@ -24,6 +24,7 @@ import anyio.to_thread
 from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError
 
 from ._offload import ThreadedClosing
+from ._plan import Operation, Plan, Query, Work, run_plan
 from ._postgres_plans import (
     delete_plan,
     entries_plan,
@@ -34,16 +35,9 @@ from ._postgres_plans import (
     memory_scan_plan,
     save_plan,
 )
-from ._postgres_sql import DEFAULT_SCHEMA, Plan, Query, Row, open_plan, run_plan, sql_for
+from ._postgres_sql import DEFAULT_SCHEMA, open_plan, sql_for
 from ._redact import redact_url, url_secrets
-from .backend import (
-    LoopGroupCommits,
-    Tail,
-    TailCache,
-    check_after,
-    check_state,
-    validate_id,
-)
+from .backend import Tail, TailCache, check_after, check_state, validate_id
 
 if TYPE_CHECKING:
     import psycopg
@@ -65,9 +59,9 @@ class PostgresStore(ThreadedClosing):
     tables go in the PostgreSQL schema `schema` (made on first use, with the tables, and
     migrated when a newer orchestrator needs it).
 
-    A save appends the new entries of each State and its `states` row in one statement. Saves
-    that arrive while one is written (`asave` from many tasks) go out together in the next
-    statement: one commit for the batch. Many processes may save different States at once; if
+    A save appends the new entries of each State and its `states` row in one statement, and so
+    does `save_many` for several States: an agent's saves made at once go out that way, one
+    commit for the batch. Many processes may save different States at once; if
     two writers append to the same State, the second gets a `ValueError` naming the State
     (load it again and continue that one) and nothing is interleaved.
 
@@ -144,7 +138,6 @@ class PostgresStore(ThreadedClosing):
         self._ready = False
         self._closed = False
         self._known = _LockedTails()  # the stored ends of the States this store wrote or read
-        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
 
     def __repr__(self) -> str:
         schema = self._sql.schema
@@ -185,19 +178,23 @@ class PostgresStore(ThreadedClosing):
         """
         refused = self._save_states([check_state(state)], state.id)
         if refused:
-            raise refused[id(state)]
+            raise refused[0]
 
-    async def asave(self, state: State) -> None:
-        """`save` in a worker thread; saves that arrive meanwhile share one statement.
+    def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """Save each of `states` as `save` does, in one statement; the refused, by position.
 
-        Raises what `save` raises, for this State only: a refused State does not fail the
-        others of its batch.
+        A State the store refuses is left out and its `ValueError` returned under its position
+        in `states`; the others are saved (`orchestrator.BatchStore`).
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved).
+            StoreError: The database failed: none of the States is saved.
         """
-        await self._batches.current().save(check_state(state))
+        return self._save_states([check_state(state) for state in states])
 
-    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
-        # Not abandoned on cancel: what it wrote is always reported to the waiting saves.
-        return await anyio.to_thread.run_sync(self._save_states, states)
+    async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """`save_many` in a worker thread (`orchestrator.AsyncBatchStore`)."""
+        return await self._offload(self.save_many, states)
 
     def _save_states(
         self, states: builtins.list[State], state_id: str | None = None
@@ -443,7 +440,10 @@ class _LockedTails(TailCache):
             super().forget(state_id)
 
 
-def _execute(connection: psycopg.Connection[Any], query: Query) -> builtins.list[Row]:
+def _execute(connection: psycopg.Connection[Any], query: Operation) -> Any:
+    if isinstance(query, Work):
+        return query.func()
+    assert isinstance(query, Query), "PostgreSQL plans yield queries and work"
     # The statements are the literals of `stores._postgres_sql`, with a checked schema name.
     sql = cast("LiteralString", query.sql)
     cursor = connection.execute(sql, query.params, binary=True)

@@ -1,7 +1,8 @@
 """The plans of `PostgresStore`'s calls: the steps of each, on the statements of `_postgres_sql`.
 
-A plan yields `Query` objects and receives their rows (see `stores._postgres_sql`); it does no
-I/O and holds no SQL text. `stores._postgres` drives them.
+A plan yields `Query` objects and receives their rows (see `stores._plan`); it does no I/O and
+holds no SQL text. `stores._postgres` drives them. What a save writes, and a load's steps, are
+the ones SQLite's plans take too (`stores._plan`).
 
 A save (`save_plan`) is one statement for a whole group commit. A State whose stored end moved
 since this store knew it (another writer saved it, or a State it took for new is not) is read
@@ -11,28 +12,32 @@ is refused with a `ValueError` saying to load it again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 
 from ._codec import damaged
-from ._postgres_sql import Plan, Query, Row, Sql, StateRows, info_of_row, state_row
+from ._plan import (
+    ListChildren,
+    Plan,
+    Query,
+    Read,
+    Row,
+    bind_written,
+    checked_history,
+    not_found,
+    plan_writes,
+)
+from ._plan import entries_plan as entries_of
+from ._plan import load_plan as load_state
+from ._postgres_sql import Sql, StateRows, info_of_row, state_row
 from .backend import (
     StorageView,
     Tail,
     TailCache,
-    adopted,
-    bind_state,
-    check_after,
     check_list_args,
     check_memory,
-    continuation,
-    entries_after,
-    rebuild,
-    recover_state,
     storage_view,
-    to_adopt,
     validate_id,
 )
 
@@ -50,18 +55,6 @@ __all__ = (
 _SAVE_TRIES = 32  # a State that other writers keep moving on is refused after this many tries
 
 
-@dataclass(slots=True)
-class _Write:
-    """What one save statement writes for one State id (several States of a batch may share it)."""
-
-    stored: Tail | None  # the end the gate checks (None: believed new)
-    end: Tail
-    view: StorageView
-    lines: list[bytes] = field(default_factory=list[bytes])
-    digests: list[bytes] = field(default_factory=list[bytes])
-    states: list[State] = field(default_factory=list["State"])
-
-
 def save_plan(
     sql: Sql, states: Sequence[State], store: object, where: str, known: TailCache
 ) -> Plan[dict[int, ValueError]]:
@@ -69,18 +62,24 @@ def save_plan(
 
     Each State's stored end is taken from `known` (what this store wrote or read); one it does
     not know is taken to be new. A State whose end changed meanwhile (another writer, or a
-    wrong guess) is read back and tried again, up to three times. A refused State (it does not
-    continue the stored history) is left out and its `ValueError` returned, keyed by
-    ``id(state)``; the others are written. A failure of the database fails them all.
+    wrong guess) is read back and tried again. A refused State (it does not continue the stored
+    history) is left out and its `ValueError` returned, keyed by its position in `states`; the
+    others are written. A failure of the database fails them all.
     """
-    pending = [(state, storage_view(state)) for state in states]
+    pending = [(at, storage_view(state)) for at, state in enumerate(states)]
     ends: dict[str, Tail | None] = {state.id: known.get(state.id) for state in states}
     moved: set[str] = set()  # known ends another writer moved on: a refusal is a conflict
+
+    def refusal(view: StorageView, stored: Tail | None, error: ValueError) -> ValueError:
+        return _conflict(view, stored) if stored is not None and view.id in moved else error
+
     refused: dict[int, ValueError] = {}
     for _ in range(_SAVE_TRIES):
-        for state, _view in pending:
-            refused.pop(id(state), None)
-        writes = _writes(pending, ends, moved, refused)
+        for at, _view in pending:
+            refused.pop(at, None)
+        writes = plan_writes(
+            ((at, view, ends.get(view.id)) for at, view in pending), refused, refusal
+        )
         rows = StateRows()
         for write in writes.values():
             if write.stored is None or write.lines:
@@ -92,12 +91,10 @@ def save_plan(
             result: list[Row] = yield rows.query(sql)
             written = {str(row[0]) for row in result}
         lost = [state_id for state_id in rows.ids if state_id not in written]
-        for state_id, write in writes.items():
-            if state_id in lost:
-                continue
-            known.put(state_id, write.end)
-            for state in write.states:
-                bind_state(state, store)
+        saved = [write for state_id, write in writes.items() if state_id not in lost]
+        for write in saved:
+            known.put(write.view.id, write.end)
+        bind_written(saved, states, store)
         if not lost:
             return refused
         # Another writer changed these States since their end was known (or one was guessed
@@ -108,14 +105,14 @@ def save_plan(
         for state_id, count, head, line in found:
             ends[str(state_id)] = _stored_end(str(state_id), count, head, line, where)
         # The States as they are now: one saved from several threads may have grown since.
-        pending = [(state, storage_view(state)) for state, _ in pending if state.id in ends]
-    for state, _ in pending:
+        pending = [(at, storage_view(states[at])) for at, view in pending if view.id in ends]
+    for at, view in pending:
         refused.setdefault(
-            id(state),
+            at,
             StoreConflictError(
-                f"State {state.id!r} was saved by another writer again and again while this save"
+                f"State {view.id!r} was saved by another writer again and again while this save"
                 f" ran ({_SAVE_TRIES} tries), so it is not saved. Load it again with"
-                f" store.load({state.id!r}) and continue that one, and let one writer at a time"
+                f" store.load({view.id!r}) and continue that one, and let one writer at a time"
                 " save a State."
             ),
         )
@@ -132,40 +129,6 @@ def _stored_end(state_id: str, count: object, head: object, line: object, where:
     return Tail(count, line, None, head)
 
 
-def _writes(
-    pending: Sequence[tuple[State, StorageView]],
-    ends: Mapping[str, Tail | None],
-    moved: set[str],
-    refused: dict[int, ValueError],
-) -> dict[str, _Write]:
-    """What to write for each State id of `pending`, after its stored end in `ends` (no I/O).
-
-    A State that does not continue it goes to `refused` (as a conflict if its end is in `moved`:
-    another writer saved it after this store knew its end). Two States under one id are taken in
-    turn, the second after what the first writes.
-    """
-    writes: dict[str, _Write] = {}
-    for state, view in pending:
-        state_id = state.id
-        write = writes.get(state_id)
-        stored = ends.get(state_id)
-        tail = write.end if write is not None else (stored or Tail())
-        try:
-            new = continuation(view, tail)
-        except ValueError as error:
-            refused[id(state)] = (
-                _conflict(view, stored) if stored is not None and state_id in moved else error
-            )
-            continue
-        if write is None:
-            write = writes[state_id] = _Write(stored, new.tail, view)
-        write.end, write.view = new.tail, view
-        write.lines += new.lines
-        write.digests += new.digests
-        write.states.append(state)
-    return writes
-
-
 def _conflict(view: StorageView, stored: Tail) -> StoreConflictError:
     state_id = view.id
     return StoreConflictError(
@@ -175,6 +138,14 @@ def _conflict(view: StorageView, stored: Tail) -> StoreConflictError:
         f" store.load({state_id!r}) and continue that one, or save this one under a new id"
         " (state.fork())."
     )
+
+
+def _reader(sql: Sql, where: str, known: TailCache) -> Read:
+    return lambda state_id: _read(sql, state_id, where, known)
+
+
+def _children(sql: Sql, where: str) -> ListChildren:
+    return lambda state_id: _list(sql, state_id, None, where, sealed=False)
 
 
 def load_plan(sql: Sql, state_id: str, store: object, where: str, known: TailCache) -> Plan[State]:
@@ -187,50 +158,19 @@ def load_plan(sql: Sql, state_id: str, store: object, where: str, known: TailCac
         LookupError: No State has this id.
         StoreDamagedError: A damaged entry (naming the State and the index), or a missing one.
     """
-    validate_id(state_id, "state_id")
-    return _load(sql, state_id, store, where, known)
-
-
-def _load(sql: Sql, state_id: str, store: object, where: str, known: TailCache) -> Plan[State]:
-    state = yield from _read(sql, state_id, where, known)
-    children: list[StateInfo] = []
-    if state.pending_calls:  # a cut-off call: the children it started stay listed
-        listed = yield from _list(sql, state_id, None, where, sealed=False)
-        for info in to_adopt(state, listed):
-            try:
-                child = yield from _read(sql, info.id, where, known)
-            except LookupError:
-                continue  # deleted since
-            kept = adopted(where, state, info, child)
-            if kept is not None:
-                children.append(kept)
-    recover_state(state, children)
-    bind_state(state, store)
-    return state
+    return load_state(_reader(sql, where, known), _children(sql, where), state_id, store, where)
 
 
 def _read(sql: Sql, state_id: str, where: str, known: TailCache) -> Plan[State]:
     """The State `state_id` as its history holds it, read in one statement (not recovered)."""
     rows: list[Row] = yield Query(sql.load, (state_id,))
     if not rows:
-        raise LookupError(
-            f"No State {state_id!r} in {where}: check the id, or list the saved ones with"
-            " store.list()."
-        )
+        raise not_found(state_id, where)
     expected, head = rows[0][0], rows[0][1]
     stored = rows if rows[0][2] is not None else []
     lines = [row[2] for row in stored]
     digests = [row[3] for row in stored]
-    if not isinstance(expected, int):
-        raise damaged(where, state_id, f"its states row is damaged (entries = {expected!r})")
-    if len(lines) > expected:  # written with its row, in one statement: never legitimately
-        raise damaged(
-            where,
-            state_id,
-            f"its states row counts {expected} history entries but {len(lines)} are stored:"
-            f" history entry {expected} is extra",
-        )
-    state = rebuild(state_id, lines, digests, where=where, count=expected, head=head)
+    state = checked_history(state_id, expected, head, lines, digests, where)
     if lines:
         last = storage_view(state).entry(len(lines) - 1)
         known.put(state_id, Tail(len(lines), lines[-1], last, digests[-1]))
@@ -249,16 +189,7 @@ def entries_plan(
         LookupError: No State has this id.
         StoreDamagedError: A damaged entry (naming the State and the index), or a missing one.
     """
-    validate_id(state_id, "state_id")
-    check_after(after)
-    return _entries(sql, state_id, after, where, known)
-
-
-def _entries(
-    sql: Sql, state_id: str, after: int, where: str, known: TailCache
-) -> Plan[tuple[HistoryEntry, ...]]:
-    state = yield from _read(sql, state_id, where, known)
-    return entries_after(state, after)
+    return entries_of(_reader(sql, where, known), state_id, after)
 
 
 def list_plan(

@@ -1,11 +1,11 @@
 """The SQL of `PostgresStore`, written once: schema, migrations, statements, row mapping.
 
 No SQL literal of the PostgreSQL store lives outside this module, and nothing here does I/O. A
-*plan* is a generator that yields the `Query` objects of one store call in order and receives
-each one's rows; its return value is the call's result. The plans of the store calls are in
-`stores._postgres_plans` (the one that makes the schema is here, beside its statements);
-`stores._postgres` drives them on a psycopg connection (its sync methods directly, its async
-twins in a worker thread), as `stores._sql` does for both SQLite backends.
+*plan* (`stores._plan`, shared with SQLite) is a generator that yields the `Query` objects of
+one store call in order and receives each one's rows; its return value is the call's result.
+The plans of the store calls are in `stores._postgres_plans` (the one that makes the schema is
+here, beside its statements); `stores._postgres` drives them on a psycopg connection with
+`stores._plan.run_plan` (its sync methods directly, its async twins in a worker thread).
 
 The tables, in one PostgreSQL schema (``orchestrator`` unless the store is given another)::
 
@@ -38,16 +38,26 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
-from collections.abc import Callable, Generator, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeAlias, TypeVar
+from datetime import UTC, datetime
+from typing import Any
 
-import pydantic
-
-from orchestrator import StateInfo, Stopped, StoreDamagedError, Usage
+from orchestrator import StateInfo, StoreDamagedError
 
 from ._codec import FORMAT_VERSION, check_format, damaged, listing_seal
+from ._plan import (
+    STOPPED,
+    UNSEALED,
+    USAGE,
+    Plan,
+    Query,
+    Row,
+    json_of,
+    micros,
+    stopped_json,
+    usage_json,
+)
 from .backend import StorageView, Tail
 
 __all__ = (
@@ -55,22 +65,15 @@ __all__ = (
     "MIGRATIONS",
     "SAVE_ONE_MOST",
     "SCHEMA_VERSION",
-    "Plan",
-    "Query",
-    "Row",
     "Sql",
     "StateRows",
     "check_schema_name",
     "info_of_row",
     "lock_key",
     "open_plan",
-    "run_plan",
     "sql_for",
     "state_row",
 )
-
-_T = TypeVar("_T")
-Row: TypeAlias = tuple[Any, ...]
 
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
@@ -421,35 +424,6 @@ def lock_key(schema: str) -> int:
     return int.from_bytes(digest, "big", signed=True)
 
 
-# -- operations and the driver contract -------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """Run `sql` with `params`; the plan receives every row it returns (`list[Row]`)."""
-
-    sql: str
-    params: Sequence[Any] | Mapping[str, Any] = ()
-
-
-Plan: TypeAlias = Generator[Query, Any, _T]
-
-
-def run_plan(plan: Plan[_T], execute: Callable[[Query], list[Row]]) -> _T:
-    """Drive `plan` to its end with `execute`; return the plan's result.
-
-    An exception from `execute` closes the plan and propagates.
-    """
-    try:
-        query = next(plan)
-        while True:
-            query = plan.send(execute(query))
-    except StopIteration as done:
-        return done.value
-    finally:
-        plan.close()
-
-
 # -- making and migrating the schema ----------------------------------------------------------
 
 
@@ -519,22 +493,11 @@ def damaged_schema(where: str, found: object) -> ValueError:
 
 # -- row mapping ----------------------------------------------------------------------------
 
-_USAGE: pydantic.TypeAdapter[Usage] = pydantic.TypeAdapter(Usage)
-_STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(
-    Annotated[Stopped | None, pydantic.Field(discriminator="kind")]
-)
-
 
 def _utc(at: datetime | None) -> datetime | None:
     if at is None or at.tzinfo is not None:
         return at
     return at.replace(tzinfo=UTC)  # a naive time of a State is UTC
-
-
-@functools.lru_cache(maxsize=1024)
-def _usage_json(usage: Usage) -> str:
-    """`usage` as JSON, remembered: most saves write a Usage written before (it is frozen)."""
-    return _USAGE.dump_json(usage).decode()
 
 
 def _text(value: str) -> str:
@@ -630,8 +593,9 @@ def state_row(
     rows.updated.append(_utc(view.updated_at))
     rows.turns.append(view.turn)
     rows.finished.append(view.finished)
-    rows.stopped.append(None if stopped is None else _text(_STOPPED.dump_json(stopped).decode()))
-    rows.usages.append(_usage_json(view.usage))
+    stopped_text = stopped_json(stopped)
+    rows.stopped.append(None if stopped_text is None else _text(stopped_text))
+    rows.usages.append(usage_json(view.usage))
     rows.counts.append(end.count)
     rows.heads.append(end.digest or None)
     listing = [getattr(rows, name)[-1] for name in _LISTED]
@@ -660,24 +624,8 @@ _LISTED = (
 
 def _seal_of(listing: Sequence[object], head: object) -> bytes:
     """The seal of a row's listed values (times as microseconds since 1970, UTC)."""
-    values = [_micros(value) if isinstance(value, datetime) else value for value in listing]
+    values = [micros(value) if isinstance(value, datetime) else value for value in listing]
     return listing_seal(head if isinstance(head, bytes) else None, values)
-
-
-def _micros(at: datetime) -> int:
-    """`at` as microseconds since 1970 (a naive time of a State is UTC)."""
-    aware = at if at.tzinfo is not None else at.replace(tzinfo=UTC)
-    return (aware - _EPOCH) // _MICROSECOND
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-
-_UNSEALED = (
-    "its listed info does not match its seal (its title, times, turn, usage, stop, parent or"
-    " entry count was changed); its history is whole, so it loads, and its next save writes the"
-    " row again"
-)
 
 
 def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
@@ -689,7 +637,7 @@ def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
     """
     state_id = str(row[0])
     if sealed and (len(row) < 13 or row[12] != _seal_of(row[:11], row[11])):
-        return StateInfo(id=state_id, damage=str(damaged(where, state_id, _UNSEALED)))
+        return StateInfo(id=state_id, damage=str(damaged(where, state_id, UNSEALED)))
     try:
         (_, parent_id, parent_call_id, title, created, updated, turn, finished, stopped) = row[:9]
         usage, entries = row[9:11]
@@ -701,22 +649,11 @@ def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
             created_at=None if created is None else created.astimezone(UTC),
             updated_at=None if updated is None else updated.astimezone(UTC),
             turn=turn,
-            stopped=None if stopped is None else _json_of(_STOPPED, stopped, "stopped"),
+            stopped=None if stopped is None else json_of(STOPPED, stopped, "stopped"),
             finished=finished,
-            usage=_json_of(_USAGE, usage, "usage"),
+            usage=json_of(USAGE, usage, "usage"),
             entries=entries,
         )
     except (TypeError, ValueError, AttributeError) as error:
         problem = f"its states row is damaged ({error})"
         return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
-
-
-def _json_of(adapter: pydantic.TypeAdapter[_T], value: object, column: str) -> _T:
-    """The value of the JSON text in `column`; a `ValueError` naming it if it does not read."""
-    if not isinstance(value, str):
-        raise TypeError(f"{column} holds {type(value).__name__}, not JSON text")
-    try:
-        return adapter.validate_json(value)
-    except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        raise ValueError(f"{column} holds JSON that does not read: {first['msg']}") from None

@@ -1,11 +1,9 @@
 """The SQL of both SQLite backends, written once: schema, statements, plans and row mapping.
 
-`SQLiteStore` (sqlite3, sync) and `AioSQLiteStore` (aiosqlite, async) run the same *plans*. A
-plan is a generator that yields the operations of one store call in order, each a `Query`, a
-`QueryMany` or a `Work` (CPU work the async driver may move off the event loop), and receives
-each one's result; its return value is the call's result. The sync driver (`run_plan`) and the
-async one in `stores._aiosqlite` only carry the operations out, like httpx drives one auth flow
-from a sync and an async client. No SQL literal lives outside this module.
+`SQLiteStore` (sqlite3, sync) and `AioSQLiteStore` (aiosqlite, async) run the same *plans*
+(`stores._plan`: generators of operations, driven by `run_plan` and `arun_plan`, with the steps
+shared with PostgreSQL: what a save writes, a load). No SQLite SQL literal lives outside this
+module.
 
 The tables::
 
@@ -36,64 +34,70 @@ Every other write runs after an explicit ``BEGIN``, so the setting changes nothi
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import sqlite3
-from collections.abc import Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeAlias, TypeVar
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
-import pydantic
-
-from orchestrator import (
-    HistoryEntry,
-    State,
-    StateInfo,
-    Stopped,
-    StoreDamagedError,
-    StoreError,
-    Usage,
-)
+from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError
 
 from ._codec import (
     DIGEST_SIZE,
     FORMAT_V1,
     FORMAT_VERSION,
     chain_digests,
-    check_chain,
     check_format,
     damaged,
     first_digest,
     listing_seal,
 )
+from ._plan import (
+    EPOCH,
+    HEAVY_ENTRIES,
+    MICROSECOND,
+    STOPPED,
+    UNSEALED,
+    USAGE,
+    ListChildren,
+    Plan,
+    Query,
+    QueryMany,
+    Read,
+    Row,
+    Work,
+    Write,
+    bind_written,
+    checked_history,
+    entry_columns,
+    json_of,
+    micros,
+    not_found,
+    plan_writes,
+    stopped_json,
+    usage_json,
+)
+from ._plan import entries_plan as entries_of
+from ._plan import load_plan as load_state
 from .backend import (
     StorageView,
     Tail,
     TailCache,
-    adopted,
-    bind_state,
-    check_after,
     check_list_args,
     check_memory,
     check_state,
-    continuation,
-    entries_after,
-    rebuild,
-    recover_state,
     storage_view,
-    to_adopt,
     validate_id,
 )
 
 __all__ = (
+    "BUSY_RETRY_PAUSE",
+    "BUSY_RETRY_SECONDS",
     "BUSY_TIMEOUT_MS",
     "ISOLATION_LEVEL",
-    "Plan",
-    "Query",
-    "QueryMany",
-    "Work",
+    "ROLLBACK",
     "backend_error",
     "count_plan",
     "create_private",
@@ -106,7 +110,6 @@ __all__ = (
     "memory_put_plan",
     "memory_scan_plan",
     "open_plan",
-    "run_plan",
     "save_many_plan",
     "save_plan",
 )
@@ -275,49 +278,7 @@ EFFECT_SEEN = "SELECT 1 FROM memory_effects WHERE agent = ? AND effect = ?"
 EFFECT_ADD = "INSERT INTO memory_effects (agent, effect, at) VALUES (?, ?, ?)"
 DELETE_STATE = "DELETE FROM states WHERE id = ?"
 
-# -- operations and drivers -----------------------------------------------------------------
-
-Row: TypeAlias = tuple[Any, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Query:
-    """Run `sql` with `params`; the plan receives every row (`list[Row]`).
-
-    `retry_busy` asks the driver to retry while SQLite answers "database is locked": switching
-    a new file to WAL does not wait through the busy timeout when another process opens the
-    file at the same moment.
-    """
-
-    sql: str
-    params: Sequence[Any] = ()
-    retry_busy: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class QueryMany:
-    """Run `sql` once per row of `rows` (``executemany``); the plan receives the rows changed.
-
-    The count is sqlite3's ``rowcount``: the rows the statements inserted, updated or deleted.
-
-    `rows` may be an iterator (it is read once): ``zip`` over columns hands sqlite3 one reused
-    tuple, where a list of rows keeps a tuple per row alive until the statement ends.
-    """
-
-    sql: str
-    rows: Iterable[Sequence[Any]]
-
-
-@dataclass(frozen=True, slots=True)
-class Work:
-    """Call `func()` and send its result; an async driver may run it in a worker thread."""
-
-    func: Callable[[], Any]
-    heavy: bool = False  # worth a thread hop (decoding or encoding many entries)
-
-
-Operation: TypeAlias = Query | QueryMany | Work
-Plan: TypeAlias = Generator[Operation, Any, _T]
+# -- retrying a busy query ------------------------------------------------------------------
 
 # How long a driver retries a `retry_busy` query, and how long it waits between tries.
 BUSY_RETRY_SECONDS = BUSY_TIMEOUT_MS / 1000
@@ -327,25 +288,6 @@ BUSY_RETRY_PAUSE = 0.005
 def is_busy(error: BaseException) -> bool:
     """Whether `error` is SQLite's "database is locked" (another connection holds the lock)."""
     return "database is locked" in str(error)
-
-
-# More entries than this are encoded or decoded off the event loop by the async driver.
-HEAVY_ENTRIES = 256
-
-
-def run_plan(plan: Plan[_T], execute: Callable[[Operation], Any]) -> _T:
-    """Drive `plan` to its end with the sync `execute`; return the plan's result.
-
-    An exception from `execute` closes the plan and propagates; the caller rolls back.
-    """
-    try:
-        operation = next(plan)
-        while True:
-            operation = plan.send(execute(operation))
-    except StopIteration as done:
-        return done.value
-    finally:
-        plan.close()
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -452,7 +394,7 @@ def _bytes(data: object) -> bytes:
 def save_plan(state: State, store: object, where: str, known: TailCache) -> Plan[None]:
     """Write the entries of `state` the store does not hold yet, and its `states` row.
 
-    `state` must continue the stored history (`stores._memory.continuation`: its entry at the
+    `state` must continue the stored history (`stores.backend.continuation`: its entry at the
     stored end is the stored last one).
 
     Raises:
@@ -465,7 +407,7 @@ def save_plan(state: State, store: object, where: str, known: TailCache) -> Plan
 def _save_one(state: State, store: object, where: str, known: TailCache) -> Plan[None]:
     refused = yield from _save_many((state,), store, where, known)
     if refused:
-        raise refused[id(state)]
+        raise refused[0]
 
 
 def save_many_plan(
@@ -474,8 +416,11 @@ def save_many_plan(
     """Write several States in one transaction (a group commit); bind each one it wrote.
 
     A State the store refuses (another history under its id) is left out and its error
-    returned, keyed by ``id(state)``; the others are written. A failure of the database itself
-    fails them all (the transaction is rolled back by the caller).
+    returned, keyed by its position in `states`; the others are written. A failure of the
+    database itself fails them all (the transaction is rolled back by the caller).
+
+    Raises:
+        TypeError: An item is not a State (at once, before any I/O).
     """
     return _save_many([check_state(state) for state in states], store, where, known)
 
@@ -488,11 +433,9 @@ def _save_many(
     if writes is None:
         writes = yield from _write_after_read(states, where, known, begun=begun)
     yield Query(COMMIT)
-    for state_id, tail in writes.stored.items():
-        known.put(state_id, tail)
-    for state in states:
-        if id(state) not in writes.refused:
-            bind_state(state, store)
+    for state_id, write in writes.writes.items():
+        known.put(state_id, write.end)
+    bind_written(writes.writes.values(), states, store)
     return writes.refused
 
 
@@ -513,26 +456,27 @@ def _write_after_known(
     version = known.trusted
     if version is None:
         return None, False
-    saves: list[tuple[State, StorageView, Tail]] = []
-    for state in states:
+    saves: list[tuple[int, StorageView, Tail]] = []
+    new = 0
+    for at, state in enumerate(states):
         end = known.get(state.id)
         if end is None:
             return None, False
-        saves.append((state, storage_view(state), end))
-    new = sum(view.count - end.count for _, view, end in saves)
+        view = storage_view(state)
+        saves.append((at, view, end))
+        new += view.count - end.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
-    if not writes.states:
+    if not writes.rows:
         return None, False
     _forget_until_committed(writes, known)
-    rows = ((*row[1:], row[0], version) for row in writes.states)
+    rows = ((*row[1:], row[0], version) for row in writes.rows)
     updated: int = yield QueryMany(UPDATE_STATE_IF_VERSION, rows)
-    if updated < len(writes.states):
+    if updated < len(writes.rows):
         # Another connection committed, and no row changed: the read path goes on in this
         # transaction. (Were the version unchanged and a row gone, the read path would find
         # the ends the rows were computed from, and write those rows again, whole.)
         return None, True
-    entries = zip(writes.ids, writes.seqs, writes.lines, writes.digests, strict=True)
-    yield QueryMany(INSERT_ENTRY, entries)
+    yield QueryMany(INSERT_ENTRY, writes.entries())
     return writes, True
 
 
@@ -544,10 +488,10 @@ def _write_after_read(
     ends = [known.get(state.id) for state in states]
     unknown = [state.id for state, end in zip(states, ends, strict=True) if end is None]
     stored_ids = (yield from _having_entries(unknown)) if unknown else set[str]()
-    saves: list[tuple[State, StorageView, Tail]] = []
+    saves: list[tuple[int, StorageView, Tail]] = []
     unreadable: dict[int, ValueError] = {}
     new = 0
-    for state, stored in zip(states, ends, strict=True):
+    for at, (state, stored) in enumerate(zip(states, ends, strict=True)):
         view = storage_view(state)  # one moment of it: the entries written and the row agree
         if stored is None:
             stored = Tail()
@@ -555,20 +499,19 @@ def _write_after_read(
                 last: list[Row] = yield Query(LAST_ENTRY, (state.id,))
                 seq, data, digest = last[0]
                 if not (isinstance(digest, bytes) and len(digest) == DIGEST_SIZE):
-                    unreadable[id(state)] = damaged(
+                    unreadable[at] = damaged(
                         where, state.id, f"history entry {seq} has no digest to continue"
                     )
                     continue
                 stored = Tail(seq + 1, _bytes(data), None, digest)
-        saves.append((state, view, stored))
+        saves.append((at, view, stored))
         new += view.count - stored.count
     writes: _Writes = yield Work(lambda: _writes(saves), heavy=new > HEAVY_ENTRIES)
     writes.refused.update(unreadable)
     _forget_until_committed(writes, known)
-    if writes.states:  # every State's rows in two statements, not two per State
-        rows = zip(writes.ids, writes.seqs, writes.lines, writes.digests, strict=True)
-        yield QueryMany(INSERT_ENTRY, rows)
-        yield QueryMany(PUT_STATE, writes.states)
+    if writes.rows:  # every State's rows in two statements, not two per State
+        yield QueryMany(INSERT_ENTRY, writes.entries())
+        yield QueryMany(PUT_STATE, writes.rows)
     return writes
 
 
@@ -579,7 +522,7 @@ def _forget_until_committed(writes: _Writes, known: TailCache) -> None:
     raised as it returns) must leave the next save to read the stored end, not to trust the
     end before this write.
     """
-    for state_id in writes.stored:
+    for state_id in writes.writes:
         known.forget(state_id)
 
 
@@ -605,51 +548,42 @@ def _begin_write(where: str, known: TailCache, *, begun: bool) -> Plan[None]:
 
 @dataclass(slots=True)
 class _Writes:
-    """The rows a save of several States writes, what is stored once written, the refused.
+    """What a save of several States writes (`stores._plan.plan_writes`), as SQLite rows.
 
-    The entries' rows are kept as four columns (the row of entry i is ``ids[i], seqs[i],
-    lines[i], digests[i]``): a few lists for the collector to follow, where a tuple per row
-    would be one object each.
+    `rows` holds the states row of each State id that has one to write (a new State, or new
+    entries); `refused` the errors of the States left out, by position.
     """
 
-    ids: list[str] = field(default_factory=list[str])
-    seqs: list[int] = field(default_factory=list[int])
-    lines: list[bytes] = field(default_factory=list[bytes])
-    digests: list[bytes] = field(default_factory=list[bytes])
-    states: list[Row] = field(default_factory=list["Row"])
-    stored: dict[str, Tail] = field(default_factory=dict[str, Tail])
-    refused: dict[int, ValueError] = field(default_factory=dict[int, ValueError])
+    writes: dict[str, Write]
+    rows: list[Row]
+    refused: dict[int, ValueError]
+
+    def entries(self) -> Iterable[tuple[str, int, bytes, bytes]]:
+        """The rows of the new entries, read once (``zip`` over four columns)."""
+        return zip(*entry_columns(self.writes.values()), strict=True)
 
 
-def _writes(saves: Sequence[tuple[State, StorageView, Tail]]) -> _Writes:
-    """The rows that save each State's `view` after its stored `tail` (no I/O).
+def _writes(saves: Sequence[tuple[int, StorageView, Tail]]) -> _Writes:
+    """The rows that save each `view` after its stored `tail` (no I/O).
 
-    A State that does not continue its stored history is refused (its `ValueError`, keyed by
-    ``id(state)``); one with nothing new writes nothing. Two States under one id in one batch
-    are taken in turn, the second after what the first writes (so it is refused, unless it
-    continues the first).
+    A State with nothing new to write (its stored end holds it all) writes no row.
     """
-    writes = _Writes()
-    written = writes.stored
-    ids, seqs, lines_of, digests = writes.ids, writes.seqs, writes.lines, writes.digests
-    for state, view, known in saves:
-        state_id = state.id
-        tail = written.get(state_id, known)
-        try:
-            new = continuation(view, tail)
-        except ValueError as error:
-            writes.refused[id(state)] = error
-            continue
-        if not new.lines and tail.count:
-            continue
-        end = new.tail
-        ids += [state_id] * len(new.lines)
-        seqs += range(tail.count, end.count)
-        lines_of += new.lines
-        digests += new.digests
-        writes.states.append(_state_row(view, end.digest or None))
-        written[state_id] = end
-    return writes
+    refused: dict[int, ValueError] = {}
+    writes = plan_writes(saves, refused)
+    rows = [
+        _state_row(write.view, write.end.digest or None)
+        for write in writes.values()
+        if write.lines or not write.end.count
+    ]
+    return _Writes(writes, rows, refused)
+
+
+def _reader(where: str) -> Read:
+    return lambda state_id: _read(state_id, where)
+
+
+def _children(where: str) -> ListChildren:
+    return lambda state_id: _list(state_id, -1, where, sealed=False)
 
 
 def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
@@ -663,26 +597,7 @@ def load_plan(state_id: str, store: object, where: str) -> Plan[State]:
         ValueError: A damaged entry (naming the State and the index), a missing entry, entries
             without their states row, or another format version.
     """
-    validate_id(state_id, "state_id")
-    return _load(state_id, store, where)
-
-
-def _load(state_id: str, store: object, where: str) -> Plan[State]:
-    state = yield from _read(state_id, where)
-    children: list[StateInfo] = []
-    if state.pending_calls:  # a cut-off call: the children it started stay listed
-        listed = yield from _list(state_id, -1, where, sealed=False)
-        for info in to_adopt(state, listed):
-            try:
-                child = yield from _read(info.id, where)
-            except LookupError:
-                continue  # deleted since
-            kept = adopted(where, state, info, child)
-            if kept is not None:
-                children.append(kept)
-    recover_state(state, children)
-    bind_state(state, store)
-    return state
+    return load_state(_reader(where), _children(where), state_id, store, where)
 
 
 def _read(state_id: str, where: str) -> Plan[State]:
@@ -697,32 +612,17 @@ def _read(state_id: str, where: str) -> Plan[State]:
         yield Query(COMMIT)
         if orphans:
             raise damaged(where, state_id, "its history entries are stored, its states row is not")
-        raise LookupError(
-            f"No State {state_id!r} in {where}: check the id, or list the saved ones with"
-            " store.list()."
-        )
+        raise not_found(state_id, where)
     rows: list[Row] = yield Query(ENTRIES, (state_id,))
     yield Query(COMMIT)
     expected, head = counted[0]
-    state: State = yield Work(
-        lambda: _rebuild(state_id, expected, head, rows, where), heavy=len(rows) > HEAVY_ENTRIES
-    )
+
+    def rebuilt() -> State:
+        lines = [_bytes(row[0]) for row in rows]
+        return checked_history(state_id, expected, head, lines, [row[1] for row in rows], where)
+
+    state: State = yield Work(rebuilt, heavy=len(rows) > HEAVY_ENTRIES)
     return state
-
-
-def _rebuild(state_id: str, expected: object, head: object, rows: list[Row], where: str) -> State:
-    if not isinstance(expected, int) or isinstance(expected, bool):
-        raise damaged(where, state_id, f"its states row is damaged (entries = {expected!r})")
-    lines = [_bytes(row[0]) for row in rows]
-    check_chain(where, state_id, lines, [row[1] for row in rows], count=expected, head=head)
-    if len(rows) > expected:  # written with its row, in one transaction: never legitimately
-        raise damaged(
-            where,
-            state_id,
-            f"its states row counts {expected} history entries but {len(rows)} are stored:"
-            f" history entry {expected} is extra",
-        )
-    return rebuild(state_id, lines, None, where=where)  # its chain is checked above
 
 
 def entries_plan(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEntry, ...]]:
@@ -733,14 +633,7 @@ def entries_plan(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEnt
         LookupError: No State has this id.
         StoreDamagedError: A damaged or missing entry, or another format version.
     """
-    validate_id(state_id, "state_id")
-    check_after(after)
-    return _entries(state_id, after, where)
-
-
-def _entries(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEntry, ...]]:
-    state = yield from _read(state_id, where)
-    return entries_after(state, after)
+    return entries_of(_reader(where), state_id, after)
 
 
 def count_plan(state_id: str) -> Plan[int]:
@@ -881,33 +774,13 @@ def create_private(path: str) -> None:
 
 # -- row mapping ----------------------------------------------------------------------------
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
-_USAGE: pydantic.TypeAdapter[Usage] = pydantic.TypeAdapter(Usage)
-_STOPPED: pydantic.TypeAdapter[Stopped | None] = pydantic.TypeAdapter(
-    Annotated[Stopped | None, pydantic.Field(discriminator="kind")]
-)
-
 
 def _micros(at: datetime | None) -> int | None:
-    if at is None:
-        return None
-    if at.tzinfo is None:
-        at = at.replace(tzinfo=UTC)
-    return (at - _EPOCH) // _MICROSECOND
+    return None if at is None else micros(at)
 
 
-def _datetime(micros: int | None) -> datetime | None:
-    return None if micros is None else _EPOCH + micros * _MICROSECOND
-
-
-@functools.lru_cache(maxsize=1024)
-def _usage_json(usage: Usage) -> str:
-    """`usage` as JSON, remembered: most saves write a Usage written before.
-
-    It changes only with replies and results, and is frozen (its JSON never changes).
-    """
-    return _USAGE.dump_json(usage).decode()
+def _datetime(count: int | None) -> datetime | None:
+    return None if count is None else EPOCH + count * MICROSECOND
 
 
 def _state_row(view: StorageView, head: bytes | None) -> Row:
@@ -925,8 +798,8 @@ def _state_row(view: StorageView, head: bytes | None) -> Row:
         _micros(view.updated_at),
         view.turn,
         int(view.finished),
-        None if stopped is None else _STOPPED.dump_json(stopped).decode(),
-        _usage_json(view.usage),
+        stopped_json(stopped),
+        usage_json(view.usage),
         view.count,
     ]
     return (*listing, head, listing_seal(head, listing))
@@ -952,9 +825,9 @@ def _info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
             created_at=_datetime(_of(int, created, "created_at", optional=True)),
             updated_at=_datetime(_of(int, updated, "updated_at", optional=True)),
             turn=_of(int, turn, "turn"),
-            stopped=None if stopped is None else _json_of(_STOPPED, stopped, "stopped"),
+            stopped=None if stopped is None else json_of(STOPPED, stopped, "stopped"),
             finished=bool(_of(int, finished, "finished")),
-            usage=_json_of(_USAGE, usage, "usage"),
+            usage=json_of(USAGE, usage, "usage"),
             entries=_of(int, entries, "entries"),
         )
     except (TypeError, ValueError, OverflowError) as error:
@@ -962,15 +835,8 @@ def _info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
         return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
     head, seal = row[11:13]
     if sealed and seal != listing_seal(head if isinstance(head, bytes) else None, list(row[:11])):
-        return StateInfo(id=state_id, damage=str(damaged(where, state_id, _UNSEALED)))
+        return StateInfo(id=state_id, damage=str(damaged(where, state_id, UNSEALED)))
     return info
-
-
-_UNSEALED = (
-    "its listed info does not match its seal (its title, times, turn, usage, stop, parent or"
-    " entry count was changed); its history is whole, so it loads, and its next save writes the"
-    " row again"
-)
 
 
 def _of(kind: type[_T], value: object, column: str, *, optional: bool = False) -> Any:
@@ -978,15 +844,6 @@ def _of(kind: type[_T], value: object, column: str, *, optional: bool = False) -
     if (value is None and optional) or (isinstance(value, kind) and not isinstance(value, bool)):
         return value
     raise TypeError(f"{column} holds {type(value).__name__} {value!r:.40}, not {kind.__name__}")
-
-
-def _json_of(adapter: pydantic.TypeAdapter[_T], value: object, column: str) -> _T:
-    """The value of the JSON text in `column`; a `ValueError` naming it if it does not read."""
-    try:
-        return adapter.validate_json(_of(str, value, column))
-    except pydantic.ValidationError as error:
-        first = error.errors()[0]
-        raise ValueError(f"{column} holds JSON that does not read: {first['msg']}") from None
 
 
 # -- errors ---------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 The sync methods do the work; `ThreadedAsync` gives the async twins, which run them in a worker
 thread and so work on asyncio and trio. The SQL and the steps of each call are the plans of
-`stores._sql`, shared with `AioSQLiteStore`.
+`stores._sql`, shared with `AioSQLiteStore`, driven by `stores._plan.run_plan`.
 """
 
 from __future__ import annotations
@@ -13,25 +13,20 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+from collections.abc import Sequence
 from typing import Any
-from weakref import WeakKeyDictionary
 
 import anyio
-import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo
 
-from ._offload import ThreadedClosing
+from ._offload import OneAtATime, ThreadedClosing
+from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
-    Operation,
-    Plan,
-    Query,
-    QueryMany,
-    Work,
     backend_error,
     count_plan,
     create_private,
@@ -44,26 +39,12 @@ from ._sql import (
     memory_put_plan,
     memory_scan_plan,
     open_plan,
-    run_plan,
     save_many_plan,
     save_plan,
 )
-from .backend import (
-    LoopGroupCommits,
-    TailCache,
-    check_after,
-    check_state,
-    poll_entries,
-    validate_id,
-)
+from .backend import TailCache, check_after, check_state, poll_entries, validate_id
 
 __all__ = ("SQLiteStore", "refuse_folder")
-
-# One capacity limiter per store and event loop: a limiter is bound to the loop that used it
-# first, and a sync `agent.run` starts a new loop each time.
-_LIMITERS: anyio.lowlevel.RunVar[WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]] = (
-    anyio.lowlevel.RunVar("stores_sqlite_limiters")
-)
 
 
 class SQLiteStore(ThreadedClosing):
@@ -76,8 +57,9 @@ class SQLiteStore(ThreadedClosing):
     of the process.
 
     The methods block; `asave`, `aload`, `alist` and `adelete` run them in a worker thread,
-    one call at a time, and work on asyncio and trio. Close the store when done: `close()` or
-    ``with``, `aclose()` or ``async with``.
+    one call at a time, and work on asyncio and trio. `save_many` (and `asave_many`) saves
+    several States in one transaction: an agent's saves made at once go out that way. Close the
+    store when done: `close()` or ``with``, `aclose()` or ``async with``.
 
     Example:
         ```python
@@ -101,7 +83,7 @@ class SQLiteStore(ThreadedClosing):
         self._known = TailCache()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
         self._closed = False
-        self._batches = LoopGroupCommits(self._write_batch)  # saves arriving meanwhile
+        self._limiters = OneAtATime()  # its worker threads: one call at a time
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -128,19 +110,21 @@ class SQLiteStore(ThreadedClosing):
         """
         self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
 
-    async def asave(self, state: State) -> None:
-        """`save` in a worker thread; saves that arrive meanwhile share one transaction.
+    def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """Save each of `states` as `save` does, in one transaction; the refused, by position.
 
-        Raises what `save` raises, for this State only: a refused State does not fail the
-        others of its batch.
+        A State the store refuses is left out and its `ValueError` returned under its position
+        in `states`; the others are saved (`orchestrator.BatchStore`).
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved).
+            StoreError: SQLite failed: none of the States is saved.
         """
-        await self._batches.current().save(check_state(state))
+        return self._run(save_many_plan(states, self, self._where, self._known))
 
-    async def _write_batch(self, states: builtins.list[State]) -> dict[int, ValueError]:
-        # Not abandoned on cancel, and no checkpoint after it: what it wrote is always reported
-        # to the waiting saves; a cancellation reaches the writer at its next checkpoint.
-        plan = save_many_plan(states, self, self._where, self._known)
-        return await anyio.to_thread.run_sync(self._run, plan, limiter=self._offload_limiter())
+    async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        """`save_many` in a worker thread (`orchestrator.AsyncBatchStore`)."""
+        return await self._offload(self.save_many, states)
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
@@ -225,14 +209,7 @@ class SQLiteStore(ThreadedClosing):
     # -- running plans ------------------------------------------------------------------------
 
     def _offload_limiter(self) -> anyio.CapacityLimiter:
-        limiters = _LIMITERS.get(None)
-        if limiters is None:
-            limiters = WeakKeyDictionary[SQLiteStore, anyio.CapacityLimiter]()
-            _LIMITERS.set(limiters)
-        limiter = limiters.get(self)
-        if limiter is None:
-            limiter = limiters[self] = anyio.CapacityLimiter(1)
-        return limiter
+        return self._limiters.current()
 
     def _run(self, plan: Plan[Any], state_id: str | None = None) -> Any:
         """Carry out `plan` on the connection, holding the lock; roll back if it fails.

@@ -21,7 +21,6 @@ And it keeps the rules every backend keeps with these:
   `list` and of the memory primitive, checked before any I/O;
 - `TailCache`: where each stored history ends, for the States a store wrote or read recently,
   so a save need not read it back (bounded);
-- `GroupCommit`: concurrent saves on one event loop written in one transaction;
 - `entries_after`, `check_after`, `poll_entries`: what `orchestrator.Followable` and
   `orchestrator.AsyncFollowable` need (the entries after a position, and a bounded poll that
   waits for new ones).
@@ -38,19 +37,16 @@ from __future__ import annotations
 import builtins
 import contextlib
 import gc
-import threading
 from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from weakref import WeakKeyDictionary
 
 import anyio
-import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
-from orchestrator._memory import validate_key, validate_space
-from orchestrator._state import bind_state, recover_state, storage_view, validate_id
-from orchestrator._storage import StorageView
+from orchestrator._record._state import bind_state, recover_state, storage_view, validate_id
+from orchestrator._record._storage import StorageView
+from orchestrator._tooling._memory import validate_key, validate_space
 
 from ._codec import (
     chain_digests,
@@ -64,8 +60,6 @@ from ._codec import (
 
 __all__ = (
     "Continuation",
-    "GroupCommit",
-    "LoopGroupCommits",
     "StorageView",
     "Tail",
     "TailCache",
@@ -450,147 +444,3 @@ class TailCache:
     def trusted(self) -> object:
         """The version given to `trust`, or None: before it, and once `current` found another."""
         return self._version
-
-
-# -- group commit -----------------------------------------------------------------------------
-
-Flush = Callable[[builtins.list[State]], Awaitable[dict[int, ValueError]]]
-
-
-class _Batch:
-    """The States of saves waiting to go out in one transaction, and what came of it."""
-
-    __slots__ = ("done", "failure", "refused", "saves", "states", "taken", "writer")
-
-    def __init__(self) -> None:
-        self.states: dict[int, State] = {}  # by id(state): a State saved twice is written once
-        self.saves: dict[int, int] = {}  # by id(state): how many saves wait for it
-        self.writer = False  # one of its saves will write it
-        self.taken = False  # its writer took it: it is being written, or was
-        self.done = anyio.Event()
-        self.refused: dict[int, ValueError] = {}
-        self.failure: BaseException | None = None
-
-    def add(self, state: State) -> None:
-        key = id(state)
-        self.states.setdefault(key, state)
-        self.saves[key] = self.saves.get(key, 0) + 1
-
-    def drop(self, state: State) -> None:
-        """Take back one save of `state` (cancelled); the State goes with its last save."""
-        key = id(state)
-        left = self.saves[key] - 1
-        if left:
-            self.saves[key] = left
-        else:
-            del self.saves[key], self.states[key]
-
-
-class GroupCommit:
-    """Saves on one event loop that arrive while a transaction is written go out in the next.
-
-    The first save of the open batch writes it: it lets the tasks already scheduled run once
-    (so saves started together share one transaction), waits, shielded, for the writer's lock
-    (the batch before may still be written), takes the batch, writes it and wakes the batch's
-    other saves, which wait for that. Only writers queue on the lock, one per batch, so a
-    thousand saves wake together. No task runs in the background: the writer is always one of
-    the callers.
-
-    A save in a cancelled scope raises at once and is not written; a waiting save cancelled
-    before its batch is taken is not written either (unless another save waits for the same
-    State). A writer is shielded until its batch is written, then raises a cancellation that
-    came meanwhile, as does a waiting save cancelled while its batch is written: the State may
-    have been written.
-    """
-
-    __slots__ = ("_flush", "_lock", "_open")
-
-    def __init__(self, flush: Flush) -> None:
-        self._flush = flush
-        # Taken without a checkpoint of its own when free: the writer yields once on purpose
-        # before it (see `save`), and a second loop pass would only add to every save.
-        self._lock = anyio.Lock(fast_acquire=True)
-        self._open = _Batch()
-
-    async def save(self, state: State) -> None:
-        """Queue `state` and return once a transaction holding it committed.
-
-        Raises what writing it raised: the `ValueError` of a refused State, or the failure of
-        the whole transaction.
-        """
-        await anyio.lowlevel.checkpoint_if_cancelled()
-        batch = self._open
-        batch.add(state)
-        if batch.writer:
-            try:
-                await batch.done.wait()
-            except BaseException:
-                if not batch.taken:  # cancelled before its batch went out: not written
-                    batch.drop(state)
-                raise
-        else:
-            batch.writer = True
-            with anyio.CancelScope(shield=True):
-                # One pass of the loop, so the saves already scheduled join this batch. Without
-                # it, 100 saves started at once went out as 1 + 99: two commits, not one.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
-                async with self._lock:
-                    batch.taken = True
-                    if self._open is batch:
-                        self._open = _Batch()
-                    await self._write(batch)
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        if batch.failure is not None:
-            raise batch.failure
-        refused = batch.refused.get(id(state))
-        if refused is not None:
-            raise refused
-
-    async def _write(self, batch: _Batch) -> None:
-        try:
-            batch.refused = await self._flush(builtins.list(batch.states.values()))
-        except Exception as error:
-            batch.failure = error
-        except BaseException as error:  # e.g. KeyboardInterrupt: raised here, not in every save
-            batch.failure = RuntimeError(f"The write was interrupted ({error!r}); save again.")
-            raise
-        finally:
-            batch.done.set()
-
-
-class LoopGroupCommits:
-    """A store's `GroupCommit` on each event loop that saves through it.
-
-    A group commit's lock belongs to the loop that made it, and a sync ``agent.run`` starts a
-    new loop each time: so one per loop (an anyio `RunVar` names the loop, and trio run as a
-    guest of an asyncio loop is kept apart too). The store holds its group commits, not the
-    loop: a store dropped while its loop runs is collected (and closed) like any other object.
-    """
-
-    __slots__ = ("_commits", "_flush", "_mutex")
-
-    def __init__(self, flush: Flush) -> None:
-        self._flush = flush
-        self._commits = WeakKeyDictionary[_Loop, GroupCommit]()
-        self._mutex = threading.Lock()  # loops in several threads may save through one store
-
-    def current(self) -> GroupCommit:
-        """The group commit of the running event loop."""
-        loop = _LOOP.get(None)
-        if loop is None:
-            loop = _Loop()
-            _LOOP.set(loop)
-        with self._mutex:
-            commit = self._commits.get(loop)
-            if commit is None:
-                commit = self._commits[loop] = GroupCommit(self._flush)
-        return commit
-
-
-class _Loop:
-    """Stands for one event loop, which holds it while it runs (a key of weak dictionaries)."""
-
-    __slots__ = ("__weakref__",)
-
-
-_LOOP: anyio.lowlevel.RunVar[_Loop] = anyio.lowlevel.RunVar("stores_group_commit_loop")

@@ -420,6 +420,33 @@ class StoreContract:
             client.save(behind)
         assert_same(client.load("copied"), ahead)
 
+    def test_a_batch_save_refuses_only_the_states_that_do_not_continue(
+        self, client: StoreClient
+    ) -> None:
+        """A batch save (`BatchStore`, `AsyncBatchStore`, if the store has one) saves the others.
+
+        The refused States' errors come back by position; the rest are saved, as `save` would
+        save each. A store without a batch save passes at once: the library saves one by one.
+        """
+        client.save(State(id="taken", messages=[Message.user("first")]))
+        fresh = State(id="fresh", messages=[Message.user("new")])
+        other = State(id="taken", messages=[Message.user("another history")])
+        other.add_message(Message.user("more"))
+        grown = client.load("taken")
+        grown.add_message(Message.user("grown"))
+        refused = client.save_many([fresh, other, State(id="empty")])
+        if refused is None:
+            return
+        assert list(refused) == [1]
+        assert isinstance(refused[1], StoreConflictError)
+        assert "taken" in str(refused[1])
+        assert_same(client.load("fresh"), fresh)
+        assert client.load("empty").history == ()
+        fresh.add_message(Message.user("again"))
+        assert client.save_many([fresh, grown]) == {}
+        assert_same(client.load("fresh"), fresh)
+        assert_same(client.load("taken"), grown)
+
     # -- crash recovery --------------------------------------------------------------------------
 
     def test_a_request_waiting_on_the_model_is_taken_back(self, client: StoreClient) -> None:

@@ -27,7 +27,7 @@ from orchestrator import (
     ToolResultEntry,
     tool,
 )
-from orchestrator._recording import store_of
+from orchestrator._record._recording import store_of
 from orchestrator.models import Request, RetryPolicy
 from stores import MemoryStore, chain_digests, first_digest
 from stores.backend import bind_state

@@ -29,7 +29,7 @@ RUN = textwrap.dedent(
 # a tool with plain arguments is validated by pydantic-core directly).
 LAZY = (
     "importlib.metadata",
-    "orchestrator._events",
+    "orchestrator._apps._events",
     "orchestrator.models._anthropic",
     "orchestrator.models._openai",
     "orchestrator.models._retry",

@@ -1,5 +1,5 @@
-"""The layers keep to their rooms (DESIGN 13): no module uses another module's underscore names,
-and the library has at most one context variable.
+"""The layers keep to their rooms (DESIGN 13, 19): no module uses another module's underscore names,
+the library has at most one context variable, and no layer imports one above it.
 
 A module may use an underscore name on something other than ``self``/``cls`` only when it
 defines that name itself (a slot, an attribute it assigns, a method or a module-level name of its
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -162,3 +163,246 @@ def test_the_scan_finds_what_it_must(tmp_path: Path) -> None:
     uses = foreign_underscore_uses(probe, tmp_path)
     assert [use.split(": ", 1)[1] for use in uses] == ["import _empty", "._folded"]
     assert len(context_variables(probe, tmp_path)) == 2
+
+
+# -- the layer order (DESIGN 19) ---------------------------------------------------------------
+
+# The core's folders, bottom-up: a module imports only from its own folder and those before it,
+# not even under TYPE_CHECKING nor inside a function (a lower layer owns a protocol instead).
+LAYERS = ("_base", "_record", "_tooling", "_apps", "models", "_running")
+
+# Above every layer: the public surface. The package's own modules (its __init__ and the public
+# modules beside it) and the packages that serve users, which may import any layer.
+SURFACE_MODULES = frozenset({"__init__", "__main__", "mcp", "otel", "permissions"})
+SURFACE_PACKAGES = frozenset({"_cli", "runners", "testing"})
+TOP = len(LAYERS)
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import in a module of the package: `where` imports `target` (a dotted module)."""
+
+    where: str  # the importing module's path, relative to the root
+    line: int
+    target: str
+    at_load: bool  # at module level and not under TYPE_CHECKING: runs when the module loads
+
+
+def _module_name(path: Path, root: Path) -> tuple[str, bool]:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        return ".".join(parts[:-1]), True
+    return ".".join(parts), False
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return "TYPE_CHECKING" in ast.unparse(test)
+
+
+def imports_of(path: Path, root: Path = ROOT) -> list[Import]:
+    """Every import in `path`: at module level, under TYPE_CHECKING, and inside functions."""
+    name, is_package = _module_name(path, root)
+    package = name if is_package else name.rpartition(".")[0]
+    where = str(path.relative_to(root))
+    found: list[Import] = []
+
+    def resolve(node: ast.ImportFrom) -> list[str]:
+        if node.level == 0:
+            base = node.module or ""
+        else:
+            parts = package.split(".")
+            parts = parts[: len(parts) - (node.level - 1)]
+            base = ".".join([*parts, *([node.module] if node.module else [])])
+        # `from . import _fold` imports a module; `from ._fold import x` a name of one.
+        return [
+            f"{base}.{alias.name}" if _is_submodule(path, node, alias.name, root) else base
+            for alias in node.names
+        ]
+
+    def visit(nodes: list[ast.stmt], at_load: bool) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.extend(Import(where, node.lineno, a.name, at_load) for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                found.extend(Import(where, node.lineno, t, at_load) for t in resolve(node))
+            elif isinstance(node, ast.If) and _type_checking(node.test):
+                visit(node.body, at_load=False)
+                visit(node.orelse, at_load)
+            elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                visit(node.body, at_load=False)  # runs when called, not when the module loads
+            else:
+                children = [c for c in ast.iter_child_nodes(node) if isinstance(c, ast.stmt)]
+                visit(children, at_load)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body, at_load=True)
+    return found
+
+
+def unit_of(module: str, root: Path = ROOT) -> str | None:
+    """The folder (or the top module) a module of `orchestrator` is in; `stores`; else None."""
+    parts = module.split(".")
+    if parts[0] != "orchestrator":
+        return "stores" if parts[0] == "stores" else None
+    # A folder; a module beside the package's __init__ (mcp, __main__, ...) stands alone.
+    return parts[1] if len(parts) > 1 else "orchestrator"  # the package's own __init__
+
+
+def rank(unit: str) -> int:
+    """The height of `unit`: its place in LAYERS, or above them all (the surface, `stores`)."""
+    return LAYERS.index(unit) if unit in LAYERS else TOP
+
+
+def upward_imports(root: Path = ROOT) -> list[str]:
+    """Each import of a layer module from a higher layer (or from the surface, or `stores`)."""
+    found: list[str] = []
+    for path in _modules_under(root / "orchestrator"):
+        own = unit_of(_module_name(path, root)[0], root)
+        if own not in LAYERS:
+            continue
+        for item in imports_of(path, root):
+            target = unit_of(item.target, root)
+            if target is not None and rank(target) > rank(own):
+                found.append(f"{item.where}:{item.line}: {own} imports {item.target}")
+    return found
+
+
+def _modules_under(folder: Path) -> list[Path]:
+    return sorted(path for path in folder.rglob("*.py") if "viewer" not in path.parts)
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of `edges` with more than one node (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(edges.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            part: list[str] = []
+            while True:
+                other = stack.pop()
+                part.append(other)
+                if other == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def folder_cycles(root: Path = ROOT) -> list[list[str]]:
+    """Cycles between the folders of `orchestrator` (any import counts, TYPE_CHECKING too)."""
+    edges: dict[str, set[str]] = {}
+    for path in _modules_under(root / "orchestrator"):
+        own = unit_of(_module_name(path, root)[0], root)
+        assert own is not None
+        for item in imports_of(path, root):
+            target = unit_of(item.target, root)
+            if target not in (None, own, "stores"):
+                edges.setdefault(own, set()).add(target)
+    return _cycles(edges)
+
+
+def load_cycles(root: Path = ROOT) -> list[list[str]]:
+    """Cycles of imports that run when modules load, across `orchestrator` and `stores`."""
+    modules = {
+        _module_name(path, root)[0]: path
+        for package in PACKAGES
+        for path in _modules_under(root / package)
+    }
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        for item in imports_of(path, root):
+            if item.at_load and item.target in modules and item.target != name:
+                edges.setdefault(name, set()).add(item.target)
+    return _cycles(edges)
+
+
+def modules_outside_layers(root: Path = ROOT) -> list[str]:
+    """Modules of `orchestrator` in no layer folder and not part of the public surface."""
+    found: list[str] = []
+    for path in sorted((root / "orchestrator").iterdir()):
+        if path.is_dir() and (path / "__init__.py").exists():
+            if path.name not in LAYERS and path.name not in SURFACE_PACKAGES:
+                found.append(f"{path.name}/ (a folder in no layer)")
+        elif path.suffix == ".py" and path.stem not in SURFACE_MODULES:
+            found.append(path.name)
+    return found
+
+
+def test_no_layer_imports_a_layer_above_it() -> None:
+    found = upward_imports()
+    assert found == [], "a lower layer owns a protocol instead:\n" + "\n".join(found)
+
+
+def test_no_cycle_between_the_folders() -> None:
+    assert folder_cycles() == []
+
+
+def test_no_import_cycle_at_load() -> None:
+    assert load_cycles() == []
+
+
+def test_every_core_module_is_in_a_layer() -> None:
+    found = modules_outside_layers()
+    assert found == [], "put a new module in the folder of its layer:\n" + "\n".join(found)
+
+
+def test_the_layer_scan_finds_what_it_must(tmp_path: Path) -> None:
+    # An upward import is found at module level, under TYPE_CHECKING and inside a function; a
+    # cycle between folders and a cycle at load are found; a private module outside the layer
+    # folders is found. Imports downward, within a folder, or in a TYPE_CHECKING circle are not.
+    core = tmp_path / "orchestrator"
+    for folder in ("", *LAYERS, "testing"):
+        (core / folder).mkdir(exist_ok=True)
+        (core / folder / "__init__.py").write_text("", encoding="utf-8")
+    (tmp_path / "stores").mkdir()
+    (tmp_path / "stores" / "__init__.py").write_text("", encoding="utf-8")
+    files = {
+        "_base/_low.py": (
+            "from typing import TYPE_CHECKING\n"
+            "from .._record import _state\n"  # upward, at load
+            "if TYPE_CHECKING:\n"
+            "    from .._running._run import Run\n"  # upward, for types
+            "def f():\n"
+            "    import orchestrator._apps._events\n"  # upward, in a function
+            "    from stores import x\n"  # the surface's neighbour: upward too
+        ),
+        "_record/_state.py": "from .._base import _low\nfrom . import _fold\n",
+        "_record/_fold.py": (
+            "from typing import TYPE_CHECKING\n"
+            "if TYPE_CHECKING:\n"
+            "    from ._state import State\n"  # a circle in one folder, for types: allowed
+        ),
+        "_running/_run.py": "from .._record._state import State\nfrom ._agent import A\n",
+        "_running/_agent.py": "from ._run import Run\n",  # a cycle at load
+        "testing/__init__.py": "from .. import _stray\n",
+        "_stray.py": "from .testing import x\n",  # the surface and testing import each other
+    }
+    for name, text in files.items():
+        (core / name).write_text(text, encoding="utf-8")
+    assert [line.split(": ", 1)[1] for line in upward_imports(tmp_path)] == [
+        "_base imports orchestrator._record._state",
+        "_base imports orchestrator._running._run",
+        "_base imports orchestrator._apps._events",
+        "_base imports stores",
+    ]
+    assert folder_cycles(tmp_path) == [["_base", "_record", "_running"], ["_stray", "testing"]]
+    assert load_cycles(tmp_path) == [
+        ["orchestrator._base._low", "orchestrator._record._state"],
+        ["orchestrator._running._agent", "orchestrator._running._run"],
+        ["orchestrator._stray", "orchestrator.testing"],
+    ]
+    assert modules_outside_layers(tmp_path) == ["_stray.py"]

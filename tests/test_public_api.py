@@ -131,8 +131,9 @@ def test_exported_classes_and_functions_live_in_the_package(package: str) -> Non
         if not any(home == top or home.startswith(top + ".") for top in tops):
             wrong.append(f"{name} ({home})")
             continue
-        # Defined in the package itself, or in a private module of it (orchestrator._messages),
-        # or in a public submodule that re-exports it under the same name.
+        # Defined in the package itself, or in a private module of it
+        # (orchestrator._base._messages), or in a public submodule that re-exports it under the
+        # same name.
         parts = home.split(".")[1:]
         if parts and not any(part.startswith("_") for part in parts):
             submodule = importlib.import_module(home)
@@ -177,6 +178,27 @@ def test_orchestrator_exports_the_value_types() -> None:
         "replace_values",
     }
     assert expected <= names
+
+
+def test_orchestrator_exports_the_store_protocols() -> None:
+    names = set(_all(_module("orchestrator")))
+    assert {
+        "Store",
+        "AsyncStore",
+        "BatchStore",
+        "AsyncBatchStore",
+        "Followable",
+        "AsyncFollowable",
+        "MemoryBackend",
+        "AsyncMemoryBackend",
+    } <= names
+    assert [
+        p.name for p in inspect.signature(orchestrator.BatchStore.save_many).parameters.values()
+    ] == [
+        "self",
+        "states",
+    ]
+    assert inspect.iscoroutinefunction(orchestrator.AsyncBatchStore.asave_many)
 
 
 def test_the_public_api_has_the_design_names_and_signatures() -> None:
@@ -313,14 +335,14 @@ def test_from_orchestrator_import_an_old_name_warns() -> None:
 
 @pytest.mark.parametrize("name", LEFT_TESTING)
 def test_the_recording_functions_left_orchestrator_testing(name: str) -> None:
-    import orchestrator._recording
+    import orchestrator._record._recording
     import orchestrator.testing
 
     assert name not in orchestrator.testing.__all__
     assert name not in vars(orchestrator.testing)
     with pytest.warns(DeprecationWarning, match="an Agent does for you"):
         old: object = getattr(orchestrator.testing, name)
-    assert old is getattr(orchestrator._recording, name)
+    assert old is getattr(orchestrator._record._recording, name)
 
 
 def test_an_unknown_name_still_raises_attribute_error() -> None:

@@ -1,7 +1,7 @@
 """Stores are reached through their protocols, resolved once into one client (DESIGN 19).
 
 No module of the library asks a store what it can do with ``getattr`` or ``hasattr``: the core
-talks to a store through `orchestrator._store_client.StoreClient`, which asks the protocols
+talks to a store through `orchestrator._record._store_client.StoreClient`, which asks the protocols
 once, with ``isinstance``.
 """
 
@@ -53,4 +53,6 @@ def test_no_module_sniffs_a_store() -> None:
         for path in sorted((ROOT / package).rglob("*.py"))
         for line, source in sniffs(ast.parse(path.read_text(encoding="utf-8")))
     ]
-    assert found == [], "reach stores through orchestrator._store_client:\n" + "\n".join(found)
+    assert found == [], "reach stores through orchestrator._record._store_client:\n" + "\n".join(
+        found
+    )

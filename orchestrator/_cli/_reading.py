@@ -10,7 +10,7 @@ from typing import Protocol
 
 from orchestrator import OrchestratorError, State, StateInfo, ToolCall
 
-from .._replay import agent_name
+from ..testing._replay import agent_name
 from ._render import TreeNode
 
 __all__ = ("Readable", "agent_of", "read_tree")

@@ -23,7 +23,7 @@ from typing import Any, cast
 from orchestrator import Agent, ErrorEntry, RunStartEntry, State
 from orchestrator.testing import ReplayMismatch, ReplayModel
 
-from .._replay import agent_name, messages_difference
+from ..testing._replay import agent_name, messages_difference
 
 __all__ = ("FactoryError", "Replayed", "load_factory", "pick_agent", "replay")
 

@@ -7,7 +7,7 @@ never imports an SDK: a model imports its SDK when it is built, and says how to 
 
 import typing as _typing
 
-from .._lazy import lazy_names as _lazy_names
+from .._base._lazy import lazy_names as _lazy_names
 from ._base import Model as Model
 from ._base import Request as Request
 from ._base import TextCallback as TextCallback

@@ -15,8 +15,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from .._json import thaw
-from .._messages import (
+from .._base._json import thaw
+from .._base._messages import (
     Block,
     Image,
     Message,
@@ -26,7 +26,7 @@ from .._messages import (
     ToolCall,
     ToolResultBlock,
 )
-from .._reply import Reply, Usage
+from .._base._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
@@ -42,7 +42,7 @@ from ._wire import (
 )
 
 if TYPE_CHECKING:
-    from .._tools import ToolSpec
+    from .._tooling._tools import ToolSpec
 
 __all__ = ("ANTHROPIC_URL", "AnthropicModel", "anthropic_messages", "anthropic_tools")
 

@@ -8,11 +8,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .._messages import Message
-from .._reply import Reply
+from .._base._messages import Message
+from .._base._reply import Reply
 
 if TYPE_CHECKING:
-    from .._tools import ToolSpec
+    from .._tooling._tools import ToolSpec
 
 __all__ = (
     "Model",

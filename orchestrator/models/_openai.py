@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
-from .._json import thaw
-from .._messages import (
+from .._base._json import thaw
+from .._base._messages import (
     Block,
     Image,
     Message,
@@ -28,7 +28,7 @@ from .._messages import (
     ToolCall,
     ToolResultBlock,
 )
-from .._reply import Reply, Usage
+from .._base._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price, request_usage
 from ._retry import RetryPolicy, StreamBroken
@@ -44,7 +44,7 @@ from ._wire import (
 )
 
 if TYPE_CHECKING:
-    from .._tools import ToolSpec
+    from .._tooling._tools import ToolSpec
 
 __all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
 

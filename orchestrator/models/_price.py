@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._reply import Usage
+from .._base._reply import Usage
 
 __all__ = ("Price", "request_usage")
 

@@ -26,9 +26,9 @@ from typing import Any, TypeVar, cast
 
 import anyio
 
-from .._errors import AuthError, ContextTooLongError, ProviderError, RateLimitError
-from .._logs import get_log
-from .._reporting import report_retry
+from .._apps._reporting import report_retry
+from .._base._errors import AuthError, ContextTooLongError, ProviderError, RateLimitError
+from .._base._logs import get_log
 
 __all__ = (
     "Failure",

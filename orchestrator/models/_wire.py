@@ -27,15 +27,15 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from .._json import freeze_values, valid_text
-from .._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
+from .._base._json import freeze_values, valid_text
+from .._base._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
 
 if TYPE_CHECKING:
     import httpx2
 
-    from .._reply import Reply
+    from .._base._reply import Reply
     from ._base import Request, TextCallback
 
 __all__ = (

@@ -10,11 +10,11 @@ Set one with ``Agent(runner=...)`` (the children of that agent's subagent tools)
 
 from __future__ import annotations
 
-from .._errors import ChildRunError as ChildRunError
-from .._link import Link as Link
-from ._base import ChildJob as ChildJob
-from ._base import LocalRunner as LocalRunner
-from ._base import Runner as Runner
+from .._base._errors import ChildRunError as ChildRunError
+from .._base._link import Link as Link
+from .._running._runner import ChildJob as ChildJob
+from .._running._runner import LocalRunner as LocalRunner
+from .._running._runner import Runner as Runner
 from ._ray import RayRunner as RayRunner
 
 __all__ = ("ChildJob", "ChildRunError", "Link", "LocalRunner", "RayRunner", "Runner")

@@ -35,11 +35,11 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-from .._errors import ChildRunError, error_text
-from .._link import Link
-from .._state import State, bind_state
-from .._store_client import AnyStore, StoreClient, client_of
-from ._base import ChildJob
+from .._base._errors import ChildRunError, error_text
+from .._base._link import Link
+from .._record._state import State, bind_state
+from .._record._store_client import AnyStore, StoreClient, client_of
+from .._running._runner import ChildJob
 
 __all__ = ("ChildWorker", "RayJob", "RayRunner", "load_registry", "traced_under")
 
@@ -112,7 +112,7 @@ def load_registry(registry: str, store: AnyStore | None) -> dict[str, Any]:
         TypeError, ValueError: The function is missing, or returns something else than
             named Agents.
     """
-    from .._agent import Agent
+    from .._running._agent import Agent
 
     module_name, _, function_name = registry.partition(":")
     module = importlib.import_module(module_name)

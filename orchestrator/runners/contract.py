@@ -33,15 +33,15 @@ import anyio
 import anyio.to_thread
 import pytest
 
-from .._agent import Agent
-from .._fake_model import FakeModel
-from .._history import ToolResultEntry
-from .._memory import Memory
-from .._messages import Message, ToolCall
-from .._state import State
-from .._tools import tool
+from .._base._messages import Message, ToolCall
+from .._record._history import ToolResultEntry
+from .._record._state import State
+from .._running._agent import Agent
+from .._running._runner import Runner
+from .._tooling._memory import Memory
+from .._tooling._tools import tool
 from ..models import Request
-from ._base import Runner
+from ..testing._fake_model import FakeModel
 
 __all__ = ("REGISTRY", "RunnerContract", "agents", "child", "copy_sqlite", "crash_during")
 

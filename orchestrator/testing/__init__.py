@@ -5,12 +5,12 @@
 
 import typing as _typing
 
-from .._fake_model import FakeModel as FakeModel
-from .._fake_model import FakeModelExhausted as FakeModelExhausted
-from .._fake_model import tool_call as tool_call
-from .._lazy import lazy_names as _lazy_names
-from .._replay import ReplayMismatch as ReplayMismatch
-from .._replay import ReplayModel as ReplayModel
+from .._base._lazy import lazy_names as _lazy_names
+from ._fake_model import FakeModel as FakeModel
+from ._fake_model import FakeModelExhausted as FakeModelExhausted
+from ._fake_model import tool_call as tool_call
+from ._replay import ReplayMismatch as ReplayMismatch
+from ._replay import ReplayModel as ReplayModel
 
 # The recording functions an Agent's loop uses were exported here to play a turn by hand; they
 # are the library's own steps, not test doubles. They keep working (and warn) for one release.
@@ -20,7 +20,8 @@ _RECORDING = (
     " entries with State(history=[...])"
 )
 _MOVED: dict[str, tuple[str, str]] = dict.fromkeys(
-    ("begin_think", "record_reply", "record_tool_result"), ("orchestrator._recording", _RECORDING)
+    ("begin_think", "record_reply", "record_tool_result"),
+    ("orchestrator._record._recording", _RECORDING),
 )
 
 __getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, {}, _MOVED)

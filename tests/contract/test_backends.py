@@ -226,7 +226,7 @@ class TestPublicApiStore(StoreContract):
 
 def test_a_store_that_cannot_be_followed_is_told_what_it_lacks() -> None:
     """Following is optional: a store without `AsyncFollowable` gets a TypeError naming it."""
-    from orchestrator._storage import require_followable
+    from orchestrator._record._storage import require_followable
 
     with pytest.raises(TypeError, match=r"PublicApiStore cannot follow.*AsyncFollowable"):
         require_followable(PublicApiStore())

@@ -34,7 +34,7 @@ import anyio.to_thread
 import pytest
 
 from orchestrator import Agent, CallAbandonedError, Message, State, tool
-from orchestrator._run import DEFAULT_SYNC_THREADS
+from orchestrator._running._run import DEFAULT_SYNC_THREADS
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from tests.doubles import results

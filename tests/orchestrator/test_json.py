@@ -22,7 +22,7 @@ import orchestrator
 from orchestrator import FrozenDict, FrozenList, State, thaw
 
 # Private: freeze is the unit under test here (the public thaw is its inverse).
-from orchestrator._json import MAX_DEPTH, MAX_INT_DIGITS, freeze, freeze_values, valid_text
+from orchestrator._base._json import MAX_DEPTH, MAX_INT_DIGITS, freeze, freeze_values, valid_text
 from tests.doubles import Color, is_a, type_of
 
 

@@ -15,8 +15,9 @@ import pytest
 import orchestrator.permissions
 
 # Private: the terminal prompt's module and lock, to fake the terminal and see prompts queue.
-from orchestrator import State, ToolCall, _permissions
-from orchestrator._permissions import terminal_lock
+from orchestrator import State, ToolCall
+from orchestrator._tooling import _permissions
+from orchestrator._tooling._permissions import terminal_lock
 from orchestrator.permissions import (
     AllowByName,
     AllowByReadOnly,

@@ -360,7 +360,7 @@ async def test_a_difference_inside_a_message_names_the_block() -> None:
 
 def test_describe_message_shows_every_kind_of_block() -> None:
     from orchestrator import Image, RawBlock, ReasoningBlock, TextBlock, ToolResultBlock
-    from orchestrator._replay import describe_message  # private: the unit under test
+    from orchestrator.testing._replay import describe_message  # private: the unit under test
 
     message = Message(
         "assistant",

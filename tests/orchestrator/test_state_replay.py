@@ -46,8 +46,8 @@ from orchestrator import (
 
 # Private: Folded is the fold's value (one test checks every slot is copied), and the
 # recording functions an Agent uses (they have no public name).
-from orchestrator._fold import Folded
-from orchestrator._recording import (
+from orchestrator._record._fold import Folded
+from orchestrator._record._recording import (
     begin_think,
     close_pending,
     merge_turn,

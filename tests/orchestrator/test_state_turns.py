@@ -25,7 +25,7 @@ from orchestrator import (
 
 # Private: the recording functions an Agent records a turn with; these tests drive a State
 # through them by hand. They have no public name.
-from orchestrator._recording import (
+from orchestrator._record._recording import (
     add_child,
     begin_run,
     begin_think,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator import Agent, Message, State
-from orchestrator._store_client import client_of
+from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
 from tests.doubles import AsyncOnlyStore, ThreadCheckedStore
@@ -17,10 +17,23 @@ from tests.doubles import AsyncOnlyStore, ThreadCheckedStore
 def test_an_async_store_is_called_directly_with_no_wrapper_per_call(tmp_path: Path) -> None:
     store = SQLiteStore(tmp_path / "runs.db")
     client = client_of(store)
-    # The resolved call is the store's own async twin: a save is one call and one await.
-    assert client.save == store.asave
+    # The resolved call is the store's own async twin: a call is one call and one await.
+    assert client.batches
+    assert client.save_many == store.asave_many  # its saves go out in batches
     assert client.load == store.aload
     assert client.memory_put == store.amemory_put
+    store.close()
+    plain = MemoryStore()  # no batch save: a save is the store's own
+    assert not client_of(plain).batches
+    assert client_of(plain).save == plain.asave
+
+
+def test_a_store_has_one_client_while_it_is_held(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    client = client_of(store)
+    assert client_of(store) is client  # so its saves share one group commit per loop
+    assert Agent(FakeModel(["hi"]), store=store).store is store
+    assert client_of(MemoryStore()) is not client
     store.close()
 
 

@@ -29,7 +29,7 @@ from orchestrator import (
 )
 
 # Private: record_run_start has no public name; a run cut off mid-call is built by hand.
-from orchestrator._recording import begin_think, record_reply, record_run_start
+from orchestrator._record._recording import begin_think, record_reply, record_run_start
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore

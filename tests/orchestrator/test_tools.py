@@ -31,10 +31,10 @@ from orchestrator import (
 )
 
 # Private: the schema and conversion internals of tools, checked as units.
-from orchestrator._state import RESERVED
-from orchestrator._tool_schema import parse_docstring
-from orchestrator._tools import Converted, as_tool_list, check_outputs_against_schema
-from orchestrator._typed import Schema
+from orchestrator._record._state import RESERVED
+from orchestrator._record._typed import Schema
+from orchestrator._tooling._tool_schema import parse_docstring
+from orchestrator._tooling._tools import Converted, as_tool_list, check_outputs_against_schema
 from tests.doubles import Color
 
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -847,7 +847,7 @@ def test_string_annotations_resolve_and_the_return_hint_is_not_needed() -> None:
 def test_the_module_imports_alone() -> None:
     code = (
         "from typing import Annotated\n"
-        "from orchestrator._tools import tool\n"
+        "from orchestrator._tooling._tools import tool\n"
         "def f(q: Annotated[str, 'Q']) -> None: ...\n"
         "assert tool(f).spec.input_schema['properties']['q']['description'] == 'Q'\n"
     )
@@ -1138,8 +1138,8 @@ class Later(pydantic.BaseModel):
 
 
 def test_arguments_a_provider_could_not_parse_get_one_clear_issue() -> None:
-    # A provider keeps cut-off argument text under INVALID_ARGUMENTS (orchestrator._messages).
-    from orchestrator._messages import INVALID_ARGUMENTS  # private: the exact text
+    # A provider keeps cut-off argument text under INVALID_ARGUMENTS (orchestrator._base._messages).
+    from orchestrator._base._messages import INVALID_ARGUMENTS  # private: the exact text
 
     @tool
     def add(a: int, b: int) -> int:

@@ -31,7 +31,7 @@ from orchestrator import (
 )
 
 # Private: close_pending has no public name (an Agent closes pending calls itself).
-from orchestrator._recording import (
+from orchestrator._record._recording import (
     begin_think,
     close_pending,
     record_reply,

@@ -29,7 +29,7 @@ from orchestrator import (
     Usage,
     tool,
 )
-from orchestrator._recording import record_tool_result
+from orchestrator._record._recording import record_tool_result
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
 from orchestrator.permissions import AllowByName

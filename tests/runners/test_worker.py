@@ -20,9 +20,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanContext
 
 from orchestrator import Agent, Link, State, tool
+from orchestrator._running._runner import load_state
 from orchestrator.otel import OtelReporter
 from orchestrator.runners import ChildJob
-from orchestrator.runners._base import load_state
 from orchestrator.runners._ray import ChildWorker, RayJob, load_registry
 from orchestrator.runners.contract import REGISTRY
 from orchestrator.testing import FakeModel, tool_call

@@ -16,7 +16,7 @@ import pytest
 from orchestrator import AsyncStore, Message, RunStart, State, Store, StoreDamagedError, StoreError
 
 # Private: record_run_start has no public name; INFO and LOG name the files on disk.
-from orchestrator._recording import record_run_start
+from orchestrator._record._recording import record_run_start
 from stores import FORMAT_VERSION, FileStore, ThreadedAsync, chain_digests, first_digest
 from stores._file import INFO, LOG
 from stores.contract import crashed_pending, rich_state

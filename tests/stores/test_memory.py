@@ -14,7 +14,7 @@ import pytest
 from orchestrator import AsyncStore, Message, RunStart, State, StateInfo, Store, StoreDamagedError
 
 # Private: the recording functions have no public name.
-from orchestrator._recording import begin_think, record_run_start
+from orchestrator._record._recording import begin_think, record_run_start
 from stores import MemoryStore, chain_digests, decode_entry, encode_entry, first_digest
 
 # Private: the TypeAdapter behind encode_entry, to check the encoding against it.

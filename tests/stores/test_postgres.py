@@ -29,9 +29,11 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
 )
+from orchestrator._record._store_client import client_of
 from stores import FORMAT_VERSION, PostgresStore
 
 # Private: the query plans and SQL of the PostgreSQL backend, checked as units.
+from stores._plan import Query
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation, storage_view
@@ -312,7 +314,7 @@ def test_processes_saving_different_states_at_once_lose_nothing(where: tuple[str
         assert [m.text for m in state.messages][-1] == "p3 round 4"
 
 
-def test_concurrent_asaves_share_statements(store: PostgresStore) -> None:
+def test_concurrent_saves_share_statements(store: PostgresStore) -> None:
     batches: list[int] = []
     write = store._save_states  # pyright: ignore[reportPrivateUsage]
 
@@ -322,11 +324,15 @@ def test_concurrent_asaves_share_statements(store: PostgresStore) -> None:
 
     store._save_states = counted  # type: ignore[method-assign]  # pyright: ignore[reportPrivateUsage]
     states = [State(id=f"c{i}", messages=[Message.user(str(i))]) for i in range(100)]
+    client = client_of(store)  # an agent's saves go through it, in group commits
+
+    async def save(state: State) -> None:
+        await client.save(state)
 
     async def save_all() -> None:
         async with anyio.create_task_group() as group:
             for state in states:
-                group.start_soon(store.asave, state)
+                group.start_soon(save, state)
 
     anyio.run(save_all)
     assert sum(batches) == 100
@@ -459,6 +465,7 @@ def test_a_delete_during_a_save_leaves_no_entry_behind(
     known = TailCache()
     known.put("both", end)
     query = next(save_plan(sql_for(schema), [state], store, "test", known))
+    assert isinstance(query, Query)
     with psycopg.connect(dsn, autocommit=True) as saver:
         deleter = threading.Thread(target=store.delete, args=("both",))
         with saver.transaction():

@@ -36,7 +36,7 @@ from orchestrator import (
     ToolResultEntry,
     Usage,
 )
-from orchestrator._recording import begin_think, record_reply
+from orchestrator._record._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
 from stores import FORMAT_VERSION, SQLiteStore
 from stores.backend import Tail, TailCache, storage_view

@@ -24,7 +24,7 @@ from orchestrator import (
     ToolResultBlock,
     merge_lists,
 )
-from orchestrator._recording import begin_think, record_reply, record_tool_result
+from orchestrator._record._recording import begin_think, record_reply, record_tool_result
 from tests.doubles import assert_replays
 
 THREADS = 8

@@ -1,0 +1,337 @@
+"""Subagents: an Agent used as a tool, and the children a crash cut off.
+
+A tool call links every new State that an agent runs while the call executes (from an async
+tool, or from a sync tool in a worker thread: the current frame, `_running._frame`, follows
+both). The link is recorded in the child's first `run_start` (`parent_id`, `parent_call_id`);
+the parent's `tool_result` lists the `child_ids` and adds their usage when the call closes.
+
+An `AgentTool` hands its child run to a runner (`orchestrator.runners`) as a `ChildJob` with an
+explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`).
+
+Resume: when a crash cut off a subagent call, the loaded parent shows the call closed
+``unknown`` with its children listed. Running the parent again first continues each child that
+had not ended, from its own stored history (its own cut-off calls are closed ``unknown`` too,
+never re-run), and delivers each child's answer to the parent: a ``late`` result for the call
+(with the usage the child spent since) and a notice the model reads, so it does not start that
+work over. ``agent.as_tool(resume=False)`` turns it off for a tool.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._base._errors import (
+    StoreDamagedError,
+    SubagentDepthError,
+    ToolError,
+    error_text,
+    is_interruption,
+)
+from .._base._link import Link, child_scope
+from .._base._messages import Message, TextBlock, ToolCall, ToolResultBlock
+from .._base._reply import Usage
+from .._base._stopped import StoppedByApproval
+from .._record._history import ToolResultEntry
+from .._record._recording import record_tool_result, value_of
+from .._record._state import State
+from .._tooling._tools import Tool
+from ._frame import CallContext, current_frame
+from ._runner import ChildJob, LocalRunner, Runner
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._run import Run
+
+__all__ = (
+    "AgentTool",
+    "cut_off",
+    "depth_refused",
+    "resume_children",
+    "resumed_child",
+    "trace_context",
+)
+
+LOCAL = LocalRunner()
+
+
+def deadline() -> float | None:
+    """The caller's deadline as a `time.time()` value (what another process can use), or None."""
+    left = anyio.current_effective_deadline()
+    if math.isinf(left):
+        return None
+    return time.time() + (left - anyio.current_time())
+
+
+def resumed_child() -> State | None:
+    """In a tool call run again after a person's decision: the subagent State to continue.
+
+    A call whose subagent stopped for a person's approval waits with it; once decided, the next
+    run calls the tool again. An agent given as a tool continues that State by itself. A tool
+    that starts a subagent itself must continue it too, or the decision is lost with it::
+
+        @tool
+        async def research(question: str) -> str:
+            child = resumed_child() or State(messages=[Message.user(question)])
+            return await researcher.arun(child)
+
+    None outside such a call (and outside any tool call).
+    """
+    frame = current_frame()
+    call = None if frame is None else frame.call
+    return None if call is None else call.resume
+
+
+class AgentTool(Tool):
+    """An agent as a tool: the model passes a task and a new child State runs it.
+
+    The child's answer is the result (a structured answer comes back as JSON). A child that
+    fails gives the model an error result it can act on; a cancellation is re-raised. The
+    child runs on `runner` (default: the parent agent's ``runner=``, else here); a child that a
+    crash cut off is continued when the parent runs again, unless `resume` is false. A child
+    that stopped for a person's decision (`StoppedByApproval`) is continued, not started again,
+    when its parent's call runs after the decision.
+    """
+
+    def __init__(
+        self,
+        agent: Agent,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        runner: Runner | None = None,
+        resume: bool = True,
+    ):
+        name = name or agent.name
+        description = description or agent.description
+        if not name or not description:
+            raise ValueError(
+                "An agent used as a tool needs a name and a description: Agent(...,"
+                " name='coder', description='Writes and fixes code'), or"
+                " agent.as_tool(name=..., description=...)."
+            )
+        check_runner(runner)
+        if not isinstance(resume, bool):
+            raise TypeError(f"resume must be True or False, got {resume!r}.")
+        super().__init__(name=name, description=description)
+        self.agent = agent
+        self.runner = runner
+        self.resume = resume
+
+    def runner_for(self, run: Run) -> Runner:
+        """The runner of this tool's children in `run`: its own, the run's agent's, or here."""
+        runner: Runner | None = self.runner or run.settings.runner
+        return LOCAL if runner is None else runner
+
+    async def arun(self, task: str) -> Any:
+        """Run the subagent on a new State.
+
+        Args:
+            task: The whole task for the subagent: it sees only this message.
+        """
+        frame = current_frame()
+        context = None if frame is None else frame.call
+        if context is None:  # called outside a run's tool call: a State of its own, here
+            return await self._guarded(self.agent.arun(State(messages=[Message.user(task)])))
+        depth, limit = context.run.depth + 1, self.agent.max_subagent_depth
+        if depth > limit:  # refused before a child is listed: the call gets an error result
+            error = SubagentDepthError(depth_refused(depth, limit))
+            raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
+        resume = context.resume  # a child that stopped for a person's decision, continued
+        state_id = uuid.uuid4().hex if resume is None else resume.id
+        job = ChildJob(
+            agent=self.agent,
+            link=context.link_child(state_id),
+            state_id=state_id,
+            task=task if resume is None else None,
+            store=None if context.run.store is None else context.run.store.store,
+            deadline=deadline(),
+            state=resume,
+            trace_context=trace_context(context.run, context.call),
+        )
+        runner = self.runner_for(context.run)
+        runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
+        child = await self._guarded(runner.run(job), context)
+        stopped = child.stopped
+        if isinstance(stopped, StoppedByApproval) and all(
+            stopped is not known for known in context.suspended
+        ):
+            context.suspended.append(stopped)  # run elsewhere: the parent's call waits with it
+        return child.answer
+
+    async def _guarded(self, child_run: Any, context: CallContext | None = None) -> Any:
+        """Await `child_run`; a failure becomes a `ToolError` for the model (its State kept)."""
+        try:
+            result = await child_run
+        except Exception as error:
+            if is_interruption(error):
+                raise
+            state = getattr(error, "state", None)
+            if context is not None and isinstance(state, State):
+                context.adopt(state)  # a remote child's usage rolls up even when it failed
+            raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
+        if context is not None and isinstance(result, State):
+            context.adopt(result)
+        return result
+
+    async def resume_call(self, run: Run, entry: ToolResultEntry) -> None:
+        """Continue the children of the cut-off call `entry` and deliver their answers."""
+        client = run.store
+        parent = run.state
+        answers: list[str] = []
+        spent = Usage()
+        failed = False
+        for index, child_id in enumerate(entry.child_ids):
+            child = await (client.load(child_id) if client else parent.achild(child_id))
+            _check_link(parent, entry.call, child)
+            before = child.usage
+            if not child.finished and child.stopped is None:  # it had not ended: continue it
+                job = ChildJob(
+                    agent=self.agent,
+                    link=Link(
+                        parent_id=parent.id,
+                        call_id=entry.call.id,
+                        scope=child_scope(
+                            run.effect_scope or parent.id, entry.turn, entry.call.id, index
+                        ),
+                    ),
+                    state_id=child_id,
+                    task=None,
+                    store=None if client is None else client.store,
+                    deadline=deadline(),
+                    trace_context=trace_context(run, entry.call),
+                )
+                runner = self.runner_for(run)
+                runner.check(job)
+                try:
+                    child = await runner.run(job)
+                except Exception as error:
+                    if is_interruption(error):
+                        raise
+                    failed = True
+                    answers.append(f"(the subagent failed: {error_text(error)})")
+                    state = getattr(error, "state", None)
+                    if isinstance(state, State):
+                        spent = spent + _spent(state.usage, before)
+                    continue
+            spent = spent + _spent(child.usage, before)
+            converted = self.convert(child.answer)
+            answers.append(_text(converted.content))
+            failed = failed or converted.is_error
+        text = "\n".join(answers)
+        record_tool_result(
+            parent,
+            entry.call,
+            ToolResultBlock(entry.call.id, (TextBlock(text),), is_error=failed),
+            outcome="error" if failed else "done",
+            child_ids=entry.child_ids,
+            usage=spent,
+        )
+        parent.add_message(
+            Message.notice(
+                f"The call {entry.call.id} ({entry.call.name}) was cut off when the process"
+                f" stopped; its subagent went on from where it was and returned:\n{text}"
+            )
+        )
+
+
+def _check_link(parent: State, call: ToolCall, child: State) -> None:
+    """Refuse to continue `child` for `call` unless its own history says `call` started it.
+
+    The parent's result lists the child by id; the child's first ``run_start`` (covered by its
+    digests) names its parent and call. A State that names another is not this call's work,
+    and its answer must never reach the model as the subagent's.
+    """
+    if child.parent_id == parent.id and child.parent_call_id == call.id:
+        return
+    raise StoreDamagedError(
+        f"State {parent.id!r}: the call {call.id} ({call.name}) lists State {child.id!r} as its"
+        f" subagent, but that State's own history says it was started by"
+        f" {child.parent_id!r}, call {child.parent_call_id!r}: the link was changed, so its"
+        " answer is not delivered. Restore the store from a backup."
+    )
+
+
+def depth_refused(depth: int, limit: int) -> str:
+    """Why a subagent `depth` levels below its root run was not started (`limit` is lower)."""
+    return (
+        f"A subagent would run {depth} levels deep, past the limit of {limit}"
+        f" (its agent's max_subagent_depth), so it was not started. A subagent that starts"
+        f" itself again and again stops here; if the task needs deeper subagents, raise it"
+        f" with Agent(max_subagent_depth=N)."
+    )
+
+
+def trace_context(run: Run, call: ToolCall) -> dict[str, str]:
+    """What the reporters of `run` give a child of `call` to carry (`Reporter.trace_context`)."""
+    carried: dict[str, str] = {}
+    for reporter in run.reporters:
+        carried.update(reporter.trace_context(run.state, call))
+    return carried
+
+
+def _text(content: tuple[Any, ...]) -> str:
+    return "\n".join(block.text for block in content if isinstance(block, TextBlock))
+
+
+def _spent(after: Usage, before: Usage) -> Usage:
+    """What was spent between two readings of one State's usage."""
+    cost = None if after.cost is None or before.cost is None else after.cost - before.cost
+    return Usage(
+        input_tokens=after.input_tokens - before.input_tokens,
+        output_tokens=after.output_tokens - before.output_tokens,
+        cache_read_tokens=after.cache_read_tokens - before.cache_read_tokens,
+        cache_write_tokens=after.cache_write_tokens - before.cache_write_tokens,
+        requests=after.requests - before.requests,
+        cost=cost,
+    )
+
+
+def check_runner(runner: object) -> None:
+    """Refuse anything but a `Runner` (or None)."""
+    if runner is not None and not isinstance(runner, Runner):
+        raise TypeError(
+            f"runner must be a Runner (LocalRunner, RayRunner, or an object with"
+            f" `async def run(job)`), got {type(runner).__name__}."
+        )
+
+
+def cut_off(state: State) -> list[ToolResultEntry]:
+    """The subagent calls of `state` a crash cut off, not delivered yet, the model unaware.
+
+    They are the results closed ``unknown`` (on load) that list children, after the last
+    model reply and without a ``late`` result since.
+    """
+    entries = value_of(state).entries
+    delivered: set[str] = set()
+    found: list[ToolResultEntry] = []
+    for index in range(len(entries) - 1, -1, -1):
+        entry = entries.get(index)
+        if entry.kind == "model_reply" or entry.kind == "model_request":
+            break
+        if entry.kind == "tool_result":
+            if entry.late:
+                delivered.add(entry.call.id)
+            elif entry.outcome == "unknown" and entry.child_ids and entry.call.id not in delivered:
+                found.append(entry)
+    found.reverse()
+    return found
+
+
+async def resume_children(run: Run) -> None:
+    """Continue the children of the run's cut-off subagent calls, each call's at once."""
+    calls: list[tuple[AgentTool, ToolResultEntry]] = []
+    for entry in cut_off(run.state):
+        tool = run.settings.tools.get(entry.call.name)
+        if isinstance(tool, AgentTool) and tool.resume:
+            calls.append((tool, entry))
+    if len(calls) == 1:
+        await calls[0][0].resume_call(run, calls[0][1])
+    elif calls:
+        async with anyio.create_task_group() as group:
+            for tool, entry in calls:
+                group.start_soon(tool.resume_call, run, entry)

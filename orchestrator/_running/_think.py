@@ -1,0 +1,95 @@
+"""One model request of a run, recorded: the core of `Agent.athink`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import anyio
+
+from .._base._logs import get_log
+from .._base._messages import Message, ToolCall
+from .._base._reply import Reply
+from .._record._recording import begin_think, merge_turn, record_error, record_reply
+from ..models import Model, Request
+from ._frame import Frame, enter, leave
+
+if TYPE_CHECKING:
+    from ._run import Run
+
+__all__ = ("think",)
+
+_log = get_log("agent")
+
+
+async def think(run: Run) -> Reply:
+    """Send one model request with the State's messages and record the reply.
+
+    The request is stored before the model is asked, so a crash while it waits is recovered
+    (the request taken back). A failed request, or a failed save of it, is taken back here and
+    its error recorded; the reply is a save point.
+    """
+    state, settings = run.state, run.settings
+    merge_turn(state, settings.handlers)
+    messages = begin_think(state, model=settings.model.name)
+    run.report("on_think_start", state)
+    request = Request(system=settings.instructions, messages=messages, tools=settings.specs)
+    try:
+        await run.saver.flush()
+        reply = await _respond(run, request)
+        if run.pacers:
+            await run.pace()  # a slow events consumer slows the run here
+    except BaseException as error:
+        with anyio.CancelScope(shield=True):
+            record_error(state, error, again=True)
+            await run.saver.flush_after(error)
+        raise
+    record_reply(state, reply)
+    run.saver.mark()
+    if _log.debugging:  # the fields cost time on every think: only when they are logged
+        _log.debug(
+            "state.think.finished",
+            state_id=state.id,
+            turn=state.turn,
+            calls=len(reply.message.tool_calls),
+        )
+    run.report("on_think_end", state, reply)
+    return reply
+
+
+async def _respond(run: Run, request: Request) -> Reply:
+    """The model's reply to `request`, text streamed to the run's reporters."""
+    state, reporters, model = run.state, run.reporters, run.settings.model
+
+    def on_text(chunk: str) -> None:
+        for reporter in reporters:
+            reporter.on_text(state, chunk)
+
+    token = enter(Frame(run, thinking=True))  # a provider's retries reach the reporters
+    try:
+        return check_reply(model, await model.respond(request, on_text=on_text))
+    finally:
+        leave(token)
+
+
+def check_reply(model: Model, reply: object) -> Reply:
+    """`reply` if it is a `Reply` whose calls have distinct ids; repeated or empty ids renewed.
+
+    Raises:
+        TypeError: `reply` is not a `Reply`.
+    """
+    if not isinstance(reply, Reply):
+        raise TypeError(f"The model {model.name!r} returned a {type(reply).__name__}, not a Reply.")
+    ids = [call.id for call in reply.message.tool_calls]
+    if all(ids) and len(set(ids)) == len(ids):
+        return reply
+    # Give repeated or empty call ids fresh ones: every call needs its own result.
+    seen: set[str] = set()
+    blocks: list[Any] = []
+    for index, block in enumerate(reply.message.content):
+        if isinstance(block, ToolCall):
+            if not block.id or block.id in seen:
+                block = ToolCall(f"{block.id or 'call'}_{index}", block.name, block.args)
+            seen.add(block.id)
+        blocks.append(block)
+    message = Message("assistant", tuple(blocks))
+    return Reply(message, reply.usage, reply.stop_reason, reply.model)

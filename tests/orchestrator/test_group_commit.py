@@ -1,0 +1,378 @@
+"""The core's group commit: saves made at once on one event loop go out in one transaction.
+
+A store that saves in batches (`BatchStore`, `AsyncBatchStore`) gets the saves of the agents
+running at once together; one that does not gets them one by one. The group commit is the
+store's, per event loop, and kept weakly: a store dropped while its loop runs is collected.
+"""
+
+from __future__ import annotations
+
+import builtins
+import gc
+import weakref
+from collections.abc import Sequence
+from typing import Any, cast
+
+import anyio
+import anyio.lowlevel
+import pytest
+
+from orchestrator import (
+    Agent,
+    AsyncBatchStore,
+    AsyncStore,
+    BatchStore,
+    Message,
+    State,
+    StateInfo,
+    tool,
+)
+from orchestrator._record._group_commit import GroupCommit, GroupCommits
+from orchestrator._record._store_client import client_of
+from orchestrator.testing import FakeModel, tool_call
+from stores import AioSQLiteStore, MemoryStore, SQLiteStore
+from stores.backend import bind_state
+from tests.doubles import AsyncOnlyStore
+
+
+class BatchOnlyStore:
+    """A store that saves only in batches (`asave_many`; no `asave`), noting each batch."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+        self.batches: builtins.list[builtins.list[str]] = []
+
+    async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        self.batches.append([state.id for state in states])
+        await anyio.lowlevel.checkpoint()
+        refused: dict[int, ValueError] = {}
+        for at, state in enumerate(states):
+            try:
+                self.inner.save(state)
+            except ValueError as error:
+                refused[at] = error
+            else:
+                bind_state(state, self)
+        return refused
+
+    async def aload(self, state_id: str) -> State:
+        loaded = await self.inner.aload(state_id)
+        bind_state(loaded, self)
+        return loaded
+
+    async def alist(
+        self, *, parent_id: str | None = None, limit: int | None = None
+    ) -> builtins.list[StateInfo]:
+        return await self.inner.alist(parent_id=parent_id, limit=limit)
+
+    async def adelete(self, state_id: str) -> None:
+        await self.inner.adelete(state_id)
+
+
+class CountingAsyncOnly(AsyncOnlyStore):
+    """A store with `asave` only (no batch): counts its saves."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saves = 0
+
+    async def asave(self, state: State) -> None:
+        self.saves += 1
+        await super().asave(state)
+
+
+@tool(name="step")
+async def _step() -> str:
+    """One step."""
+    await anyio.lowlevel.checkpoint()
+    return "ok"
+
+
+async def _fan_out(store: object, children: int) -> State:
+    """A lead whose one turn starts `children` subagents of two tool turns each, saved."""
+
+    @tool
+    async def delegate(task: str) -> str:
+        """Run a child agent."""
+        model = FakeModel([tool_call("step"), tool_call("step"), "done"])
+        return str(await Agent(model, tools=[_step]).arun(task))
+
+    calls = [tool_call("delegate", task=f"part {i}") for i in range(children)]
+    state = State(id="lead", messages=[Message.user("go")])
+    agent = Agent(FakeModel([calls, "all done"]), tools=[delegate], store=cast("AsyncStore", store))
+    await agent.arun(state)
+    return state
+
+
+def test_the_batch_protocols_are_public_and_the_sql_stores_implement_them(tmp_path: Any) -> None:
+    with SQLiteStore(tmp_path / "a.db") as sqlite:
+        assert isinstance(sqlite, BatchStore)
+        assert isinstance(sqlite, AsyncBatchStore)
+    assert isinstance(AioSQLiteStore(tmp_path / "b.db"), AsyncBatchStore)
+    assert isinstance(BatchOnlyStore(), AsyncBatchStore)
+    assert not isinstance(MemoryStore(), BatchStore | AsyncBatchStore)
+
+
+@pytest.mark.anyio
+async def test_many_tasks_saving_at_once_share_one_transaction() -> None:
+    store = BatchOnlyStore()
+    client = client_of(cast("AsyncStore", store))
+
+    async def save(state: State) -> None:
+        await client.save(state)
+
+    states = [State(id=f"s{i}", messages=[Message.user(str(i))]) for i in range(100)]
+    async with anyio.create_task_group() as group:
+        for state in states:
+            group.start_soon(save, state)
+    assert len(store.batches) == 1
+    assert sorted(store.batches[0]) == sorted(state.id for state in states)
+    for state in states:
+        assert (await store.aload(state.id)).history == state.history
+
+
+@pytest.mark.anyio
+async def test_a_store_with_only_a_batch_save_runs_agents_and_their_subagents() -> None:
+    store = BatchOnlyStore()
+    lead = await _fan_out(store, 30)
+    assert lead.answer == "all done"
+    saved = await store.alist()
+    assert len(saved) == 31
+    children = await store.alist(parent_id="lead")
+    for info in children:
+        child = await store.aload(info.id)
+        assert child.answer == "done"
+    # Saves made at once went out together: fewer transactions than States saved.
+    assert len(store.batches) < sum(len(batch) for batch in store.batches)
+
+
+@pytest.mark.anyio
+async def test_a_store_with_only_asave_is_saved_one_state_at_a_time() -> None:
+    store = CountingAsyncOnly()
+    client = client_of(store)
+    assert not client.batches
+    lead = await _fan_out(store, 20)
+    assert lead.answer == "all done"
+    assert len(await store.alist()) == 21
+    assert store.saves >= 21
+    states = [State(id=f"x{i}", messages=[Message.user(str(i))]) for i in range(3)]
+    assert await client.save_many(states) == {}  # one by one, the same answer as a batch
+    assert {info.id for info in await store.alist()} >= {"x0", "x1", "x2"}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("batched", [True, False])
+async def test_a_refused_state_does_not_lose_the_others_of_its_batch(batched: bool) -> None:
+    store = BatchOnlyStore() if batched else CountingAsyncOnly()
+    client = client_of(cast("AsyncStore", store))
+    await client.save(State(id="taken", messages=[Message.user("first")]))
+    impostor = State(id="taken", messages=[Message.user("another history")])
+    good = [State(id=f"ok{i}", messages=[Message.user("x")]) for i in range(5)]
+    outcomes: dict[str, BaseException | None] = {}
+
+    async def save(state: State) -> None:
+        try:
+            await client.save(state)
+        except ValueError as error:
+            outcomes[state.id] = error
+        else:
+            outcomes[state.id] = None
+
+    async with anyio.create_task_group() as group:
+        for state in [good[0], impostor, *good[1:]]:
+            group.start_soon(save, state)
+    assert isinstance(outcomes["taken"], ValueError)
+    assert all(outcomes[state.id] is None for state in good)
+    assert (await store.aload("taken")).messages[0].text == "first"
+    for state in good:
+        assert (await store.aload(state.id)).history == state.history
+    refused = await client.save_many([good[0], impostor])  # by position, the others saved
+    assert list(refused) == [1]
+
+
+@pytest.mark.anyio
+async def test_a_store_dropped_while_its_loop_runs_is_collected() -> None:
+    store = BatchOnlyStore()
+    state = State(messages=[Message.user("hi")])
+    await client_of(cast("AsyncStore", store)).save(state)  # its group commit on this loop
+    gone = weakref.ref(store)
+    del store, state  # the State was bound to the store
+    gc.collect()
+    assert gone() is None  # the loop keeps neither the store nor its client
+
+
+def test_a_loop_that_ended_drops_its_group_commit() -> None:
+    commits = GroupCommits(BatchOnlyStore().asave_many)
+    made: builtins.list[weakref.ref[GroupCommit]] = []
+
+    async def save() -> None:
+        made.append(weakref.ref(commits.current()))
+        assert commits.current() is made[-1]()  # one per loop
+        await commits.save(State(messages=[Message.user("hi")]))
+
+    for backend in ("asyncio", "trio"):
+        anyio.run(save, backend=backend)
+    gc.collect()
+    assert len(made) == 2
+    assert [ref() for ref in made] == [None, None]
+
+
+# -- the group commit itself ------------------------------------------------------------------
+
+
+class HeldFirstBatch:
+    """A flush that notes each batch's State ids and holds the first until `release` is set.
+
+    Made inside the event loop (its events belong to it); `entered` is set when the first
+    batch is being written.
+    """
+
+    def __init__(self) -> None:
+        self.written: builtins.list[builtins.list[str]] = []
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+    async def __call__(self, states: Sequence[State]) -> dict[int, ValueError]:
+        self.written.append([s.id for s in states])
+        if len(self.written) == 1:
+            self.entered.set()
+            with anyio.CancelScope(shield=True):  # like a thread that is never abandoned
+                await self.release.wait()
+        return {}
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_writer_leaves_the_waiting_saves_to_another_writer() -> None:
+    flush = HeldFirstBatch()
+    commit = GroupCommit(flush)
+    first, second = State(id="first"), State(id="second")
+    writer = anyio.CancelScope()
+
+    async def first_save() -> None:
+        with writer:
+            await commit.save(first)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first_save)
+        await flush.entered.wait()
+        group.start_soon(commit.save, second)  # queued while the first batch is written
+        await anyio.wait_all_tasks_blocked()
+        writer.cancel()
+        flush.release.set()
+    assert flush.written == [["first"], ["second"]]
+
+
+@pytest.mark.anyio
+async def test_a_writer_cancelled_as_it_starts_still_writes_its_whole_batch() -> None:
+    # The writer's own save is cancelled just as its write starts: the other saves of its batch
+    # must not return until they are written (they once returned having written nothing).
+    written: builtins.list[builtins.list[str]] = []
+    blocking = anyio.Event()
+    release = anyio.Event()
+    writer = anyio.CancelScope()
+
+    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
+        if not written:
+            written.append([s.id for s in states])
+            blocking.set()
+            with anyio.CancelScope(shield=True):
+                await release.wait()
+            return {}
+        writer.cancel()  # the leader of the second batch is cancelled as its write starts
+        await anyio.lowlevel.checkpoint()
+        written.append([s.id for s in states])
+        return {}
+
+    commit = GroupCommit(flush)
+    returned: builtins.list[str] = []
+
+    async def lead() -> None:
+        with writer:
+            await commit.save(State(id="leader"))
+
+    async def follow() -> None:
+        await commit.save(State(id="follower"))
+        returned.append("follower")
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, State(id="first"))
+        await blocking.wait()
+        group.start_soon(lead)  # the first to join the second batch leads it
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(follow)
+        await anyio.wait_all_tasks_blocked()
+        release.set()
+    assert written == [["first"], ["leader", "follower"]]
+    assert returned == ["follower"]
+
+
+@pytest.mark.anyio
+async def test_a_leader_cancelled_while_it_waits_hands_the_batch_on() -> None:
+    flush = HeldFirstBatch()
+    commit = GroupCommit(flush)
+    leader = anyio.CancelScope()
+
+    async def lead() -> None:
+        with leader:
+            await commit.save(State(id="leader"))
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, State(id="first"))
+        await flush.entered.wait()
+        group.start_soon(lead)
+        await anyio.wait_all_tasks_blocked()
+        group.start_soon(commit.save, State(id="follower"))
+        await anyio.wait_all_tasks_blocked()
+        leader.cancel()  # it waits for its turn: the follower must take the lead
+        await anyio.wait_all_tasks_blocked()
+        flush.release.set()
+    assert flush.written[0] == ["first"]
+    assert flush.written[1][-1] == "follower"  # written, with or without the cancelled save's State
+
+
+@pytest.mark.anyio
+async def test_a_failed_transaction_fails_every_save_of_its_batch() -> None:
+    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
+        await anyio.lowlevel.checkpoint()
+        raise OSError("disk full")
+
+    commit = GroupCommit(flush)
+    failures: builtins.list[Any] = []
+
+    async def save(state: State) -> None:
+        try:
+            await commit.save(state)
+        except OSError as error:
+            failures.append(error)
+
+    async with anyio.create_task_group() as group:
+        for i in range(3):
+            group.start_soon(save, State(id=f"s{i}"))
+    assert len(failures) == 3
+
+
+@pytest.mark.anyio
+async def test_a_save_cancelled_while_its_batch_waits_is_not_written() -> None:
+    # Its batch waits behind a write: cancelled then, the State leaves the batch; a State that
+    # another save of the batch still waits for stays in it.
+    flush = HeldFirstBatch()
+    commit = GroupCommit(flush)
+    first, dropped, shared = State(id="first"), State(id="dropped"), State(id="shared")
+    cancelled = anyio.CancelScope()
+
+    async def cancelled_saves() -> None:
+        with cancelled:
+            async with anyio.create_task_group() as inner:
+                inner.start_soon(commit.save, dropped)
+                inner.start_soon(commit.save, shared)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, first)
+        await flush.entered.wait()
+        group.start_soon(cancelled_saves)
+        group.start_soon(commit.save, shared)  # waits for `shared` too, and is not cancelled
+        await anyio.wait_all_tasks_blocked()
+        cancelled.cancel()
+        await anyio.wait_all_tasks_blocked()
+        flush.release.set()
+    assert flush.written == [["first"], ["shared"]]
