@@ -23,15 +23,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from .._apps._reporting import Pacer, Reporter
-from .._base._errors import SubagentDepthError, is_interruption
+from .._base._errors import is_interruption
 from .._base._link import Link
 from .._base._logs import get_log
 from .._base._stopped import StoppedByApproval
 from .._record._history import RunStart
 from .._record._recording import (
-    add_child,
     begin_run,
-    bind_client,
     bind_schema,
     close_pending,
     end_run,
@@ -46,7 +44,7 @@ from ._execute import use_tools
 from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
 from ._saver import Saver, Writer
-from ._subagents import cut_off, depth_refused, resume_children
+from ._subagents import cut_off, depth_below, link_child, parent_call, resume_children
 
 if TYPE_CHECKING:
     from .._base._messages import ToolCall
@@ -314,36 +312,6 @@ def step(
     return within(run, action)
 
 
-def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
-    """The tool call that `state` becomes a child of: the one executing, on its first run."""
-    if frame is None or frame.call is None or frame.run.state is state:
-        return None
-    if frame.call.resume is state:
-        return frame.call  # a subagent the call started before, continued
-    return None if value_of(state).linked else frame.call
-
-
-def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext | None:
-    """The call executing here that `link` names, or None (the call is elsewhere).
-
-    Raises:
-        ValueError: `state` already hangs under another call than `link`'s.
-    """
-    value = value_of(state)
-    if value.linked and (value.parent_id, value.parent_call_id) != (link.parent_id, link.call_id):
-        raise ValueError(
-            f"State {state.id} is the child of call {value.parent_call_id!r} of State"
-            f" {value.parent_id!r}, so it cannot run linked to call {link.call_id!r} of State"
-            f" {link.parent_id!r}: give the link it was started with, or none."
-        )
-    if frame is None or frame.call is None:
-        return None
-    call = frame.call
-    if call.run.state.id == link.parent_id and call.call.id == link.call_id:
-        return call
-    return None
-
-
 async def _with_toolsets(
     function: Callable[..., Awaitable[_T]], agent: Agent, settings: Settings, *args: Any
 ) -> _T:
@@ -380,13 +348,8 @@ async def _run_agent(
     link: Link | None,
 ) -> None:
     frame = current_frame()
-    parent = _parent_of(frame, state) if link is None else _call_of_link(frame, state, link)
-    depth = 0 if parent is None else parent.run.depth + 1
-    if depth > settings.max_subagent_depth:
-        error = SubagentDepthError(depth_refused(depth, settings.max_subagent_depth))
-        if parent is not None:
-            parent.failures.append(error)  # the parent's call gets it as an error result
-        raise error
+    parent = parent_call(frame, state, link)
+    depth = depth_below(parent, settings.max_subagent_depth)
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
@@ -461,10 +424,9 @@ def _failed(run: Run, error: BaseException) -> None:
 
 
 def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
-    """Record the run's start; link its State to the tool call `parent` or `link`, if any.
+    """Record the run's start, naming the tool call `parent` or `link` it hangs under, if any.
 
-    With a `link` whose call executes elsewhere, only the State records it: the parent's call
-    lists the child itself.
+    The subagents layer then links the State to that call (`link_child`).
     """
     state, settings = run.state, run.settings
     if link is not None:
@@ -481,19 +443,4 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
         tools=tuple(settings.tools),
     )
     record_run_start(state, start)
-    if link is not None:
-        run.effect_scope = link.scope
-    if parent is None:
-        return
-    owner = parent.run.state
-    if link is None:
-        run.effect_scope = parent.next_scope()
-        parent.child_ids.append(state.id)
-    elif state.id not in parent.child_ids:
-        parent.child_ids.append(state.id)
-    run.linked_call = parent
-    parent.children.append(state)
-    add_child(owner, state)
-    if settings.store is None and store_of(state) is None and run.store is not None:
-        bind_client(state, run.store)  # so state.child(id) of a loaded parent opens it
-    run.report("on_child_start", owner, parent.call, state)
+    link_child(run, parent, link)

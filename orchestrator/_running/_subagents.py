@@ -37,10 +37,10 @@ from .._base._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from .._base._reply import Usage
 from .._base._stopped import StoppedByApproval
 from .._record._history import ToolResultEntry
-from .._record._recording import record_tool_result, value_of
+from .._record._recording import add_child, bind_client, record_tool_result, store_of, value_of
 from .._record._state import State
 from .._tooling._tools import Tool
-from ._frame import CallContext, current_frame
+from ._frame import CallContext, Frame, current_frame
 from ._runner import ChildJob, LocalRunner, Runner
 
 if TYPE_CHECKING:
@@ -50,7 +50,10 @@ if TYPE_CHECKING:
 __all__ = (
     "AgentTool",
     "cut_off",
+    "depth_below",
     "depth_refused",
+    "link_child",
+    "parent_call",
     "resume_children",
     "resumed_child",
     "trace_context",
@@ -254,6 +257,89 @@ def _check_link(parent: State, call: ToolCall, child: State) -> None:
         f" {child.parent_id!r}, call {child.parent_call_id!r}: the link was changed, so its"
         " answer is not delivered. Restore the store from a backup."
     )
+
+
+def parent_call(frame: Frame | None, state: State, link: Link | None) -> CallContext | None:
+    """The tool call executing here that a run of `state` hangs under, or None.
+
+    With a `link` (a runner's child run), the call it names when that call executes here; else
+    the call executing now, when `state` starts in it (or is the subagent it continues).
+
+    Raises:
+        ValueError: `state` already hangs under another call than `link`'s.
+    """
+    return _parent_of(frame, state) if link is None else _call_of_link(frame, state, link)
+
+
+def _parent_of(frame: Frame | None, state: State) -> CallContext | None:
+    """The tool call that `state` becomes a child of: the one executing, on its first run."""
+    if frame is None or frame.call is None or frame.run.state is state:
+        return None
+    if frame.call.resume is state:
+        return frame.call  # a subagent the call started before, continued
+    return None if value_of(state).linked else frame.call
+
+
+def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext | None:
+    """The call executing here that `link` names, or None (the call is elsewhere).
+
+    Raises:
+        ValueError: `state` already hangs under another call than `link`'s.
+    """
+    value = value_of(state)
+    if value.linked and (value.parent_id, value.parent_call_id) != (link.parent_id, link.call_id):
+        raise ValueError(
+            f"State {state.id} is the child of call {value.parent_call_id!r} of State"
+            f" {value.parent_id!r}, so it cannot run linked to call {link.call_id!r} of State"
+            f" {link.parent_id!r}: give the link it was started with, or none."
+        )
+    if frame is None or frame.call is None:
+        return None
+    call = frame.call
+    if call.run.state.id == link.parent_id and call.call.id == link.call_id:
+        return call
+    return None
+
+
+def depth_below(parent: CallContext | None, limit: int) -> int:
+    """How many subagent levels a run under `parent` is below its root run.
+
+    Raises:
+        SubagentDepthError: deeper than `limit`; the parent's call gets it as its error result.
+    """
+    depth = 0 if parent is None else parent.run.depth + 1
+    if depth > limit:
+        error = SubagentDepthError(depth_refused(depth, limit))
+        if parent is not None:
+            parent.failures.append(error)
+        raise error
+    return depth
+
+
+def link_child(run: Run, parent: CallContext | None, link: Link | None) -> None:
+    """Link the State of `run`, whose start is recorded, to the tool call `parent` or `link`.
+
+    With a `link` whose call executes elsewhere, only the State records it: the parent's call
+    lists the child itself. A child linked here joins its call's children, rolls its usage up
+    to the parent and is reported started.
+    """
+    state = run.state
+    if link is not None:
+        run.effect_scope = link.scope
+    if parent is None:
+        return
+    owner = parent.run.state
+    if link is None:
+        run.effect_scope = parent.next_scope()
+        parent.child_ids.append(state.id)
+    elif state.id not in parent.child_ids:
+        parent.child_ids.append(state.id)
+    run.linked_call = parent
+    parent.children.append(state)
+    add_child(owner, state)
+    if run.settings.store is None and store_of(state) is None and run.store is not None:
+        bind_client(state, run.store)  # so state.child(id) of a loaded parent opens it
+    run.report("on_child_start", owner, parent.call, state)
 
 
 def depth_refused(depth: int, limit: int) -> str:
