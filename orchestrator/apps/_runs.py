@@ -1,0 +1,448 @@
+"""`Runs`: agent runs as a service an app owns, each a task of the service, not of a request.
+
+``async with Runs(agents, store) as runs:`` in an app's lifespan. `start` saves the State and
+runs it in the service's task group, so a client that disconnects never cancels it; `cancel`,
+`approve` and `deny` act on it by id from any request, and a decision that leaves nothing waiting
+continues the run in the background. Every run is saved to the service's store as it goes
+(that is where `get` and `list` read it), so a run that waits for a person survives a restart:
+the decision is recorded and the run continues in the process that took it.
+
+Leaving the block cancels every run still going; each records the interruption, closes its
+pending calls and is saved before the block returns (a cancelled run saves itself, shielded).
+
+An agent is found by its name, which each run records in its history (`RunStart.agent`): the
+process that continues a run after an approval or a restart looks its agent up by that name.
+"""
+
+from __future__ import annotations
+
+import builtins
+import math
+import uuid
+from collections.abc import Mapping, Sequence
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Literal
+
+import anyio
+import anyio.abc
+
+from .._apps._approvals import aapprove, adeny, awaiting
+from .._base._errors import OrchestratorError
+from .._base._messages import Message
+from .._base._reply import Usage
+from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
+from .._record._state import State
+from .._record._storage import StateInfo, title_of
+from .._record._store_client import AnyStore, StoreClient, client_of
+from .._running._agent import Agent
+from .._running._loop import waiting_for_user
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ("DEFAULT_MAX_RUNS", "RunHandle", "RunInfo", "RunStatus", "Runs", "TooManyRunsError")
+
+DEFAULT_MAX_RUNS = 100
+"""How many runs one `Runs` service runs at once unless `max_runs` is set."""
+
+RunStatus = Literal["running", "waiting", "answered", "finished", "stopped", "idle"]
+"""Where a run is: running in this service; waiting for a person to approve or deny a call;
+answered (the model replied and waits for the user: another message continues it); finished
+(`State.finish` was called: it cannot run again); stopped for another reason (`RunInfo.stopped`
+says which: a limit, an `until`, a permission); or idle: stored and not running (never run, or
+its last run failed, was cancelled or was cut off by a crash)."""
+
+
+class TooManyRunsError(OrchestratorError):
+    """`Runs.start` was called while `max_runs` runs were running."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunInfo:
+    """What a service knows of one run: its State's stored info and whether it runs here."""
+
+    state_id: str
+    status: RunStatus
+    title: str = ""
+    turn: int = 0
+    usage: Usage = field(default_factory=Usage)
+    stopped: Stopped | None = None
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+def _status(stopped: Stopped | None, finished: bool, running: bool) -> RunStatus:
+    if running:
+        return "running"
+    if finished:
+        return "finished"
+    if isinstance(stopped, StoppedByApproval):
+        return "waiting"
+    if isinstance(stopped, StoppedByUntil) and stopped.name == waiting_for_user.__name__:
+        return "answered"
+    return "idle" if stopped is None else "stopped"
+
+
+def _info_of(info: StateInfo, running: bool) -> RunInfo:
+    return RunInfo(
+        state_id=info.id,
+        status=_status(info.stopped, info.finished, running),
+        title=info.title,
+        turn=info.turn,
+        usage=info.usage,
+        stopped=info.stopped,
+        created_at=info.created_at,
+        updated_at=info.updated_at,
+    )
+
+
+def _info_of_state(state: State, running: bool) -> RunInfo:
+    return RunInfo(
+        state_id=state.id,
+        status=_status(state.stopped, state.finished, running),
+        title=title_of(state.messages),
+        turn=state.turn,
+        usage=state.usage,
+        stopped=state.stopped,
+        created_at=state.created_at,
+        updated_at=state.updated_at,
+    )
+
+
+class _Running:
+    """One run in the service: its State, its agent, the scope that cancels it, its end."""
+
+    __slots__ = ("agent", "done", "error", "scope", "state")
+
+    def __init__(self, agent: Agent, state: State) -> None:
+        self.agent = agent
+        self.state = state
+        self.scope = anyio.CancelScope()
+        self.done = anyio.Event()
+        self.error: BaseException | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RunHandle:
+    """A run `Runs.start` started: its State's id, the live State, and the service it runs in."""
+
+    state_id: str
+    state: State
+    runs: Runs
+
+    async def wait(self) -> RunInfo:
+        """Wait until the run is no longer running in this service; its info then."""
+        return await self.runs.wait(self.state_id)
+
+    async def cancel(self) -> RunInfo:
+        """Cancel the run (see `Runs.cancel`)."""
+        return await self.runs.cancel(self.state_id)
+
+
+def _agents_by_name(agents: Mapping[str, Agent] | Sequence[Agent]) -> dict[str, Agent]:
+    if isinstance(agents, Mapping):
+        named = dict(agents)
+    else:
+        named: dict[str, Agent] = {}
+        for agent in agents:
+            if not isinstance(agent, Agent):
+                raise TypeError(f"Runs takes Agents, got {type(agent).__name__}.")
+            if agent.name is None:
+                raise ValueError(
+                    "Every agent of a Runs service needs a name (Agent(..., name='support')):"
+                    " a run records it, and the process that continues the run finds its agent"
+                    " by it."
+                )
+            if agent.name in named:
+                raise ValueError(f"Two agents are named {agent.name!r}: give each its own name.")
+            named[agent.name] = agent
+    if not named:
+        raise ValueError("Runs needs at least one agent to run.")
+    for name, agent in named.items():
+        if not isinstance(agent, Agent):
+            raise TypeError(f"Runs takes Agents, got {type(agent).__name__} for {name!r}.")
+    return named
+
+
+class Runs:
+    """The agent runs of an app: started, cancelled and decided by id, each saved as it goes.
+
+    `agents` are the agents the service runs, by name (a sequence of named agents, or a
+    mapping). Every run is saved to `store`; an agent that has its own store must use the same
+    one. At most `max_runs` run at once; `start` past that raises `TooManyRunsError`.
+
+    Example:
+        ```python
+        async with Runs([agent], store) as runs:
+            handle = await runs.start("support", "Where is my order?")
+            info = await handle.wait()
+        ```
+    """
+
+    def __init__(
+        self,
+        agents: Mapping[str, Agent] | Sequence[Agent],
+        store: AnyStore,
+        *,
+        max_runs: int = DEFAULT_MAX_RUNS,
+    ) -> None:
+        if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
+            raise ValueError(f"max_runs must be an integer >= 1, got {max_runs!r}.")
+        self._agents = _agents_by_name(agents)
+        for name, agent in self._agents.items():
+            if agent.store is not None and agent.store is not store:
+                raise ValueError(
+                    f"Agent {name!r} saves to another store than the service's: give it"
+                    " store=None (the service saves every run to its own store) or the same"
+                    " store."
+                )
+        self._client: StoreClient = client_of(store)
+        self._max_runs = max_runs
+        self._running: dict[str, _Running] = {}
+        self._deciding = anyio.Lock()
+        self._group: anyio.abc.TaskGroup | None = None
+        self._stack: AsyncExitStack | None = None
+
+    @property
+    def agents(self) -> Mapping[str, Agent]:
+        """The agents the service runs, by name."""
+        return dict(self._agents)
+
+    @property
+    def running(self) -> tuple[str, ...]:
+        """The ids of the runs running in this service now, oldest first."""
+        return tuple(self._running)
+
+    async def __aenter__(self) -> Runs:
+        if self._stack is not None:
+            raise RuntimeError("This Runs service is open already: enter it once.")
+        stack = AsyncExitStack()
+        self._group = await stack.enter_async_context(anyio.create_task_group())
+        self._stack = stack
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool | None:
+        stack, group = self._stack, self._group
+        if stack is None or group is None:
+            raise RuntimeError("This Runs service is not open: it was left already.")
+        group.cancel_scope.cancel()  # every run records the interruption and saves itself
+        try:
+            return await stack.__aexit__(kind, error, traceback)
+        finally:
+            self._stack = self._group = None
+
+    def _open_group(self) -> anyio.abc.TaskGroup:
+        if self._group is None:
+            raise RuntimeError(
+                "The Runs service is not open: use it inside `async with Runs(...) as runs:`"
+                " (an app's lifespan)."
+            )
+        return self._group
+
+    def _agent(self, name: str) -> Agent:
+        agent = self._agents.get(name)
+        if agent is None:
+            known = ", ".join(repr(known) for known in self._agents)
+            raise KeyError(f"No agent named {name!r} in this service; it runs {known}.")
+        return agent
+
+    async def start(
+        self,
+        agent: str,
+        input: str | Message | None = None,
+        *,
+        state_id: str | None = None,
+    ) -> RunHandle:
+        """Start a run of the agent named `agent` in the service; return once it is saved.
+
+        `input` is the user's message. Without `state_id` the run has a new State; with one,
+        the stored State of that id continues (`input`, if given, is added to it first), or a
+        new State gets that id. The run goes on after the caller (a request) is gone.
+
+        Raises:
+            KeyError: No agent has that name.
+            TooManyRunsError: `max_runs` runs are running.
+            ValueError: The State is running here already, is finished, or a new State has no
+                input.
+        """
+        group = self._open_group()
+        chosen = self._agent(agent)
+        if state_id is not None and state_id in self._running:
+            raise ValueError(
+                f"Run {state_id} is running already: follow it, or cancel it before starting"
+                " it again."
+            )
+        self._check_room()
+        message = _message(input)
+        if state_id is None:
+            state = State(id=uuid.uuid4().hex)
+        else:
+            try:
+                state = await self._client.load(state_id)
+            except LookupError:
+                state = State(id=state_id)
+        if state.finished:
+            raise ValueError(
+                f"Run {state.id} is finished, so it cannot run again: start a new run (with"
+                " the messages it needs) instead."
+            )
+        if message is not None:
+            state.add_message(message)
+        elif not state.messages:
+            raise ValueError(f"Run {state.id} is new: give the input the agent should answer.")
+        await self._client.save(state)  # listed, and bound: the run saves there as it goes
+        if state.id in self._running:  # started by another request while this one saved
+            raise ValueError(f"Run {state.id} is running already: follow it, or cancel it.")
+        self._check_room()
+        return self._launch(group, chosen, state)
+
+    def _check_room(self) -> None:
+        if len(self._running) >= self._max_runs:
+            raise TooManyRunsError(
+                f"{len(self._running)} runs are running, the most this service runs at once"
+                f" (max_runs={self._max_runs}): wait for one to end, cancel one, or make the"
+                " service with a higher Runs(..., max_runs=N)."
+            )
+
+    def _launch(self, group: anyio.abc.TaskGroup, agent: Agent, state: State) -> RunHandle:
+        running = _Running(agent, state)
+        self._running[state.id] = running
+        group.start_soon(self._drive, running, name=f"run {state.id}")
+        return RunHandle(state.id, state, self)
+
+    async def _drive(self, running: _Running) -> None:
+        try:
+            with running.scope:
+                await running.agent.arun(running.state)
+        except Exception as error:  # recorded in the State's history by the run itself
+            running.error = error
+        finally:
+            del self._running[running.state.id]
+            running.done.set()
+
+    async def wait(self, state_id: str) -> RunInfo:
+        """Wait until run `state_id` is not running in this service; its info then.
+
+        Raises:
+            LookupError: No run of that id is stored.
+        """
+        running = self._running.get(state_id)
+        if running is not None:
+            await running.done.wait()
+        return await self.get(state_id)
+
+    async def cancel(self, state_id: str) -> RunInfo:
+        """Cancel run `state_id` and wait until it is saved; its info then.
+
+        The run records the interruption and closes its pending calls (their tools may have
+        run: they are closed as interrupted, never re-run), as any cancelled run does.
+
+        Raises:
+            LookupError: The run is not running in this service.
+        """
+        running = self._running.get(state_id)
+        if running is None:
+            raise LookupError(
+                f"Run {state_id} is not running in this service, so there is nothing to"
+                " cancel: see its status with runs.get(state_id)."
+            )
+        running.scope.cancel()
+        await running.done.wait()
+        return await self.get(state_id)
+
+    async def approve(
+        self, state_id: str, call_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> RunInfo:
+        """Approve the waiting call `call_id` of run `state_id` (or of one of its subagents).
+
+        The decision is recorded and saved; once no call waits any more, the run continues
+        in the background, its approved calls run exactly once.
+
+        Raises:
+            LookupError: No run of that id is stored, or no call `call_id` waits in it.
+            ValueError: The run is running, or the call was denied already.
+        """
+        return await self._decide(state_id, call_id, True, by, reason)
+
+    async def deny(
+        self, state_id: str, call_id: str, *, by: str | None = None, reason: str | None = None
+    ) -> RunInfo:
+        """Deny the waiting call `call_id` of run `state_id`: the model reads the denial.
+
+        As `approve`, the run continues once no call waits.
+        """
+        return await self._decide(state_id, call_id, False, by, reason)
+
+    async def _decide(
+        self, state_id: str, call_id: str, approved: bool, by: str | None, reason: str | None
+    ) -> RunInfo:
+        group = self._open_group()
+        async with self._deciding:  # one decision at a time: each reads the one before it
+            if state_id in self._running:
+                raise ValueError(
+                    f"Run {state_id} is running: a call can be decided once the run stops to"
+                    " wait for it."
+                )
+            state = await self._client.load(state_id)
+            decide = aapprove if approved else adeny
+            await decide(state, call_id, by=by, reason=reason)
+            if awaiting(state):
+                return _info_of_state(state, running=False)
+            self._check_room()
+            self._launch(group, self._agent_of(state), state)
+            return _info_of_state(state, running=True)
+
+    def _agent_of(self, state: State) -> Agent:
+        """The agent the last run of `state` ran with, found by the name it recorded."""
+        for entry in reversed(state.history):
+            if entry.kind == "run_start":
+                name = entry.content.agent
+                if name is None:
+                    break
+                return self._agent(name)
+        raise LookupError(
+            f"Run {state.id} records no agent name, so this service cannot tell which agent"
+            " continues it: run it with agent.arun(state) yourself."
+        )
+
+    async def get(self, state_id: str) -> RunInfo:
+        """The info of run `state_id`: live if it runs here, else as stored.
+
+        Raises:
+            LookupError: No run of that id is stored.
+        """
+        running = self._running.get(state_id)
+        if running is not None:
+            return _info_of_state(running.state, running=True)
+        state = await self._client.load(state_id)
+        return _info_of_state(state, running=state_id in self._running)
+
+    async def list(self, *, limit: int | None = None) -> builtins.list[RunInfo]:
+        """The stored runs (root States, not subagents), most recently updated first."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
+            raise TypeError(f"limit must be an int or None, got {limit!r}.")
+        wanted = math.inf if limit is None else limit
+        found: builtins.list[RunInfo] = []
+        for info in await self._client.list():
+            if len(found) >= wanted:
+                break
+            if info.parent_id is None and info.damage is None:
+                found.append(_info_of(info, running=info.id in self._running))
+        return found
+
+
+def _message(input: str | Message | None) -> Message | None:
+    if input is None or isinstance(input, Message):
+        return input
+    if isinstance(input, str):
+        if not input.strip():
+            raise ValueError("The input is empty: give the text the agent should answer.")
+        return Message.user(input)
+    raise TypeError(f"input must be a str or a Message, got {type(input).__name__}.")

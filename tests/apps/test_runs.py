@@ -1,0 +1,351 @@
+"""`Runs`: runs owned by a service, started, cancelled and decided by id, saved as they go."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import (
+    Agent,
+    Message,
+    State,
+    StoppedByApproval,
+    TextBlock,
+    ToolResultBlock,
+    ToolResultEntry,
+    tool,
+)
+from orchestrator.apps import Runs, TooManyRunsError
+from orchestrator.models import Request
+from orchestrator.permissions import AllowByName, ApproveLater
+from orchestrator.testing import FakeModel, tool_call
+from stores import MemoryStore, SQLiteStore
+
+pytestmark = pytest.mark.anyio
+
+SENT: list[str] = []
+
+
+class Gate:
+    """Where a held tool call waits: `entered` once it holds, `release` to let it go."""
+
+    def __init__(self) -> None:
+        self.entered = anyio.Event()
+        self.release = anyio.Event()
+
+
+GATES: dict[str, Gate] = {}
+
+
+def _gate(key: str) -> Gate:
+    return GATES.setdefault(key, Gate())
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    SENT.clear()
+    GATES.clear()
+
+
+@tool
+def send(to: str) -> str:
+    """Send a message."""
+    SENT.append(to)
+    return f"sent to {to}"
+
+
+@tool
+async def hold(key: str) -> str:
+    """Wait until the test releases `key`."""
+    gate = _gate(key)
+    gate.entered.set()
+    await gate.release.wait()
+    return f"released {key}"
+
+
+def _answer(request: Request) -> Any:
+    """A reply from the last message: call the tool it names, else answer."""
+    last = request.messages[-1]
+    text = last.text
+    if last.role == "user" and text.startswith("hold "):
+        return tool_call("hold", key=text.removeprefix("hold "))
+    if last.role == "user" and text.startswith("mail "):
+        return [tool_call("send", to=name) for name in text.removeprefix("mail ").split()]
+    results = [block for block in last.content if isinstance(block, ToolResultBlock)]
+    if results:
+        text = " ".join(
+            part.text for block in results for part in block.content if isinstance(part, TextBlock)
+        )
+    return f"done: {text}"
+
+
+def _agent(store: Any = None, name: str = "helper") -> Agent:
+    return Agent(
+        FakeModel([_answer] * 500),
+        name=name,
+        tools=[send, hold],
+        permissions=[AllowByName("hold"), ApproveLater("send", reason="mail leaves the house")],
+        store=store,
+    )
+
+
+async def _released(key: str) -> None:
+    """Release the held tool `key`, once the run is holding in it."""
+    await _gate(key).entered.wait()
+    _gate(key).release.set()
+
+
+async def test_a_run_outlives_the_request_that_started_it() -> None:
+    store = MemoryStore()
+    started: list[str] = []
+    async with Runs([_agent()], store) as runs:
+        with anyio.CancelScope() as request:
+            started.append((await runs.start("helper", "hold a")).state_id)
+            request.cancel()  # the client disconnects
+            await anyio.sleep_forever()
+        assert runs.running == tuple(started)
+        await _released("a")
+        info = await runs.wait(started[0])
+    assert info.status == "answered"
+    loaded = store.load(started[0])
+    assert loaded.answer == "done: released a"
+    assert loaded.history[0].kind == "user"
+
+
+async def test_start_saves_the_state_before_it_returns() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "hold b")
+        assert store.load(handle.state_id).messages[0].text == "hold b"
+        assert (await runs.get(handle.state_id)).status == "running"
+        await _released("b")
+        await handle.wait()
+
+
+async def test_leaving_the_block_cancels_every_run_and_saves_it() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        first = await runs.start("helper", "hold x")
+        second = await runs.start("helper", "hold y")
+        await _gate("x").entered.wait()
+        await _gate("y").entered.wait()
+    for handle in (first, second):
+        loaded = store.load(handle.state_id)
+        (result,) = [e for e in loaded.history if isinstance(e, ToolResultEntry)]
+        assert result.outcome == "interrupted"
+        assert not loaded.pending_calls
+    async with Runs([_agent()], store) as again:
+        assert {info.status for info in await again.list()} == {"idle"}
+
+
+async def test_cancel_stops_the_run_and_returns_once_it_is_saved() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "hold c")
+        await _gate("c").entered.wait()
+        info = await runs.cancel(handle.state_id)
+        assert info.status == "idle"
+        assert runs.running == ()
+        loaded = store.load(handle.state_id)
+        assert [e.outcome for e in loaded.history if isinstance(e, ToolResultEntry)] == [
+            "interrupted"
+        ]
+        with pytest.raises(LookupError, match="not running in this service"):
+            await runs.cancel(handle.state_id)
+
+
+async def test_an_approval_continues_the_run_in_the_background() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "mail bob")
+        waiting = await handle.wait()
+        assert waiting.status == "waiting"
+        assert isinstance(waiting.stopped, StoppedByApproval)
+        (item,) = waiting.stopped.calls
+        info = await runs.approve(handle.state_id, item.call.id, by="ann", reason="fine")
+        assert info.status == "running"
+        done = await runs.wait(handle.state_id)
+    assert done.status == "answered"
+    assert SENT == ["bob"]
+
+
+async def test_a_denial_reaches_the_model_and_the_run_goes_on() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "mail eve")
+        stopped = (await handle.wait()).stopped
+        assert isinstance(stopped, StoppedByApproval)
+        await runs.deny(handle.state_id, stopped.calls[0].call.id, reason="no")
+        assert (await runs.wait(handle.state_id)).status == "answered"
+    assert SENT == []
+    (result,) = [e for e in store.load(handle.state_id).history if e.kind == "tool_result"]
+    assert result.outcome == "denied"
+
+
+async def test_the_run_continues_only_once_every_waiting_call_is_decided() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "mail ann bob")
+        stopped = (await handle.wait()).stopped
+        assert isinstance(stopped, StoppedByApproval)
+        first, second = (item.call.id for item in stopped.calls)
+        assert (await runs.approve(handle.state_id, first)).status == "waiting"
+        assert runs.running == ()
+        assert SENT == []
+        assert (await runs.approve(handle.state_id, second)).status == "running"
+        assert (await runs.wait(handle.state_id)).status == "answered"
+    assert sorted(SENT) == ["ann", "bob"]
+
+
+async def test_deciding_a_running_run_or_an_unknown_call_is_refused() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "hold d")
+        with pytest.raises(ValueError, match="is running"):
+            await runs.approve(handle.state_id, "call_1")
+        await _released("d")
+        await handle.wait()
+        with pytest.raises(KeyError, match="call_1"):
+            await runs.approve(handle.state_id, "call_1")
+        with pytest.raises(LookupError):
+            await runs.approve("no-such-run", "call_1")
+
+
+async def test_a_restarted_service_continues_a_waiting_run(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    with SQLiteStore(path) as store:
+        async with Runs([_agent()], store) as runs:
+            handle = await runs.start("helper", "mail dan")
+            stopped = (await handle.wait()).stopped
+    assert isinstance(stopped, StoppedByApproval)
+    with SQLiteStore(path) as store:  # another service, as after a restart
+        async with Runs([_agent()], store) as runs:
+            assert [info.status for info in await runs.list()] == ["waiting"]
+            await runs.approve(handle.state_id, stopped.calls[0].call.id)
+            assert (await runs.wait(handle.state_id)).status == "answered"
+    assert SENT == ["dan"]
+
+
+async def test_past_max_runs_start_says_how_to_go_on() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store, max_runs=1) as runs:
+        first = await runs.start("helper", "hold e")
+        with pytest.raises(TooManyRunsError, match=r"max_runs=1.*Runs\(\.\.\., max_runs=N\)"):
+            await runs.start("helper", "hold f")
+        await _released("e")
+        await first.wait()
+        second = await runs.start("helper", "say hi")
+        assert (await second.wait()).status == "answered"
+    assert len(store.list()) == 2  # the refused start saved nothing
+
+
+async def test_start_continues_a_stored_state_and_refuses_what_cannot_run() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "hold g", state_id="chat-1")
+        assert handle.state_id == "chat-1"
+        with pytest.raises(ValueError, match="running already"):
+            await runs.start("helper", "again", state_id="chat-1")
+        await _released("g")
+        await handle.wait()
+        more = await runs.start("helper", "say more", state_id="chat-1")  # the conversation goes on
+        assert (await more.wait()).turn == 3
+        assert store.load("chat-1").answer == "done: say more"
+        final = State(id="final", messages=[Message.user("hi")])
+        final.finish("the end")
+        store.save(final)
+        with pytest.raises(ValueError, match="finished"):
+            await runs.start("helper", "more", state_id="final")
+        with pytest.raises(ValueError, match="give the input"):
+            await runs.start("helper", state_id="new-one")
+        with pytest.raises(KeyError, match=r"No agent named 'nobody'.*'helper'"):
+            await runs.start("nobody", "hi")
+        with pytest.raises(TypeError, match="input must be a str or a Message"):
+            await runs.start("helper", 42)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="empty"):
+            await runs.start("helper", "  ")
+        resumed = await runs.start("helper", Message.user("say more"), state_id="kept")
+        assert (await resumed.wait()).status == "answered"
+
+
+async def test_list_shows_roots_newest_first_with_their_status() -> None:
+    store = MemoryStore()
+    child = _agent(name="child")
+    parent = Agent(
+        FakeModel([tool_call("child", task="say hi"), "parent done"]),
+        name="parent",
+        tools=[child.as_tool(description="Asks the child")],
+    )
+    async with Runs([_agent(), parent], store) as runs:
+        done = await runs.start("parent", "go")
+        await done.wait()
+        held = await runs.start("helper", "hold h")
+        listed = await runs.list()
+        assert [(info.state_id, info.status) for info in listed] == [
+            (held.state_id, "running"),
+            (done.state_id, "answered"),
+        ]
+        assert [info.state_id for info in await runs.list(limit=1)] == [held.state_id]
+        await _released("h")
+        await held.wait()
+    assert len(store.list()) == 3  # the child is stored, and is not a run of its own
+
+
+async def test_fifty_runs_at_once_all_finish() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handles = [await runs.start("helper", f"say {n}") for n in range(50)]
+        infos = [await handle.wait() for handle in handles]
+    assert {info.status for info in infos} == {"answered"}
+    assert sorted(store.load(h.state_id).answer for h in handles) == sorted(
+        f"done: say {n}" for n in range(50)
+    )
+
+
+async def test_outside_the_block_the_service_says_how_to_open_it() -> None:
+    runs = Runs([_agent()], MemoryStore())
+    with pytest.raises(RuntimeError, match="async with Runs"):
+        await runs.start("helper", "hi")
+    async with runs:
+        with pytest.raises(RuntimeError, match="open already"):
+            await runs.__aenter__()
+
+
+def test_agents_need_names_and_the_service_store() -> None:
+    store = MemoryStore()
+    with pytest.raises(ValueError, match="needs a name"):
+        Runs([Agent(FakeModel([]))], store)
+    with pytest.raises(ValueError, match="Two agents are named 'helper'"):
+        Runs([_agent(), _agent()], store)
+    with pytest.raises(ValueError, match="another store"):
+        Runs([_agent(store=MemoryStore())], store)
+    with pytest.raises(ValueError, match="max_runs"):
+        Runs([_agent()], store, max_runs=0)
+    with pytest.raises(ValueError, match="at least one agent"):
+        Runs([], store)
+    assert list(Runs({"a": _agent(store=store)}, store).agents) == ["a"]
+
+
+async def test_a_run_that_fails_is_idle_and_its_error_is_in_its_history() -> None:
+    store = MemoryStore()
+    agent = Agent(FakeModel([RuntimeError("the provider broke")]), name="broken")
+    async with Runs([agent], store) as runs:
+        handle = await runs.start("broken", "hi")
+        info = await handle.wait()
+    assert info.status == "idle"
+    loaded = store.load(handle.state_id)
+    assert [e.content for e in loaded.history if e.kind == "error"] == [
+        "RuntimeError: the provider broke"
+    ]
+
+
+async def test_a_state_given_to_the_store_first_runs_under_its_id() -> None:
+    store = MemoryStore()
+    store.save(State(id="seeded", messages=[Message.user("say seeded")]))
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", state_id="seeded")
+        assert (await handle.wait()).status == "answered"
+    assert store.load("seeded").answer == "done: say seeded"
