@@ -91,11 +91,14 @@ from ._record._storage import AsyncBatchStore as AsyncBatchStore
 from ._record._storage import AsyncFollowable as AsyncFollowable
 from ._record._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._record._storage import AsyncStore as AsyncStore
+from ._record._storage import AsyncTreeFollowable as AsyncTreeFollowable
 from ._record._storage import BatchStore as BatchStore
 from ._record._storage import Followable as Followable
 from ._record._storage import MemoryBackend as MemoryBackend
 from ._record._storage import StateInfo as StateInfo
 from ._record._storage import Store as Store
+from ._record._storage import TreeEntry as TreeEntry
+from ._record._storage import TreeFollowable as TreeFollowable
 from ._record._typed import SchemaSource as SchemaSource
 from ._record._typed import merge_lists as merge_lists
 from ._record._typed import replace_values as replace_values
@@ -184,6 +187,7 @@ __all__ = (
     "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
+    "AsyncTreeFollowable",
     "AuthError",
     "AwaitingCall",
     "AwaitingInfo",
@@ -265,6 +269,8 @@ __all__ = (
     "ToolSpec",
     "ToolStarted",
     "Toolset",
+    "TreeEntry",
+    "TreeFollowable",
     "Usage",
     "UserEntry",
     "ValidationError",
