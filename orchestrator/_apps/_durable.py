@@ -10,7 +10,7 @@ of the facts it records, with the same kind and payload as the live ones:
 | `run_start` | `ChildStarted` (when it links the State to a parent's tool call), `RunStarted` |
 | `model_reply` | `ModelReplied` |
 | `tool_result` | `ToolEnded` (a crash's cut-off calls too, closed ``unknown`` on load) |
-| `stop` of an approval | `ToolDeferred` for each of the State's own waiting calls, `ApprovalNeeded`, `RunEnded` |
+| approval `stop` | `ToolDeferred` per waiting call of the State, `ApprovalNeeded`, `RunEnded` |
 | `stop` of anything else | `RunEnded`, at once or at the entry that closes the turn's last call |
 | `error` in a run | `RunEnded` with the error |
 
@@ -40,7 +40,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from datetime import datetime
+from typing import TYPE_CHECKING, TypedDict
 
 from .._base._json import thaw
 from .._base._stopped import StoppedByApproval
@@ -77,7 +78,8 @@ LIVE_ONLY: frozenset[str] = frozenset({"text", "retry", "tool_start"})
 """The event kinds a history never gives: text deltas, retry notices and tool starts."""
 
 
-class EventId(NamedTuple):
+@dataclass(frozen=True, slots=True, order=True)
+class EventId:
     """Where a durable event comes from: its State, its entry's index, its place in the entry.
 
     ``str(event_id)`` is ``"state_id:index:ordinal"`` (a State id has no colon);
@@ -147,7 +149,7 @@ def durable_events(
     Raises:
         ValueError: `entry` cannot follow the entries `before` read.
     """
-    value = fold(before.value, entry, _lookup(before.value))
+    value = fold(before.value, entry, _Lookup(before.value))
     place = _Place(state_id, parent_id, parent_call_id, entry)
     running, ending = before.running, before.ending
     events: list[Event] = []
@@ -215,10 +217,6 @@ def durable_events(
     return place.number(events), Progress(value, running, ending)
 
 
-def _lookup(value: Folded) -> _Lookup:
-    return _Lookup(value)
-
-
 class _Lookup:
     """The value after the first `n` entries read: what a restore entry folds back to."""
 
@@ -229,6 +227,15 @@ class _Lookup:
 
     def __call__(self, n: int) -> Folded:
         return replay(self.value.entries[:n])
+
+
+class _Common(TypedDict):
+    """What every event of one entry has."""
+
+    at: datetime
+    state_id: str
+    parent_id: str | None
+    parent_call_id: str | None
 
 
 class _Place:
@@ -248,7 +255,7 @@ class _Place:
         self.parent_call_id = parent_call_id
         self.entry = entry
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> _Common:
         return {
             "at": self.entry.at,
             "state_id": self.state_id,
@@ -325,7 +332,5 @@ class HistoryEvents:
 
 def history_events(state: State) -> list[DurableEvent]:
     """The durable events of `state`'s whole history (a live State or one a store loaded)."""
-    reader = HistoryEvents(
-        state.id, parent_id=state.parent_id, parent_call_id=state.parent_call_id
-    )
+    reader = HistoryEvents(state.id, parent_id=state.parent_id, parent_call_id=state.parent_call_id)
     return reader.read_all(state.history)

@@ -19,7 +19,17 @@ from typing import Any
 import anyio
 import pytest
 
-from orchestrator import Agent, Event, Message, State, ToolError, aapprove, tool
+from orchestrator import (
+    EVENT_ADAPTER,
+    Agent,
+    Event,
+    Message,
+    State,
+    StoppedByApproval,
+    ToolError,
+    aapprove,
+    tool,
+)
 from orchestrator._apps._durable import (
     LIVE_ONLY,
     EventId,
@@ -187,8 +197,8 @@ async def test_a_subagent_waiting_for_approval() -> None:
     assert _durable(_tree(store, "deep")) == _by_state(first)
     loaded = store.load("deep")
     stopped = loaded.stopped
-    assert stopped is not None and stopped.kind == "approval"
-    await aapprove(loaded, stopped.calls[0].call.id)  # type: ignore[attr-defined]
+    assert isinstance(stopped, StoppedByApproval)
+    await aapprove(loaded, stopped.calls[0].call.id)
     second = await _live(root, loaded)
     assert _durable(_tree(store, "deep")) == _by_state(first + second)
 
@@ -220,7 +230,7 @@ async def test_a_cancelled_run() -> None:
     events = durable["cancelled"]
     assert [event["kind"] for event in events][-2:] == ["tool_end", "run_end"]
     assert events[-2]["outcome"] == "interrupted"
-    assert events[-1]["error"] is not None and "interrupted" in events[-1]["error"]
+    assert "interrupted" in events[-1]["error"]
     expected = _by_state(live)["cancelled"]
     assert events[: len(expected)] == expected
 
@@ -231,10 +241,14 @@ async def test_a_failed_run_ends_with_the_same_error() -> None:
     agent = agent.copy(tools=[look], store=store)
     state = State(id="failed", messages=[Message.user("go")])
     live: list[Event] = []
-    with pytest.raises(RuntimeError, match="model down"):
+
+    async def follow() -> None:
         async with agent.events(state) as events:
             async for event in events:
                 live.append(event)
+
+    with pytest.raises(RuntimeError, match="model down"):
+        await follow()
     durable = _durable(_tree(store, "failed"))
     assert durable == _by_state(live)
     assert durable["failed"][-1]["error"] == "RuntimeError: model down"
@@ -276,9 +290,7 @@ anyio.run(main)
 
 
 async def test_a_crashed_run_recovered_and_resumed(tmp_path: Path) -> None:
-    from orchestrator import EVENT_ADAPTER
-
-    done = subprocess.run(
+    done = subprocess.run(  # noqa: ASYNC221 - the test waits for the crash, nothing else runs
         [sys.executable, "-c", textwrap.dedent(CRASH), str(tmp_path)],
         cwd=ROOT,
         capture_output=True,
@@ -297,9 +309,9 @@ async def test_a_crashed_run_recovered_and_resumed(tmp_path: Path) -> None:
     unknown = [event for event in durable if event.get("outcome") == "unknown"]
     assert [event["name"] for event in unknown] == ["deploy"]
     # The recovery's result is in no live stream: the process that ran the call had died.
-    assert [event for event in durable if event not in unknown] == _by_state(
-        crashed + resumed
-    )["crashed"]
+    assert [event for event in durable if event not in unknown] == _by_state(crashed + resumed)[
+        "crashed"
+    ]
 
 
 async def test_a_reload_gives_equal_events_with_the_recorded_times() -> None:
