@@ -31,7 +31,7 @@ is a new stream.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
 from typing import Any
 
 from .. import (
@@ -301,15 +301,23 @@ DONE = b"data: [DONE]\n\n"
 async def vercel_chunks(
     events: AsyncIterable[Event], *, message_id: str | None = None, root_id: str | None = None
 ) -> AsyncIterator[Chunk]:
-    """The UI message stream chunks of `events`, up to the end of the root's run."""
+    """The UI message stream chunks of `events`, up to the end of the root's run.
+
+    An async generator of events left unread past that end is closed here.
+    """
     stream = VercelStream(message_id=message_id, root_id=root_id)
-    async for event in events:
-        for chunk in stream.feed(event):
+    iterator = aiter(events)
+    try:
+        async for event in iterator:
+            for chunk in stream.feed(event):
+                yield chunk
+            if stream.done:
+                return
+        for chunk in stream.end():
             yield chunk
-        if stream.done:
-            return
-    for chunk in stream.end():
-        yield chunk
+    finally:
+        if isinstance(iterator, AsyncGenerator):
+            await iterator.aclose()
 
 
 async def vercel_sse(
