@@ -38,6 +38,7 @@ events: a cursor that names one event and survives restarts.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
@@ -74,6 +75,8 @@ __all__ = (
     "history_events",
 )
 
+_EVENT_ID = re.compile(r"([A-Za-z0-9_-]{1,128}):([0-9]+):([0-9]+)")
+
 LIVE_ONLY: frozenset[str] = frozenset({"text", "retry", "tool_start"})
 """The event kinds a history never gives: text deltas, retry notices and tool starts."""
 
@@ -100,9 +103,9 @@ class EventId:
         Raises:
             ValueError: `text` is not ``"state_id:index:ordinal"`` with two integers >= 0.
         """
-        parts = text.split(":")
-        if len(parts) == 3 and parts[0] and parts[1].isdigit() and parts[2].isdigit():
-            return cls(parts[0], int(parts[1]), int(parts[2]))
+        match = _EVENT_ID.fullmatch(text)
+        if match is not None:
+            return cls(match[1], int(match[2]), int(match[3]))
         raise ValueError(
             f"{text!r} is not an event id: it reads 'state_id:index:ordinal', e.g. 'a1b2:7:0'."
         )
@@ -116,7 +119,7 @@ class DurableEvent:
     event: Event
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class Progress:
     """What a State's entries read so far leave for the next one: its value and its run.
 

@@ -24,9 +24,12 @@ from orchestrator import (
     Agent,
     Event,
     Message,
+    Reporter,
     State,
     StoppedByApproval,
+    ToolCall,
     ToolError,
+    ToolResultEntry,
     aapprove,
     tool,
 )
@@ -203,6 +206,43 @@ async def test_a_subagent_waiting_for_approval() -> None:
     assert _durable(_tree(store, "deep")) == _by_state(first + second)
 
 
+async def test_a_finish_inside_a_turn_ends_the_run_once_the_turn_is_closed() -> None:
+    finishing = anyio.Event()
+
+    @tool
+    def done(answer: str, state: State) -> str:
+        """Give the answer."""
+        state.finish(answer)
+        return "finished"
+
+    @tool
+    async def slow() -> str:
+        """Finish after `done`."""
+        await finishing.wait()
+        return "slow result"
+
+    class _Watch(Reporter):
+        def on_tool_end(self, state: State, call: ToolCall, entry: ToolResultEntry) -> None:
+            if call.name == "done":
+                finishing.set()
+
+    store = MemoryStore()
+    calls = [tool_call("slow"), tool_call("done", answer="42")]
+    agent = Agent(FakeModel([calls]), tools=[slow, done], store=store, reporter=_Watch())
+    state = State(id="finish", messages=[Message.user("go")])
+    live = await _live(agent, state)
+    durable = _durable(_tree(store, "finish"))
+    assert durable == _by_state(live)
+    kinds = [event["kind"] for event in durable["finish"]]
+    assert kinds == ["run_start", "model_reply", "tool_end", "tool_end", "run_end"]
+    assert [event.get("name") for event in durable["finish"][2:4]] == ["done", "slow"]
+    assert durable["finish"][-1]["answer"] == "42"
+    assert durable["finish"][-1]["stop_kind"] == "finish"
+    stop = next(entry.seq for entry in state.history if entry.kind == "stop")
+    ended = history_events(state)[-1].id
+    assert ended.index > stop  # at the last result of the turn, not at the stop
+
+
 async def test_a_cancelled_run() -> None:
     started = anyio.Event()
 
@@ -353,6 +393,6 @@ async def test_the_reader_and_the_pure_function_agree() -> None:
 def test_event_ids_parse_back_and_refuse_other_text() -> None:
     assert str(EventId("a_b-1", 3, 0)) == "a_b-1:3:0"
     assert EventId.parse("a_b-1:3:0") == EventId("a_b-1", 3, 0)
-    for bad in ("", "a:1", "a:-1:0", ":1:0", "a:1:x", "a:1:0:0"):
+    for bad in ("", "a:1", "a:-1:0", ":1:0", "a:1:x", "a:1:0:0", "a b:1:0", "a:1:0\n"):
         with pytest.raises(ValueError, match="event id"):
             EventId.parse(bad)
