@@ -20,6 +20,8 @@ from orchestrator.testing import tool_call
 PACKAGES = (
     "orchestrator",
     "orchestrator.apps",
+    "orchestrator.apps.agui",
+    "orchestrator.apps.vercel",
     "orchestrator.mcp",
     "orchestrator.models",
     "orchestrator.otel",

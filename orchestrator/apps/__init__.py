@@ -1,9 +1,20 @@
-"""Agents in apps: runs as a service an app owns (`Runs`).
+"""Apps: runs as a service, and the UI protocols they speak.
 
 ``async with Runs(agents, store) as runs:`` in an app's lifespan starts, cancels and decides
-runs by id; each run is a task of the service, saved as it goes.
+runs by id; each run is a task of the service, saved as it goes. Durable events (the events a
+stored history stands for, with ids a reconnect can name) are here too. The protocol adapters
+are modules of their own, imported by name: `orchestrator.apps.agui` (AG-UI, needs
+``pip install 'orchestrator[apps]'``) and `orchestrator.apps.vercel` (the Vercel AI SDK UI
+message stream).
 """
 
+from .._apps._durable import LIVE_ONLY as LIVE_ONLY
+from .._apps._durable import DurableEvent as DurableEvent
+from .._apps._durable import EventId as EventId
+from .._apps._durable import HistoryEvents as HistoryEvents
+from .._apps._durable import Progress as Progress
+from .._apps._durable import durable_events as durable_events
+from .._apps._durable import history_events as history_events
 from ._runs import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
 from ._runs import RunHandle as RunHandle
 from ._runs import RunInfo as RunInfo
@@ -11,4 +22,18 @@ from ._runs import Runs as Runs
 from ._runs import RunStatus as RunStatus
 from ._runs import TooManyRunsError as TooManyRunsError
 
-__all__ = ("DEFAULT_MAX_RUNS", "RunHandle", "RunInfo", "RunStatus", "Runs", "TooManyRunsError")
+__all__ = (
+    "DEFAULT_MAX_RUNS",
+    "LIVE_ONLY",
+    "DurableEvent",
+    "EventId",
+    "HistoryEvents",
+    "Progress",
+    "RunHandle",
+    "RunInfo",
+    "RunStatus",
+    "Runs",
+    "TooManyRunsError",
+    "durable_events",
+    "history_events",
+)
