@@ -123,6 +123,7 @@ class TextDelta(_EventBase):
 
     kind: Literal["text"] = "text"
     text: str
+    turn: int = 0  # the State's turn: the model request whose reply this text is part of
 
 
 class ModelReplied(_EventBase):
@@ -431,6 +432,7 @@ class _Sink(Reporter):
                 parent_id=state.parent_id,
                 parent_call_id=state.parent_call_id,
                 text=chunk,
+                turn=state.turn,
             )
         )
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import builtins
 import math
+import secrets
 import uuid
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,12 +31,14 @@ import anyio
 import anyio.abc
 
 from .._apps._approvals import aapprove, adeny, awaiting
+from .._apps._durable import HistoryEvents
+from .._apps._events import Event, TextDelta
 from .._base._errors import OrchestratorError
 from .._base._messages import Message
 from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
 from .._record._state import State
-from .._record._storage import StateInfo, title_of
+from .._record._storage import AsyncTreeFollowable, StateInfo, TreeEntry, title_of
 from .._record._store_client import AnyStore, StoreClient, client_of
 from .._running._agent import Agent
 from .._running._loop import waiting_for_user
@@ -42,7 +46,15 @@ from .._running._loop import waiting_for_user
 if TYPE_CHECKING:
     from types import TracebackType
 
-__all__ = ("DEFAULT_MAX_RUNS", "RunHandle", "RunInfo", "RunStatus", "Runs", "TooManyRunsError")
+__all__ = (
+    "DEFAULT_MAX_RUNS",
+    "Followed",
+    "RunHandle",
+    "RunInfo",
+    "RunStatus",
+    "Runs",
+    "TooManyRunsError",
+)
 
 DEFAULT_MAX_RUNS = 100
 """How many runs one `Runs` service runs at once unless `max_runs` is set."""
@@ -112,9 +124,15 @@ def _info_of_state(state: State, running: bool) -> RunInfo:
 
 
 class _Running:
-    """One run in the service: its State, its agent, the scope that cancels it, its end."""
+    """One run in the service: its State, its agent, the scope that cancels it, its end.
 
-    __slots__ = ("agent", "done", "error", "scope", "state")
+    It keeps the text deltas of its tree's replies still streaming (`deltas`, each numbered by
+    `seq`), the live part a follower adds to the stored events; a reply's deltas go once the
+    reply is recorded, as it is then stored whole. `changed` is set (and replaced) on each new
+    delta and at the run's end, to wake followers.
+    """
+
+    __slots__ = ("agent", "changed", "deltas", "done", "error", "scope", "seq", "state")
 
     def __init__(self, agent: Agent, state: State) -> None:
         self.agent = agent
@@ -122,6 +140,23 @@ class _Running:
         self.scope = anyio.CancelScope()
         self.done = anyio.Event()
         self.error: BaseException | None = None
+        self.deltas: builtins.list[tuple[int, TextDelta]] = []
+        self.seq = 0
+        self.changed = anyio.Event()
+
+    def take(self, event: Event) -> None:
+        """Keep what followers need of a live event of the run."""
+        if event.kind == "text":
+            self.seq += 1
+            self.deltas.append((self.seq, event))
+            self.wake()
+        elif event.kind == "model_reply":
+            replied = event.state_id
+            self.deltas = [item for item in self.deltas if item[1].state_id != replied]
+
+    def wake(self) -> None:
+        changed, self.changed = self.changed, anyio.Event()
+        changed.set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +238,8 @@ class Runs:
         self._running: dict[str, _Running] = {}
         self._deciding = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
+        self._boot = secrets.token_hex(4)
+        """Names this service's live text in event ids (another service's seq means nothing)."""
         self._stack: AsyncExitStack | None = None
 
     @property
@@ -320,12 +357,15 @@ class Runs:
     async def _drive(self, running: _Running) -> None:
         try:
             with running.scope:
-                await running.agent.arun(running.state)
+                async with running.agent.events(running.state) as events:
+                    async for event in events:
+                        running.take(event)
         except Exception as error:  # recorded in the State's history by the run itself
             running.error = error
         finally:
             del self._running[running.state.id]
             running.done.set()
+            running.wake()
 
     async def wait(self, state_id: str) -> RunInfo:
         """Wait until run `state_id` is not running in this service; its info then.
@@ -412,6 +452,40 @@ class Runs:
             " continues it: run it with agent.arun(state) yourself."
         )
 
+    def follow(self, state_id: str, *, after: str | None = None) -> AsyncIterator[Followed]:
+        """The events of run `state_id` and all its subagents: what is stored, then live.
+
+        Each comes with an `id`; ``after=`` the id of the last event a client saw (an SSE
+        ``Last-Event-ID``) continues exactly after it: nothing lost, nothing twice. The events
+        that runs record (starts, replies, tool results, approvals, ends; `DurableEvent`) come
+        from the store, in the order the saves committed, so any process that shares the store
+        follows a run the same way, also after a restart. Text as it streams (`TextDelta`) comes
+        only from the service running the run, while the reply streams; the reply's whole text
+        always comes in its `ModelReplied`. Iteration ends once the run has ended and is not
+        running in this service; a run running elsewhere is followed until its end is stored.
+
+        Use it in ``async for``; errors come at the first step. Leaving the loop early needs
+        no cleanup.
+
+        Raises:
+            TypeError: The store cannot follow a tree of States (`AsyncTreeFollowable`).
+            LookupError: No run of that id is stored.
+            ValueError: `state_id` is a subagent (follow its root run), or `after` is not an
+                event id of this run.
+        """
+        return _Following(self._tree_feed, self._running.get, self._boot, state_id, after)
+
+    def _tree_feed(self) -> AsyncTreeFollowable:
+        """The store, as a feed of trees of States."""
+        store = self._client.store
+        if isinstance(store, AsyncTreeFollowable):
+            return store
+        raise TypeError(
+            f"{type(store).__name__} cannot follow a tree of States (it has no"
+            " `await_tree_entries`): follow runs with a store that can, such as SQLiteStore,"
+            " AioSQLiteStore, PostgresStore or MemoryStore."
+        )
+
     async def get(self, state_id: str) -> RunInfo:
         """The info of run `state_id`: live if it runs here, else as stored.
 
@@ -436,6 +510,213 @@ class Runs:
             if info.parent_id is None and info.damage is None:
                 found.append(_info_of(info, running=info.id in self._running))
         return found
+
+
+_PAGE = 500  # entries read at once when a follower catches up
+
+
+@dataclass(frozen=True, slots=True)
+class Followed:
+    """One event of a followed run, with the id that continues after it (`Runs.follow`)."""
+
+    id: str
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class _Resume:
+    """Where a follower continues: after event `ordinal` of the entry at `cursor`.
+
+    And after the live text delta `seq`, when the id came from this service (`boot`).
+    """
+
+    cursor: str | None = None
+    ordinal: int = -1
+    seq: int = 0
+
+    @classmethod
+    def parse(cls, after: str | None, boot: str) -> _Resume:
+        """Read an event id `Runs.follow` gave (``cursor/ordinal``, then ``~boot.seq`` for text).
+
+        Raises:
+            ValueError: `after` is not such an id.
+        """
+        if after is None:
+            return cls()
+        if not isinstance(after, str):
+            raise TypeError(f"after must be an event id (str) or None, got {after!r}.")
+        durable, tilde, live = after.partition("~")
+        cursor, slash, ordinal = durable.rpartition("/")
+        seen_boot, dot, seq = live.partition(".")
+        durable_ok = durable == "" or (bool(cursor) and slash == "/" and ordinal.isdigit())
+        live_ok = not tilde or (dot == "." and seq.isdigit() and bool(seen_boot))
+        if not (durable_ok and live_ok and (durable or tilde)):
+            raise ValueError(
+                f"{after!r} is not an event id of Runs.follow: pass the `id` of an event it"
+                " gave (an SSE Last-Event-ID), or None to start at the beginning."
+            )
+        return cls(
+            cursor or None,
+            int(ordinal) if durable else -1,
+            int(seq) if tilde and seen_boot == boot else 0,
+        )
+
+
+class _Follower:
+    """One follower's reading of a tree's feed: each State's durable events, and where it is."""
+
+    def __init__(self, root: str, start: _Resume) -> None:
+        self.root = root
+        self.start = start
+        self.skipping = start.cursor is not None
+        self.readers: dict[str, HistoryEvents] = {}
+        self.replied: dict[str, int] = {}  # by State: the turn of the last reply read
+        self.last = ""  # the id of the last durable event given
+        self.seq = start.seq
+        self.ended = False  # the root's last run has ended
+
+    def read(self, item: TreeEntry) -> builtins.list[Followed]:
+        """The events of the feed's next entry a client has not seen yet."""
+        entry = item.entry
+        reader = self.readers.get(item.state_id)
+        if reader is None:
+            reader = self.readers[item.state_id] = HistoryEvents(item.state_id)
+        if entry.kind == "run_start" and reader.parent_id is None:
+            reader.parent_id = entry.content.parent_id
+            reader.parent_call_id = entry.content.parent_call_id
+        elif entry.kind == "model_reply":
+            self.replied[item.state_id] = entry.turn
+        given: builtins.list[Followed] = []
+        for durable in reader.read(entry):
+            event = durable.event
+            if item.state_id == self.root and event.kind in ("run_start", "run_end"):
+                self.ended = event.kind == "run_end"
+            if self.skipping:
+                if item.cursor == self.start.cursor and durable.id.ordinal >= self.start.ordinal:
+                    self.skipping = False
+                continue
+            self.last = f"{item.cursor}/{durable.id.ordinal}"
+            given.append(Followed(self.last, event))
+        if self.skipping and item.cursor == self.start.cursor:
+            self.skipping = False  # the client saw every event of its last entry
+        return given
+
+    def check_found(self, after: str | None) -> None:
+        if self.skipping:
+            raise ValueError(
+                f"{after!r} is not an event id of run {self.root}: pass the id of an event"
+                " this run's follow gave, or None to start at the beginning."
+            )
+
+    def live(self, running: _Running, boot: str) -> builtins.list[Followed]:
+        """The text deltas of replies still streaming that this client has not seen."""
+        given: builtins.list[Followed] = []
+        for seq, delta in running.deltas:
+            if seq <= self.seq or delta.turn <= self.replied.get(delta.state_id, 0):
+                continue
+            self.seq = seq
+            given.append(Followed(f"{self.last}~{boot}.{seq}", delta))
+        return given
+
+
+class _Following:
+    """`Runs.follow`'s iterator: pages of the tree's feed, then live text, then a wait.
+
+    A plain iterator, not an async generator, so a client that stops early leaves nothing
+    to close: between steps it holds no task group and no open wait.
+    """
+
+    def __init__(
+        self,
+        tree_feed: Callable[[], AsyncTreeFollowable],
+        run_here: Callable[[str], _Running | None],
+        boot: str,
+        state_id: str,
+        after: str | None,
+    ) -> None:
+        self._tree_feed = tree_feed
+        self._run_here = run_here
+        self._boot = boot
+        self._state_id = state_id
+        self._after = after
+        self._feed: AsyncTreeFollowable | None = None
+        self._follower: _Follower | None = None
+        self._cursor: str | None = None
+        self._pending: deque[Followed] = deque()
+        self._ended = False
+
+    def __aiter__(self) -> _Following:
+        return self
+
+    async def __anext__(self) -> Followed:
+        while not self._pending:
+            if self._ended:
+                raise StopAsyncIteration
+            await self._step()
+        return self._pending.popleft()
+
+    async def _begin(self) -> tuple[AsyncTreeFollowable, _Follower]:
+        feed = self._tree_feed()
+        root = await feed.aroot_of(self._state_id)
+        if root != self._state_id:
+            raise ValueError(
+                f"State {self._state_id} is a subagent of run {root}: follow run {root}; its"
+                " events cover every subagent (each names its state_id and parent_id)."
+            )
+        start = _Resume.parse(self._after, self._boot)
+        if start.cursor is not None:
+            await feed.atree_entries(root, after=start.cursor, limit=1)  # refuses a bad cursor
+        self._feed, self._follower = feed, _Follower(root, start)
+        return feed, self._follower
+
+    async def _step(self) -> None:
+        """Add what comes next to `_pending`, waiting for it if need be; or end."""
+        if self._feed is None or self._follower is None:
+            feed, follower = await self._begin()
+        else:
+            feed, follower = self._feed, self._follower
+        root = follower.root
+        page = await feed.atree_entries(root, after=self._cursor, limit=_PAGE)
+        if page:
+            for item in page:
+                self._pending.extend(follower.read(item))
+                self._cursor = item.cursor
+            return
+        follower.check_found(self._after)
+        running = self._run_here(root)
+        changed: anyio.Event | None = None
+        if running is not None:
+            self._pending.extend(follower.live(running, self._boot))
+            if not running.done.is_set():
+                changed = running.changed
+        if self._pending:
+            return
+        if changed is None and follower.ended:
+            self._ended = True
+            return
+        await _either(_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
+
+
+def _awaiter(
+    feed: AsyncTreeFollowable, root: str, cursor: str | None
+) -> Callable[[], Awaitable[object]]:
+    """A wait for the tree of `root` to have entries after `cursor`."""
+    return lambda: feed.await_tree_entries(root, after=cursor, limit=1)
+
+
+async def _either(
+    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]] | None
+) -> None:
+    """Wait until `first()` or `second()` (if any) returns; the other is cancelled."""
+    async with anyio.create_task_group() as group:
+
+        async def wait(function: Callable[[], Awaitable[object]]) -> None:
+            await function()
+            group.cancel_scope.cancel()
+
+        group.start_soon(wait, first)
+        if second is not None:
+            group.start_soon(wait, second)
 
 
 def _message(input: str | Message | None) -> Message | None:

@@ -11,18 +11,22 @@ import pytest
 from orchestrator import (
     Agent,
     Message,
+    ModelReplied,
+    Reply,
     State,
     StoppedByApproval,
     TextBlock,
+    TextDelta,
     ToolResultBlock,
     ToolResultEntry,
+    Usage,
     tool,
 )
-from orchestrator.apps import Runs, TooManyRunsError
-from orchestrator.models import Request
+from orchestrator.apps import Followed, Runs, TooManyRunsError
+from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AllowByName, ApproveLater
 from orchestrator.testing import FakeModel, tool_call
-from stores import MemoryStore, SQLiteStore
+from stores import FileStore, MemoryStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -349,3 +353,149 @@ async def test_a_state_given_to_the_store_first_runs_under_its_id() -> None:
         handle = await runs.start("helper", state_id="seeded")
         assert (await handle.wait()).status == "answered"
     assert store.load("seeded").answer == "done: say seeded"
+
+
+class StreamingModel:
+    """A model that streams its reply in two chunks and waits between them for the test."""
+
+    def __init__(self) -> None:
+        self.between = Gate()
+
+    @property
+    def name(self) -> str:
+        return "streaming"
+
+    @property
+    def context_window(self) -> int | None:
+        return None
+
+    async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
+        assert on_text is not None
+        on_text("Hello, ")
+        self.between.entered.set()
+        await self.between.release.wait()
+        on_text("world.")
+        return Reply(message=Message.assistant("Hello, world."), usage=Usage(requests=1))
+
+
+async def _all(runs: Runs, state_id: str, after: str | None = None) -> list[Followed]:
+    return [item async for item in runs.follow(state_id, after=after)]
+
+
+def _tree_agent() -> Agent:
+    child = Agent(FakeModel([_answer] * 50), name="child", tools=[send])
+    return Agent(
+        FakeModel([tool_call("child", task="say hi"), "parent done"]),
+        name="parent",
+        tools=[child.as_tool(description="Asks the child")],
+    )
+
+
+async def test_follow_gives_the_whole_tree_in_order_and_ends_with_the_run() -> None:
+    store = MemoryStore()
+    async with Runs([_tree_agent()], store) as runs:
+        handle = await runs.start("parent", "go")
+        followed = await _all(runs, handle.state_id)
+    kinds = [(item.event.kind, item.event.state_id == handle.state_id) for item in followed]
+    assert kinds[0] == ("run_start", True)
+    assert kinds[-1] == ("run_end", True)
+    assert ("child_start", False) in kinds
+    assert ("run_end", False) in kinds
+    child_events = [item.event for item in followed if item.event.state_id != handle.state_id]
+    assert {event.parent_id for event in child_events} == {handle.state_id}
+    assert len({item.id for item in followed}) == len(followed)
+
+
+async def test_follow_after_any_event_gives_exactly_the_rest() -> None:
+    store = MemoryStore()
+    async with Runs([_tree_agent()], store) as runs:
+        handle = await runs.start("parent", "go")
+        await handle.wait()
+        every = await _all(runs, handle.state_id)
+        for at, item in enumerate(every):
+            rest = await _all(runs, handle.state_id, after=item.id)
+            assert [followed.id for followed in rest] == [
+                followed.id for followed in every[at + 1 :]
+            ]
+            assert [followed.event for followed in rest] == [f.event for f in every[at + 1 :]]
+
+
+async def test_a_follower_sees_text_while_it_streams_and_reconnects_exactly() -> None:
+    store = MemoryStore()
+    model = StreamingModel()
+    agent = Agent(model, name="talker")
+    async with Runs([agent], store) as runs:
+        handle = await runs.start("talker", "hi")
+        await model.between.entered.wait()
+        seen: list[Followed] = []
+        async for item in runs.follow(handle.state_id):
+            seen.append(item)
+            if item.event.kind == "text":
+                break  # the client drops while the reply streams
+        assert [item.event.kind for item in seen] == ["run_start", "text"]
+        first_text = seen[-1]
+        assert isinstance(first_text.event, TextDelta)
+        assert first_text.event.text == "Hello, "
+        model.between.release.set()
+        rest = await _all(runs, handle.state_id, after=first_text.id)
+    kinds = [item.event.kind for item in rest]
+    # The second chunk, unless the reply was recorded first: its whole text is in model_reply.
+    assert kinds[0] in ("text", "model_reply")
+    texts = [item.event.text for item in rest if isinstance(item.event, TextDelta)]
+    assert texts in ([], ["world."])  # never "Hello, " again
+    (reply,) = [item.event for item in rest if item.event.kind == "model_reply"]
+    assert isinstance(reply, ModelReplied)
+    assert reply.text == "Hello, world."
+    assert kinds[-2:] == ["model_reply", "run_end"]
+    assert "run_start" not in kinds
+
+
+async def test_a_follower_of_a_finished_run_gets_no_text_deltas_only_the_reply() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "say x")
+        await handle.wait()
+        kinds = [item.event.kind for item in await _all(runs, handle.state_id)]
+    assert kinds == ["run_start", "model_reply", "run_end"]
+
+
+async def test_another_service_on_the_store_follows_a_run_until_its_end_is_stored(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "shared.db"
+    with SQLiteStore(path) as store_a, SQLiteStore(path) as store_b:
+        async with Runs([_agent()], store_a) as owner, Runs([_agent()], store_b) as other:
+            handle = await owner.start("helper", "hold z")
+            await _gate("z").entered.wait()
+            seen: list[str] = []
+
+            async def follow_elsewhere() -> None:
+                async for item in other.follow(handle.state_id):
+                    seen.append(item.event.kind)
+
+            async with anyio.create_task_group() as group:
+                group.start_soon(follow_elsewhere)
+                _gate("z").release.set()
+    assert seen == ["run_start", "model_reply", "tool_end", "model_reply", "run_end"]
+
+
+async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
+    tmp_path: Path,
+) -> None:
+    store = MemoryStore()
+    async with Runs([_tree_agent()], store) as runs:
+        handle = await runs.start("parent", "go")
+        every = await _all(runs, handle.state_id)
+        child_id = next(i.event.state_id for i in every if i.event.state_id != handle.state_id)
+        with pytest.raises(ValueError, match="follow run"):
+            await _all(runs, child_id)
+        with pytest.raises(ValueError, match="not an event id"):
+            await _all(runs, handle.state_id, after="nonsense")
+        with pytest.raises(ValueError, match="cursor"):
+            await _all(runs, handle.state_id, after="sqlite:1/0")
+        with pytest.raises(LookupError):
+            await _all(runs, "no-such-run")
+    with FileStore(tmp_path / "files") as files:
+        async with Runs([_agent()], files) as runs:
+            with pytest.raises(TypeError, match="cannot follow a tree"):
+                await _all(runs, "anything")
