@@ -17,6 +17,7 @@ from .._apps._durable import durable_events as durable_events
 from .._apps._durable import history_events as history_events
 from ._runs import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
 from ._runs import Followed as Followed
+from ._runs import Following as Following
 from ._runs import RunHandle as RunHandle
 from ._runs import RunInfo as RunInfo
 from ._runs import Runs as Runs
@@ -29,6 +30,7 @@ __all__ = (
     "DurableEvent",
     "EventId",
     "Followed",
+    "Following",
     "HistoryEvents",
     "Progress",
     "RunHandle",

@@ -21,7 +21,7 @@ import math
 import secrets
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_MAX_RUNS",
     "Followed",
+    "Following",
     "RunHandle",
     "RunInfo",
     "RunStatus",
@@ -83,6 +84,9 @@ class RunInfo:
     stopped: Stopped | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    entries: int = 0
+    """How many entries the State's history holds: ``follow(..., since=entries)`` gives the
+    events of what runs from here on."""
 
 
 def _status(stopped: Stopped | None, finished: bool, running: bool) -> RunStatus:
@@ -107,6 +111,7 @@ def _info_of(info: StateInfo, running: bool) -> RunInfo:
         stopped=info.stopped,
         created_at=info.created_at,
         updated_at=info.updated_at,
+        entries=info.entries,
     )
 
 
@@ -120,6 +125,7 @@ def _info_of_state(state: State, running: bool) -> RunInfo:
         stopped=state.stopped,
         created_at=state.created_at,
         updated_at=state.updated_at,
+        entries=len(state.history),
     )
 
 
@@ -161,11 +167,20 @@ class _Running:
 
 @dataclass(frozen=True, slots=True)
 class RunHandle:
-    """A run `Runs.start` started: its State's id, the live State, and the service it runs in."""
+    """A run `Runs.start` started: its State's id, the live State, and the service it runs in.
+
+    `since` is where the run begins in its State's history (the index of the input it was
+    given): `follow` gives the events from there.
+    """
 
     state_id: str
     state: State
     runs: Runs
+    since: int = 0
+
+    def follow(self) -> Following:
+        """The events of this run (not the State's earlier ones), as `Runs.follow` gives them."""
+        return self.runs.follow(self.state_id, since=self.since)
 
     async def wait(self) -> RunInfo:
         """Wait until the run is no longer running in this service; its info then."""
@@ -330,6 +345,7 @@ class Runs:
                 f"Run {state.id} is finished, so it cannot run again: start a new run (with"
                 " the messages it needs) instead."
             )
+        since = len(state.history)
         if message is not None:
             state.add_message(message)
         elif not state.messages:
@@ -338,7 +354,7 @@ class Runs:
         if state.id in self._running:  # started by another request while this one saved
             raise ValueError(f"Run {state.id} is running already: follow it, or cancel it.")
         self._check_room()
-        return self._launch(group, chosen, state)
+        return self._launch(group, chosen, state, since)
 
     def _check_room(self) -> None:
         if len(self._running) >= self._max_runs:
@@ -348,11 +364,13 @@ class Runs:
                 " service with a higher Runs(..., max_runs=N)."
             )
 
-    def _launch(self, group: anyio.abc.TaskGroup, agent: Agent, state: State) -> RunHandle:
+    def _launch(
+        self, group: anyio.abc.TaskGroup, agent: Agent, state: State, since: int
+    ) -> RunHandle:
         running = _Running(agent, state)
         self._running[state.id] = running
         group.start_soon(self._drive, running, name=f"run {state.id}")
-        return RunHandle(state.id, state, self)
+        return RunHandle(state.id, state, self, since)
 
     async def _drive(self, running: _Running) -> None:
         try:
@@ -436,7 +454,7 @@ class Runs:
             if awaiting(state):
                 return _info_of_state(state, running=False)
             self._check_room()
-            self._launch(group, self._agent_of(state), state)
+            self._launch(group, self._agent_of(state), state, len(state.history))
             return _info_of_state(state, running=True)
 
     def _agent_of(self, state: State) -> Agent:
@@ -452,7 +470,7 @@ class Runs:
             " continues it: run it with agent.arun(state) yourself."
         )
 
-    def follow(self, state_id: str, *, after: str | None = None) -> AsyncIterator[Followed]:
+    def follow(self, state_id: str, *, after: str | None = None, since: int = 0) -> Following:
         """The events of run `state_id` and all its subagents: what is stored, then live.
 
         Each comes with an `id`; ``after=`` the id of the last event a client saw (an SSE
@@ -464,8 +482,13 @@ class Runs:
         always comes in its `ModelReplied`. Iteration ends once the run has ended and is not
         running in this service; a run running elsewhere is followed until its end is stored.
 
-        Use it in ``async for``; errors come at the first step. Leaving the loop early needs
-        no cleanup.
+        `since` leaves out the events of the run's State before that entry index (and of
+        subagents that ran before it): ``since=info.entries`` before a decision, or
+        `RunHandle.follow`, gives just the runs from there on.
+
+        Use it in ``async for``; errors come at the first step, or at ``await
+        following.ready()`` (what a server awaits before it answers). Leaving the loop early
+        needs no cleanup.
 
         Raises:
             TypeError: The store cannot follow a tree of States (`AsyncTreeFollowable`).
@@ -473,7 +496,9 @@ class Runs:
             ValueError: `state_id` is a subagent (follow its root run), or `after` is not an
                 event id of this run.
         """
-        return _Following(self._tree_feed, self._running.get, self._boot, state_id, after)
+        if isinstance(since, bool) or not isinstance(since, int) or since < 0:
+            raise ValueError(f"since must be an entry index (an int >= 0), got {since!r}.")
+        return Following(self._tree_feed, self._running.get, self._boot, state_id, after, since)
 
     def _tree_feed(self) -> AsyncTreeFollowable:
         """The store, as a feed of trees of States."""
@@ -565,9 +590,11 @@ class _Resume:
 class _Follower:
     """One follower's reading of a tree's feed: each State's durable events, and where it is."""
 
-    def __init__(self, root: str, start: _Resume) -> None:
+    def __init__(self, root: str, start: _Resume, since: int) -> None:
         self.root = root
         self.start = start
+        self.since = since
+        self.before = since > 0  # the root's entries before `since` are not read out yet
         self.skipping = start.cursor is not None
         self.readers: dict[str, HistoryEvents] = {}
         self.replied: dict[str, int] = {}  # by State: the turn of the last reply read
@@ -586,9 +613,13 @@ class _Follower:
             reader.parent_call_id = entry.content.parent_call_id
         elif entry.kind == "model_reply":
             self.replied[item.state_id] = entry.turn
+        if self.before and item.state_id == self.root and entry.seq >= self.since:
+            self.before = False
         given: builtins.list[Followed] = []
         for durable in reader.read(entry):
             event = durable.event
+            if self.before:
+                continue
             if item.state_id == self.root and event.kind in ("run_start", "run_end"):
                 self.ended = event.kind == "run_end"
             if self.skipping:
@@ -619,7 +650,7 @@ class _Follower:
         return given
 
 
-class _Following:
+class Following:
     """`Runs.follow`'s iterator: pages of the tree's feed, then live text, then a wait.
 
     A plain iterator, not an async generator, so a client that stops early leaves nothing
@@ -633,7 +664,9 @@ class _Following:
         boot: str,
         state_id: str,
         after: str | None,
+        since: int,
     ) -> None:
+        self._since = since
         self._tree_feed = tree_feed
         self._run_here = run_here
         self._boot = boot
@@ -645,8 +678,17 @@ class _Following:
         self._pending: deque[Followed] = deque()
         self._ended = False
 
-    def __aiter__(self) -> _Following:
+    def __aiter__(self) -> Following:
         return self
+
+    async def ready(self) -> None:
+        """Check what was asked (the run, `after`) before the first event; raise what is wrong.
+
+        Raises:
+            TypeError, LookupError, ValueError: As `Runs.follow` says.
+        """
+        if self._follower is None:
+            await self._begin()
 
     async def __anext__(self) -> Followed:
         while not self._pending:
@@ -666,7 +708,7 @@ class _Following:
         start = _Resume.parse(self._after, self._boot)
         if start.cursor is not None:
             await feed.atree_entries(root, after=start.cursor, limit=1)  # refuses a bad cursor
-        self._feed, self._follower = feed, _Follower(root, start)
+        self._feed, self._follower = feed, _Follower(root, start, self._since)
         return feed, self._follower
 
     async def _step(self) -> None:

@@ -499,3 +499,35 @@ async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
         async with Runs([_agent()], files) as runs:
             with pytest.raises(TypeError, match="cannot follow a tree"):
                 await _all(runs, "anything")
+
+
+async def test_a_handle_follows_its_own_run_and_since_skips_what_came_before() -> None:
+    store = MemoryStore()
+    async with Runs([_tree_agent(), _agent()], store) as runs:
+        first = await runs.start("helper", "say one", state_id="talk")
+        await first.wait()
+        second = await runs.start("helper", "say two", state_id="talk")
+        followed = [item async for item in second.follow()]
+        assert [item.event.kind for item in followed] == ["run_start", "model_reply", "run_end"]
+        reply = followed[1].event
+        assert isinstance(reply, ModelReplied)
+        assert reply.text == "done: say two"
+        everything = await _all(runs, "talk")
+        assert len(everything) == 6
+        assert [item.id for item in everything[3:]] == [item.id for item in followed]
+
+
+async def test_since_a_decision_gives_the_run_that_carries_it_out() -> None:
+    store = MemoryStore()
+    async with Runs([_agent()], store) as runs:
+        handle = await runs.start("helper", "mail kim")
+        waiting = await handle.wait()
+        stopped = waiting.stopped
+        assert isinstance(stopped, StoppedByApproval)
+        following = runs.follow(handle.state_id, since=waiting.entries)
+        await following.ready()
+        await runs.approve(handle.state_id, stopped.calls[0].call.id)
+        kinds = [item.event.kind async for item in following]
+    assert kinds == ["run_start", "tool_end", "model_reply", "run_end"]
+    with pytest.raises(ValueError, match="since must be"):
+        runs.follow(handle.state_id, since=-1)
