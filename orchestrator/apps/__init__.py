@@ -8,6 +8,8 @@ are modules of their own, imported by name: `orchestrator.apps.agui` (AG-UI, nee
 message stream).
 """
 
+import typing as _typing
+
 from .._apps._durable import LIVE_ONLY as LIVE_ONLY
 from .._apps._durable import DurableEvent as DurableEvent
 from .._apps._durable import EventId as EventId
@@ -15,6 +17,7 @@ from .._apps._durable import HistoryEvents as HistoryEvents
 from .._apps._durable import Progress as Progress
 from .._apps._durable import durable_events as durable_events
 from .._apps._durable import history_events as history_events
+from .._base._lazy import lazy_names as _lazy_names
 from ._runs import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
 from ._runs import Followed as Followed
 from ._runs import Following as Following
@@ -23,6 +26,15 @@ from ._runs import RunInfo as RunInfo
 from ._runs import Runs as Runs
 from ._runs import RunStatus as RunStatus
 from ._runs import TooManyRunsError as TooManyRunsError
+
+if _typing.TYPE_CHECKING:
+    from ._asgi import asgi_app as asgi_app
+    from ._asgi import run_json as run_json
+
+# Imported at first use: the HTTP app needs Starlette (``pip install 'orchestrator[apps]'``).
+__getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(
+    __name__, {"asgi_app": "._asgi", "run_json": "._asgi"}
+)
 
 __all__ = (
     "DEFAULT_MAX_RUNS",
@@ -38,6 +50,8 @@ __all__ = (
     "RunStatus",
     "Runs",
     "TooManyRunsError",
+    "asgi_app",
     "durable_events",
     "history_events",
+    "run_json",
 )

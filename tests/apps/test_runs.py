@@ -44,7 +44,7 @@ class Gate:
 GATES: dict[str, Gate] = {}
 
 
-def _gate(key: str) -> Gate:
+def gate(key: str) -> Gate:
     return GATES.setdefault(key, Gate())
 
 
@@ -64,9 +64,9 @@ def send(to: str) -> str:
 @tool
 async def hold(key: str) -> str:
     """Wait until the test releases `key`."""
-    gate = _gate(key)
-    gate.entered.set()
-    await gate.release.wait()
+    held = gate(key)
+    held.entered.set()
+    await held.release.wait()
     return f"released {key}"
 
 
@@ -86,7 +86,7 @@ def _answer(request: Request) -> Any:
     return f"done: {text}"
 
 
-def _agent(store: Any = None, name: str = "helper") -> Agent:
+def helper_agent(store: Any = None, name: str = "helper") -> Agent:
     return Agent(
         FakeModel([_answer] * 500),
         name=name,
@@ -98,14 +98,14 @@ def _agent(store: Any = None, name: str = "helper") -> Agent:
 
 async def _released(key: str) -> None:
     """Release the held tool `key`, once the run is holding in it."""
-    await _gate(key).entered.wait()
-    _gate(key).release.set()
+    await gate(key).entered.wait()
+    gate(key).release.set()
 
 
 async def test_a_run_outlives_the_request_that_started_it() -> None:
     store = MemoryStore()
     started: list[str] = []
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         with anyio.CancelScope() as request:
             started.append((await runs.start("helper", "hold a")).state_id)
             request.cancel()  # the client disconnects
@@ -121,7 +121,7 @@ async def test_a_run_outlives_the_request_that_started_it() -> None:
 
 async def test_start_saves_the_state_before_it_returns() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "hold b")
         assert store.load(handle.state_id).messages[0].text == "hold b"
         assert (await runs.get(handle.state_id)).status == "running"
@@ -131,25 +131,25 @@ async def test_start_saves_the_state_before_it_returns() -> None:
 
 async def test_leaving_the_block_cancels_every_run_and_saves_it() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         first = await runs.start("helper", "hold x")
         second = await runs.start("helper", "hold y")
-        await _gate("x").entered.wait()
-        await _gate("y").entered.wait()
+        await gate("x").entered.wait()
+        await gate("y").entered.wait()
     for handle in (first, second):
         loaded = store.load(handle.state_id)
         (result,) = [e for e in loaded.history if isinstance(e, ToolResultEntry)]
         assert result.outcome == "interrupted"
         assert not loaded.pending_calls
-    async with Runs([_agent()], store) as again:
+    async with Runs([helper_agent()], store) as again:
         assert {info.status for info in await again.list()} == {"idle"}
 
 
 async def test_cancel_stops_the_run_and_returns_once_it_is_saved() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "hold c")
-        await _gate("c").entered.wait()
+        await gate("c").entered.wait()
         info = await runs.cancel(handle.state_id)
         assert info.status == "idle"
         assert runs.running == ()
@@ -163,7 +163,7 @@ async def test_cancel_stops_the_run_and_returns_once_it_is_saved() -> None:
 
 async def test_an_approval_continues_the_run_in_the_background() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "mail bob")
         waiting = await handle.wait()
         assert waiting.status == "waiting"
@@ -178,7 +178,7 @@ async def test_an_approval_continues_the_run_in_the_background() -> None:
 
 async def test_a_denial_reaches_the_model_and_the_run_goes_on() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "mail eve")
         stopped = (await handle.wait()).stopped
         assert isinstance(stopped, StoppedByApproval)
@@ -191,7 +191,7 @@ async def test_a_denial_reaches_the_model_and_the_run_goes_on() -> None:
 
 async def test_the_run_continues_only_once_every_waiting_call_is_decided() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "mail ann bob")
         stopped = (await handle.wait()).stopped
         assert isinstance(stopped, StoppedByApproval)
@@ -206,7 +206,7 @@ async def test_the_run_continues_only_once_every_waiting_call_is_decided() -> No
 
 async def test_deciding_a_running_run_or_an_unknown_call_is_refused() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "hold d")
         with pytest.raises(ValueError, match="is running"):
             await runs.approve(handle.state_id, "call_1")
@@ -221,12 +221,12 @@ async def test_deciding_a_running_run_or_an_unknown_call_is_refused() -> None:
 async def test_a_restarted_service_continues_a_waiting_run(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     with SQLiteStore(path) as store:
-        async with Runs([_agent()], store) as runs:
+        async with Runs([helper_agent()], store) as runs:
             handle = await runs.start("helper", "mail dan")
             stopped = (await handle.wait()).stopped
     assert isinstance(stopped, StoppedByApproval)
     with SQLiteStore(path) as store:  # another service, as after a restart
-        async with Runs([_agent()], store) as runs:
+        async with Runs([helper_agent()], store) as runs:
             assert [info.status for info in await runs.list()] == ["waiting"]
             await runs.approve(handle.state_id, stopped.calls[0].call.id)
             assert (await runs.wait(handle.state_id)).status == "answered"
@@ -235,7 +235,7 @@ async def test_a_restarted_service_continues_a_waiting_run(tmp_path: Path) -> No
 
 async def test_past_max_runs_start_says_how_to_go_on() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store, max_runs=1) as runs:
+    async with Runs([helper_agent()], store, max_runs=1) as runs:
         first = await runs.start("helper", "hold e")
         with pytest.raises(TooManyRunsError, match=r"max_runs=1.*Runs\(\.\.\., max_runs=N\)"):
             await runs.start("helper", "hold f")
@@ -248,7 +248,7 @@ async def test_past_max_runs_start_says_how_to_go_on() -> None:
 
 async def test_start_continues_a_stored_state_and_refuses_what_cannot_run() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "hold g", state_id="chat-1")
         assert handle.state_id == "chat-1"
         with pytest.raises(ValueError, match="running already"):
@@ -277,13 +277,13 @@ async def test_start_continues_a_stored_state_and_refuses_what_cannot_run() -> N
 
 async def test_list_shows_roots_newest_first_with_their_status() -> None:
     store = MemoryStore()
-    child = _agent(name="child")
+    child = helper_agent(name="child")
     parent = Agent(
         FakeModel([tool_call("child", task="say hi"), "parent done"]),
         name="parent",
         tools=[child.as_tool(description="Asks the child")],
     )
-    async with Runs([_agent(), parent], store) as runs:
+    async with Runs([helper_agent(), parent], store) as runs:
         done = await runs.start("parent", "go")
         await done.wait()
         held = await runs.start("helper", "hold h")
@@ -300,7 +300,7 @@ async def test_list_shows_roots_newest_first_with_their_status() -> None:
 
 async def test_fifty_runs_at_once_all_finish() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handles = [await runs.start("helper", f"say {n}") for n in range(50)]
         infos = [await handle.wait() for handle in handles]
     assert {info.status for info in infos} == {"answered"}
@@ -310,7 +310,7 @@ async def test_fifty_runs_at_once_all_finish() -> None:
 
 
 async def test_outside_the_block_the_service_says_how_to_open_it() -> None:
-    runs = Runs([_agent()], MemoryStore())
+    runs = Runs([helper_agent()], MemoryStore())
     with pytest.raises(RuntimeError, match="async with Runs"):
         await runs.start("helper", "hi")
     async with runs:
@@ -323,14 +323,14 @@ def test_agents_need_names_and_the_service_store() -> None:
     with pytest.raises(ValueError, match="needs a name"):
         Runs([Agent(FakeModel([]))], store)
     with pytest.raises(ValueError, match="Two agents are named 'helper'"):
-        Runs([_agent(), _agent()], store)
+        Runs([helper_agent(), helper_agent()], store)
     with pytest.raises(ValueError, match="another store"):
-        Runs([_agent(store=MemoryStore())], store)
+        Runs([helper_agent(store=MemoryStore())], store)
     with pytest.raises(ValueError, match="max_runs"):
-        Runs([_agent()], store, max_runs=0)
+        Runs([helper_agent()], store, max_runs=0)
     with pytest.raises(ValueError, match="at least one agent"):
         Runs([], store)
-    assert list(Runs({"a": _agent(store=store)}, store).agents) == ["a"]
+    assert list(Runs({"a": helper_agent(store=store)}, store).agents) == ["a"]
 
 
 async def test_a_run_that_fails_is_idle_and_its_error_is_in_its_history() -> None:
@@ -349,7 +349,7 @@ async def test_a_run_that_fails_is_idle_and_its_error_is_in_its_history() -> Non
 async def test_a_state_given_to_the_store_first_runs_under_its_id() -> None:
     store = MemoryStore()
     store.save(State(id="seeded", messages=[Message.user("say seeded")]))
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", state_id="seeded")
         assert (await handle.wait()).status == "answered"
     assert store.load("seeded").answer == "done: say seeded"
@@ -382,7 +382,7 @@ async def _all(runs: Runs, state_id: str, after: str | None = None) -> list[Foll
     return [item async for item in runs.follow(state_id, after=after)]
 
 
-def _tree_agent() -> Agent:
+def tree_agent() -> Agent:
     child = Agent(FakeModel([_answer] * 50), name="child", tools=[send])
     return Agent(
         FakeModel([tool_call("child", task="say hi"), "parent done"]),
@@ -393,7 +393,7 @@ def _tree_agent() -> Agent:
 
 async def test_follow_gives_the_whole_tree_in_order_and_ends_with_the_run() -> None:
     store = MemoryStore()
-    async with Runs([_tree_agent()], store) as runs:
+    async with Runs([tree_agent()], store) as runs:
         handle = await runs.start("parent", "go")
         followed = await _all(runs, handle.state_id)
     kinds = [(item.event.kind, item.event.state_id == handle.state_id) for item in followed]
@@ -408,7 +408,7 @@ async def test_follow_gives_the_whole_tree_in_order_and_ends_with_the_run() -> N
 
 async def test_follow_after_any_event_gives_exactly_the_rest() -> None:
     store = MemoryStore()
-    async with Runs([_tree_agent()], store) as runs:
+    async with Runs([tree_agent()], store) as runs:
         handle = await runs.start("parent", "go")
         await handle.wait()
         every = await _all(runs, handle.state_id)
@@ -452,7 +452,7 @@ async def test_a_follower_sees_text_while_it_streams_and_reconnects_exactly() ->
 
 async def test_a_follower_of_a_finished_run_gets_no_text_deltas_only_the_reply() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "say x")
         await handle.wait()
         kinds = [item.event.kind for item in await _all(runs, handle.state_id)]
@@ -464,9 +464,12 @@ async def test_another_service_on_the_store_follows_a_run_until_its_end_is_store
 ) -> None:
     path = tmp_path / "shared.db"
     with SQLiteStore(path) as store_a, SQLiteStore(path) as store_b:
-        async with Runs([_agent()], store_a) as owner, Runs([_agent()], store_b) as other:
+        async with (
+            Runs([helper_agent()], store_a) as owner,
+            Runs([helper_agent()], store_b) as other,
+        ):
             handle = await owner.start("helper", "hold z")
-            await _gate("z").entered.wait()
+            await gate("z").entered.wait()
             seen: list[str] = []
 
             async def follow_elsewhere() -> None:
@@ -475,7 +478,7 @@ async def test_another_service_on_the_store_follows_a_run_until_its_end_is_store
 
             async with anyio.create_task_group() as group:
                 group.start_soon(follow_elsewhere)
-                _gate("z").release.set()
+                gate("z").release.set()
     assert seen == ["run_start", "model_reply", "tool_end", "model_reply", "run_end"]
 
 
@@ -483,7 +486,7 @@ async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
     tmp_path: Path,
 ) -> None:
     store = MemoryStore()
-    async with Runs([_tree_agent()], store) as runs:
+    async with Runs([tree_agent()], store) as runs:
         handle = await runs.start("parent", "go")
         every = await _all(runs, handle.state_id)
         child_id = next(i.event.state_id for i in every if i.event.state_id != handle.state_id)
@@ -496,14 +499,14 @@ async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
         with pytest.raises(LookupError):
             await _all(runs, "no-such-run")
     with FileStore(tmp_path / "files") as files:
-        async with Runs([_agent()], files) as runs:
+        async with Runs([helper_agent()], files) as runs:
             with pytest.raises(TypeError, match="cannot follow a tree"):
                 await _all(runs, "anything")
 
 
 async def test_a_handle_follows_its_own_run_and_since_skips_what_came_before() -> None:
     store = MemoryStore()
-    async with Runs([_tree_agent(), _agent()], store) as runs:
+    async with Runs([tree_agent(), helper_agent()], store) as runs:
         first = await runs.start("helper", "say one", state_id="talk")
         await first.wait()
         second = await runs.start("helper", "say two", state_id="talk")
@@ -519,7 +522,7 @@ async def test_a_handle_follows_its_own_run_and_since_skips_what_came_before() -
 
 async def test_since_a_decision_gives_the_run_that_carries_it_out() -> None:
     store = MemoryStore()
-    async with Runs([_agent()], store) as runs:
+    async with Runs([helper_agent()], store) as runs:
         handle = await runs.start("helper", "mail kim")
         waiting = await handle.wait()
         stopped = waiting.stopped
