@@ -207,7 +207,7 @@ class AGUIStream:
     def _next_message(self, state_id: str) -> str:
         count = self._replies.get(state_id, 0) + 1
         self._replies[state_id] = count
-        return f"{state_id}-m{count}"
+        return f"{self._run()}-{state_id}-m{count}"  # unique in the thread: the client merges by id
 
     def _child_started(
         self, state_id: str, agent: str | None, event: Event, call_id: str | None, at: int
