@@ -117,6 +117,7 @@ class AGUIStream:
         self._open: dict[str, str] = {}  # the text message being streamed, per State
         self._children: set[str] = set()  # the subagents announced
         self._waiting: list[Interrupt] = []  # the root's calls waiting for a person
+        self._suspended: dict[str, list[str]] = {}  # each State's own waiting calls
 
     def feed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events `event` stands for (often one, sometimes none)."""
@@ -168,6 +169,9 @@ class AGUIStream:
                 )
             )
         elif isinstance(event, ApprovalNeeded):
+            self._suspended[event.state_id] = [
+                item.call.id for item in event.calls if item.state_id == event.state_id
+            ]
             if root:
                 self._waiting = [
                     Interrupt(
@@ -298,9 +302,10 @@ class AGUIStream:
                 subagent_run_id=event.state_id, message=event.error, timestamp=at
             )
         if event.stop_kind == "approval":
+            own = self._suspended.pop(event.state_id, [])
             return SubagentFinishedEvent(
                 subagent_run_id=event.state_id,
-                outcome=SubagentFinishedSuspendedOutcome(),
+                outcome=SubagentFinishedSuspendedOutcome(interrupt_ids=own or None),
                 timestamp=at,
             )
         return SubagentFinishedEvent(

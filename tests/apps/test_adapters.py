@@ -147,6 +147,14 @@ def test_ag_ui_interrupts_list_the_waiting_calls_of_the_tree() -> None:
         ("c2", "kid", None),
     ]
     assert encode(AGUIStream().feed(events[0])[0]).startswith(b"data: {")
+    kid: list[Event] = [
+        ChildStarted(at=AT, state_id="kid", parent_id="s", call_id="c1", agent="k"),
+        ApprovalNeeded(at=AT, state_id="kid", calls=[AwaitingInfo(state_id="kid", call=DEEP)]),
+        RunEnded(at=AT, state_id="kid", stop_kind="approval"),
+    ]
+    finished = _agui([events[0], *kid])[-1]
+    assert finished["type"] == "SUBAGENT_FINISHED"
+    assert finished["outcome"] == {"type": "suspended", "interruptIds": ["c2"]}
 
 
 @pytest.mark.anyio

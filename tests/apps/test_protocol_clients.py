@@ -346,3 +346,40 @@ async def test_stored_events_in_both_clients(tmp_path: Path) -> None:
     assert run["events"][-1]["outcome"]["type"] == "interrupt"
     root = [m for m in agui["messages"] if m["role"] == "assistant"]
     assert any(m.get("content") == "Looked everywhere. Mailing bob now." for m in root)
+
+
+async def test_a_subagent_waiting_for_approval_in_both_clients(tmp_path: Path) -> None:
+    courier = Agent(
+        FakeModel([tool_call("send", to="eve"), "sent to eve"]),
+        tools=[send],
+        name="courier",
+        description="Sends mail",
+        permissions=[ApproveLater("send", reason="mail leaves")],
+    )
+    root = Agent(
+        FakeModel([tool_call("courier", task="mail eve"), "Eve has mail."]), tools=[courier]
+    )
+    state = State(id="courier-run", messages=[Message.user("mail eve")])
+    first = await _events(root, state)
+    second = await _resume(root, state)
+    assert state.answer == "Eve has mail."
+    read = await _agui(tmp_path, state.id, first, second)
+    assert [run["error"] for run in read["runs"]] == [None, None]
+    events = read["runs"][0]["events"]
+    (interrupt,) = events[-1]["outcome"]["interrupts"]
+    (started,) = [event for event in events if event["type"] == "SUBAGENT_STARTED"]
+    child = started["subagentRunId"]
+    assert interrupt["subagentRunId"] == child
+    (suspended,) = [event for event in events if event["type"] == "SUBAGENT_FINISHED"]
+    assert suspended["outcome"] == {"type": "suspended", "interruptIds": [interrupt["id"]]}
+    assert read["runs"][1]["answered"] == [interrupt["id"]]
+    finished = read["runs"][1]["events"][-1]
+    assert (finished["outcome"]["type"], finished["result"]) == ("success", "Eve has mail.")
+    child_messages = [m for m in read["messages"] if m.get("subagentRunId") == child]
+    assert any(m.get("content") == "sent to eve" for m in child_messages)
+    (vercel,) = await _vercel(tmp_path, first)
+    assert vercel["errors"] == []
+    (waiting,) = [p["data"] for p in vercel["message"]["parts"] if p["type"] == "data-subagent"]
+    assert (waiting["state_id"], waiting["status"]) == (child, "waiting")
+    (approval,) = [p["data"] for p in vercel["message"]["parts"] if p["type"] == "data-approval"]
+    assert approval["calls"][0]["state_id"] == child
