@@ -305,10 +305,10 @@ class HistoryEvents:
     def __init__(
         self, state_id: str, *, parent_id: str | None = None, parent_call_id: str | None = None
     ) -> None:
-        self.state_id = state_id
-        self.parent_id = parent_id
-        self.parent_call_id = parent_call_id
-        self.progress = START
+        self.state_id: str = state_id
+        self.parent_id: str | None = parent_id
+        self.parent_call_id: str | None = parent_call_id
+        self.progress: Progress = START
 
     @property
     def position(self) -> int:

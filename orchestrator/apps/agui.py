@@ -64,10 +64,10 @@ try:
         ToolCallStartEvent,
     )
     from ag_ui.encoder import EventEncoder
-except ImportError as error:  # pragma: no cover - the extra is missing
+except ImportError as _missing:  # pragma: no cover - the extra is missing
     raise ImportError(
         "orchestrator.apps.agui needs the AG-UI types: pip install 'orchestrator[apps]'"
-    ) from error
+    ) from _missing
 
 from .. import (
     ApprovalNeeded,
@@ -109,9 +109,9 @@ class AGUIStream:
         run_id: str | None = None,
         root_id: str | None = None,
     ) -> None:
-        self.thread_id = thread_id
-        self.run_id = run_id or uuid.uuid4().hex
-        self.root_id = root_id
+        self.thread_id: str | None = thread_id
+        self.run_id: str = run_id or uuid.uuid4().hex
+        self.root_id: str | None = root_id
         self._runs = 0
         self._replies: dict[str, int] = {}  # replies seen per State: each one's message id
         self._open: dict[str, str] = {}  # the text message being streamed, per State
