@@ -35,6 +35,11 @@ if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
     say "Node.js installed in $((SECONDS - started)) s: $(node --version)"
 fi
 
+major="$(node --version | sed -E 's/^v([0-9]+).*/\1/')"
+if [[ "$major" -lt 20 ]]; then
+    say "warning: Node.js $(node --version) is older than 20, the oldest the clients were run on"
+fi
+
 mkdir -p "$cache"
 if ! cmp -s "$source_dir/package-lock.json" "$cache/package-lock.json" \
     || [[ ! -d "$cache/node_modules" ]]; then

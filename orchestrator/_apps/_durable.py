@@ -25,12 +25,15 @@ Where the two streams differ, beside those kinds:
   loading the State again gives equal events.
 - A `ToolDeferred` comes with its turn's approval stop, after the results of the turn's other
   calls, where the live one comes when its permission decides (before them).
-- A run ends (`RunEnded`) at its last `stop` or `error` entry: a `finish` inside a turn ends
-  it once the turn's last call has its result. A loop body that catches a failed model request
-  and goes on ends durably at that error; one that returns without a stop, or a process that
-  crashed, records no end, and the State's next `RunStarted` follows.
-- A child started by a runner in another process (`Link`) has its `ChildStarted` here, which
-  only that process's stream has live.
+- A run ends (`RunEnded`) at its `stop` or `error` entry: a `finish` inside a turn ends it
+  once the turn's last call has its result. A loop body that catches a failed model request
+  and goes on ends durably at that error; one that returns without recording a stop has no
+  durable end, and the State's next `RunStarted` follows.
+- A process that died mid-run records no end. Loading the State closes the run's cut-off calls
+  (`ToolEnded`, outcome ``unknown``) and takes back a request that waited on the model (an error
+  entry: `RunEnded` with it): facts no live stream had, since the process that ran them died.
+- A child run linked to a call running elsewhere (a runner's `Link`, e.g. Ray) has its
+  `ChildStarted` here; no live stream reports one.
 
 Every event gets an `EventId` from its State, its entry's index and its place among the entry's
 events: a cursor that names one event and survives restarts.
@@ -302,10 +305,10 @@ class HistoryEvents:
     def __init__(
         self, state_id: str, *, parent_id: str | None = None, parent_call_id: str | None = None
     ) -> None:
-        self.state_id = state_id
-        self.parent_id = parent_id
-        self.parent_call_id = parent_call_id
-        self.progress = START
+        self.state_id: str = state_id
+        self.parent_id: str | None = parent_id
+        self.parent_call_id: str | None = parent_call_id
+        self.progress: Progress = START
 
     @property
     def position(self) -> int:

@@ -9,7 +9,7 @@ events carry its parent State (`parent_id`) and the parent's tool call that star
 ``EVENT_ADAPTER.validate_json(text)``.
 
 A run's stored history gives the same events again, except the live-only ones (text deltas,
-retry notices, tool starts): see `orchestrator._apps._durable`.
+retry notices, tool starts): see `orchestrator.apps.history_events`.
 
 The stream is a reporter the run feeds, so it sees what every `Reporter` sees and the app's own
 reporter keeps working beside it. The buffer is bounded: before each step reports (a run or a

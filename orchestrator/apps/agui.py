@@ -64,10 +64,10 @@ try:
         ToolCallStartEvent,
     )
     from ag_ui.encoder import EventEncoder
-except ImportError as error:  # pragma: no cover - the extra is missing
+except ImportError as _missing:  # pragma: no cover - the extra is missing
     raise ImportError(
         "orchestrator.apps.agui needs the AG-UI types: pip install 'orchestrator[apps]'"
-    ) from error
+    ) from _missing
 
 from .. import (
     ApprovalNeeded,
@@ -109,14 +109,15 @@ class AGUIStream:
         run_id: str | None = None,
         root_id: str | None = None,
     ) -> None:
-        self.thread_id = thread_id
-        self.run_id = run_id or uuid.uuid4().hex
-        self.root_id = root_id
+        self.thread_id: str | None = thread_id
+        self.run_id: str = run_id or uuid.uuid4().hex
+        self.root_id: str | None = root_id
         self._runs = 0
         self._replies: dict[str, int] = {}  # replies seen per State: each one's message id
         self._open: dict[str, str] = {}  # the text message being streamed, per State
         self._children: set[str] = set()  # the subagents announced
         self._waiting: list[Interrupt] = []  # the root's calls waiting for a person
+        self._suspended: dict[str, list[str]] = {}  # each State's own waiting calls
 
     def feed(self, event: Event) -> list[BaseEvent]:
         """The AG-UI events `event` stands for (often one, sometimes none)."""
@@ -168,6 +169,9 @@ class AGUIStream:
                 )
             )
         elif isinstance(event, ApprovalNeeded):
+            self._suspended[event.state_id] = [
+                item.call.id for item in event.calls if item.state_id == event.state_id
+            ]
             if root:
                 self._waiting = [
                     Interrupt(
@@ -207,7 +211,7 @@ class AGUIStream:
     def _next_message(self, state_id: str) -> str:
         count = self._replies.get(state_id, 0) + 1
         self._replies[state_id] = count
-        return f"{state_id}-m{count}"
+        return f"{self._run()}-{state_id}-m{count}"  # unique in the thread: the client merges by id
 
     def _child_started(
         self, state_id: str, agent: str | None, event: Event, call_id: str | None, at: int
@@ -298,9 +302,10 @@ class AGUIStream:
                 subagent_run_id=event.state_id, message=event.error, timestamp=at
             )
         if event.stop_kind == "approval":
+            own = self._suspended.pop(event.state_id, [])
             return SubagentFinishedEvent(
                 subagent_run_id=event.state_id,
-                outcome=SubagentFinishedSuspendedOutcome(),
+                outcome=SubagentFinishedSuspendedOutcome(interrupt_ids=own or None),
                 timestamp=at,
             )
         return SubagentFinishedEvent(

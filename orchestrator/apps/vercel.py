@@ -70,9 +70,9 @@ class VercelStream:
     """
 
     def __init__(self, *, message_id: str | None = None, root_id: str | None = None) -> None:
-        self.message_id = message_id
-        self.root_id = root_id
-        self.done = False
+        self.message_id: str | None = message_id
+        self.root_id: str | None = root_id
+        self.done: bool = False
         self._started = False
         self._step = False  # a step is open
         self._replied = False  # the open step's reply came: the next text starts a new step
