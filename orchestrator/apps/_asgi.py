@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 import anyio
+import pydantic
+from ag_ui.core import RunAgentInput, TextInputContent
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
@@ -40,7 +42,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._base._errors import StoreConflictError
 from .._base._json import thaw
 from .._base._stopped import StoppedByApproval
-from ._runs import Following, RunInfo, Runs, TooManyRunsError
+from . import agui, vercel
+from ._runs import Followed, Following, RunInfo, Runs, TooManyRunsError
 
 __all__ = ("DEFAULT_HOSTS", "DEFAULT_MAX_BODY", "asgi_app", "run_json")
 
@@ -224,6 +227,78 @@ def _answering(handler: Handler) -> Handler:
     return answer
 
 
+def _agui_input(body: dict[str, Any]) -> RunAgentInput:
+    try:
+        return RunAgentInput.model_validate(body)
+    except pydantic.ValidationError as error:
+        raise _BadRequest(
+            f"Send an AG-UI RunAgentInput (threadId, runId, messages, ...): {error}"
+        ) from None
+
+
+def _agui_text(run_input: RunAgentInput) -> str:
+    """The text of the newest user message of an AG-UI run's input."""
+    for message in reversed(run_input.messages):
+        if message.role != "user":
+            continue
+        content: Any = message.content
+        if isinstance(content, str):
+            return content
+        texts = [part.text for part in content if isinstance(part, TextInputContent)]
+        if texts:
+            return "".join(texts)
+    raise _BadRequest("The AG-UI input has no user message to answer: add one to `messages`.")
+
+
+def _agui_verdict(status: str, payload: Any) -> tuple[bool, str | None]:
+    """Whether an answer to an interrupt approves the call, and why (AG-UI `resume`).
+
+    ``resolved`` approves unless its payload says ``{"approved": false}``; ``cancelled`` denies.
+    """
+    details: dict[str, Any] = cast("dict[str, Any]", payload) if isinstance(payload, dict) else {}
+    reason = details.get("reason")
+    approved = status == "resolved" and details.get("approved", True) is not False
+    return approved, reason if isinstance(reason, str) else None
+
+
+def _vercel_text(message: Any) -> str:
+    """The text of a UI message (its ``text`` parts), which must be the user's."""
+    if not isinstance(message, dict) or cast("dict[str, Any]", message).get("role") != "user":
+        raise _BadRequest("The newest message must be the user's (role: user) or approve calls.")
+    parts = cast("dict[str, Any]", message).get("parts")
+    texts: list[str] = []
+    for part in cast("list[Any]", parts if isinstance(parts, list) else []):
+        fields = cast("dict[str, Any]", part) if isinstance(part, dict) else {}
+        text = fields.get("text")
+        if fields.get("type") == "text" and isinstance(text, str):
+            texts.append(text)
+    if not texts:
+        raise _BadRequest("The user's message has no text part: send what the agent should answer.")
+    return "".join(texts)
+
+
+def _vercel_decisions(message: Any) -> list[tuple[str, bool, str | None]]:
+    """The approvals a UI message answers: its tool parts whose approval was responded to."""
+    if not isinstance(message, dict) or cast("dict[str, Any]", message).get("role") != "assistant":
+        return []
+    found: list[tuple[str, bool, str | None]] = []
+    for part in cast("list[Any]", cast("dict[str, Any]", message).get("parts") or []):
+        if not isinstance(part, dict):
+            continue
+        fields = cast("dict[str, Any]", part)
+        approval = fields.get("approval")
+        if fields.get("state") != "approval-responded" or not isinstance(approval, dict):
+            continue
+        answer = cast("dict[str, Any]", approval)
+        call_id, approved, reason = answer.get("id"), answer.get("approved"), answer.get("reason")
+        if not isinstance(call_id, str) or not isinstance(approved, bool):
+            raise _BadRequest(
+                'An approval response needs "id" (the call\'s) and "approved" (bool).'
+            )
+        found.append((call_id, approved, reason if isinstance(reason, str) else None))
+    return found
+
+
 def _sse(event_id: str | None, kind: str, data: str) -> bytes:
     head = "" if event_id is None else f"id: {event_id}\n"
     return f"{head}event: {kind}\ndata: {data}\n\n".encode()
@@ -307,6 +382,64 @@ def asgi_app(
             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
         )
 
+    async def agui_run(request: Request) -> Response:
+        body = await _body(request, max_body)
+        agent = request.path_params["agent"]
+        run_input = _agui_input(body)
+        thread = run_input.thread_id
+        if run_input.resume:
+            since = (await runs.get(thread)).entries
+            for answer in run_input.resume:
+                approved, reason = _agui_verdict(answer.status, answer.payload)
+                decide = runs.approve if approved else runs.deny
+                await decide(thread, answer.interrupt_id, reason=reason)
+        else:
+            handle = await runs.start(agent, _agui_text(run_input), state_id=thread)
+            since = handle.since
+        following = runs.follow(thread, since=since)
+        await following.ready()
+        stream = agui.AGUIStream(thread_id=thread, run_id=run_input.run_id, root_id=thread)
+
+        def encode(item: Followed) -> Sequence[bytes]:
+            return [agui.encode(event) for event in stream.feed(item.event)]
+
+        return StreamingResponse(
+            _with_keepalive(following, encode, keepalive), media_type=agui.MEDIA_TYPE
+        )
+
+    async def vercel_run(request: Request) -> Response:
+        body = await _body(request, max_body)
+        agent = request.path_params["agent"]
+        chat = _required_text(body, "id")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _BadRequest('Send "messages": the chat\'s UI messages, the newest last.')
+        decisions = _vercel_decisions(cast("list[Any]", messages)[-1])
+        if decisions:
+            since = (await runs.get(chat)).entries
+            for call_id, approved, reason in decisions:
+                decide = runs.approve if approved else runs.deny
+                await decide(chat, call_id, reason=reason)
+        else:
+            text = _vercel_text(cast("list[Any]", messages)[-1])
+            handle = await runs.start(agent, text, state_id=chat)
+            since = handle.since
+        following = runs.follow(chat, since=since)
+        await following.ready()
+        stream = vercel.VercelStream(root_id=chat)
+
+        async def chunks() -> AsyncIterator[bytes]:
+            async for data in _with_keepalive(following, encode, keepalive):
+                yield data
+            for chunk in stream.end():
+                yield vercel.encode(chunk)
+            yield vercel.DONE
+
+        def encode(item: Followed) -> Sequence[bytes]:
+            return [vercel.encode(chunk) for chunk in stream.feed(item.event)]
+
+        return StreamingResponse(chunks(), headers=vercel.HEADERS)
+
     async def cancel(request: Request) -> Response:
         await _body(request, max_body)
         return JSONResponse(run_json(await runs.cancel(request.path_params["run_id"])))
@@ -329,6 +462,8 @@ def asgi_app(
             Route("/runs/{run_id}/events", _answering(events), methods=["GET"]),
             Route("/runs/{run_id}/cancel", _answering(cancel), methods=["POST"]),
             Route("/runs/{run_id}/calls/{call_id}/{verdict}", _answering(decide), methods=["POST"]),
+            Route("/agents/{agent}/agui", _answering(agui_run), methods=["POST"]),
+            Route("/agents/{agent}/vercel", _answering(vercel_run), methods=["POST"]),
         ],
         middleware=[
             Middleware(_Guard, token=token, origins=frozenset(origins), hosts=frozenset(hosts))

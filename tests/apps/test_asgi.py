@@ -274,3 +274,58 @@ def test_the_app_is_built_without_entering_the_service() -> None:
     runs = Runs([Agent(FakeModel([tool_call("x")]), name="a")], MemoryStore())
     app = asgi_app(runs)
     assert [route.path for route in app.routes][:2] == ["/runs", "/runs"]  # type: ignore[attr-defined]
+
+
+async def test_protocol_endpoints_refuse_what_they_cannot_use() -> None:
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
+        agui = "/agents/helper/agui"
+        vercel = "/agents/helper/vercel"
+        base: dict[str, Any] = {"threadId": "t1", "runId": "r1", "state": {}, "tools": []}
+        base |= {"context": [], "forwardedProps": {}}
+        assistant_only = [{"id": "m1", "role": "assistant", "content": "hi"}]
+        nothing: list[Any] = []
+        no_parts: list[Any] = [{"role": "user", "parts": nothing}]
+        cases: list[tuple[httpx.Response, int, str]] = [
+            (await client.post(agui, json={"threadId": "t1"}), 400, "RunAgentInput"),
+            (await client.post(agui, json=base | {"messages": nothing}), 400, "no user message"),
+            (await client.post(agui, json=base | {"messages": assistant_only}), 400, "no user"),
+            (await client.post(vercel, json={"messages": []}), 400, '"id"'),
+            (await client.post(vercel, json={"id": "c1", "messages": []}), 400, '"messages"'),
+            (
+                await client.post(vercel, json={"id": "c1", "messages": [{"role": "system"}]}),
+                400,
+                "user's",
+            ),
+            (
+                await client.post(vercel, json={"id": "c1", "messages": no_parts}),
+                400,
+                "no text part",
+            ),
+            (
+                await client.post(
+                    vercel,
+                    json={
+                        "id": "c1",
+                        "messages": [
+                            {
+                                "role": "assistant",
+                                "parts": [{"state": "approval-responded", "approval": {"id": 1}}],
+                            }
+                        ],
+                    },
+                ),
+                400,
+                '"approved"',
+            ),
+            (
+                await client.post(
+                    "/agents/nobody/agui",
+                    json=base | {"messages": [{"id": "u", "role": "user", "content": "x"}]},
+                ),
+                404,
+                "nobody",
+            ),
+        ]
+        for response, status, words in cases:
+            assert response.status_code == status, response.text
+            assert words in response.json()["error"]
