@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -30,34 +29,14 @@ from orchestrator.models import Model, Request
 from orchestrator.permissions import AllowByName, ApproveLater
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
+from tests.apps.nodejs import NODE_DIR, node_program
 
 pytestmark = pytest.mark.anyio
-
-NODE_DIR = Path(__file__).parent / "node"
-OPT_OUT = "ORCHESTRATOR_TEST_NODE"
-
-
-def _node() -> str:
-    """The `node` program with the clients installed; fails (or skips, if opted out) without."""
-    node = shutil.which("node")
-    installed = (NODE_DIR / "node_modules" / "ai").is_dir() and (
-        NODE_DIR / "node_modules" / "@ag-ui" / "client"
-    ).is_dir()
-    if node is not None and installed:
-        return node
-    message = (
-        "Node.js or the official protocol clients are not installed: run"
-        " scripts/ensure_node_clients.sh (it installs Debian's nodejs as root, then the pinned"
-        " npm packages)."
-    )
-    if os.environ.get(OPT_OUT) == "skip":
-        pytest.skip(message + f" ({OPT_OUT}=skip)")
-    pytest.fail(message + f" Set {OPT_OUT}=skip to skip these tests instead.")
 
 
 def _client(script: str, *args: str) -> Any:
     done = subprocess.run(
-        [_node(), str(NODE_DIR / script), *args],
+        [node_program(), str(NODE_DIR / script), *args],
         cwd=NODE_DIR,
         capture_output=True,
         text=True,
