@@ -28,15 +28,25 @@ from ._runs import RunStatus as RunStatus
 from ._runs import TooManyRunsError as TooManyRunsError
 
 if _typing.TYPE_CHECKING:
+    from ._asgi import DEFAULT_HOSTS as DEFAULT_HOSTS
+    from ._asgi import DEFAULT_MAX_BODY as DEFAULT_MAX_BODY
     from ._asgi import asgi_app as asgi_app
     from ._asgi import run_json as run_json
 
 # Imported at first use: the HTTP app needs Starlette (``pip install 'orchestrator[apps]'``).
 __getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(
-    __name__, {"asgi_app": "._asgi", "run_json": "._asgi"}
+    __name__,
+    {
+        "DEFAULT_HOSTS": "._asgi",
+        "DEFAULT_MAX_BODY": "._asgi",
+        "asgi_app": "._asgi",
+        "run_json": "._asgi",
+    },
 )
 
 __all__ = (
+    "DEFAULT_HOSTS",
+    "DEFAULT_MAX_BODY",
     "DEFAULT_MAX_RUNS",
     "LIVE_ONLY",
     "DurableEvent",
