@@ -85,6 +85,7 @@ from ._record._history import RunStartEntry as RunStartEntry
 from ._record._history import StopEntry as StopEntry
 from ._record._history import ToolResultEntry as ToolResultEntry
 from ._record._history import UserEntry as UserEntry
+from ._record._leases import AsyncRunLeases as AsyncRunLeases
 from ._record._snapshot import StateSnapshot as StateSnapshot
 from ._record._state import State as State
 from ._record._storage import AsyncBatchStore as AsyncBatchStore
@@ -186,6 +187,7 @@ __all__ = (
     "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
+    "AsyncRunLeases",
     "AsyncStore",
     "AsyncTreeFollowable",
     "AuthError",

@@ -8,6 +8,7 @@ needs a token: an open port must not let anyone run agents.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -89,9 +90,7 @@ def serve_runs(
                 ready(f"http://{host}:{bound}")
                 await server.serve(sockets=[listener])
 
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops on Ctrl+C, then raises it
             anyio.run(main)
-        except KeyboardInterrupt:  # uvicorn stops on Ctrl+C, then raises it again: a normal stop
-            pass
     finally:
         listener.close()

@@ -157,7 +157,7 @@ async def test_cancel_stops_the_run_and_returns_once_it_is_saved() -> None:
         assert [e.outcome for e in loaded.history if isinstance(e, ToolResultEntry)] == [
             "interrupted"
         ]
-        with pytest.raises(LookupError, match="not running in this service"):
+        with pytest.raises(LookupError, match="is not running"):
             await runs.cancel(handle.state_id)
 
 
