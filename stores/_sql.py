@@ -386,7 +386,7 @@ def open_plan(where: str) -> Plan[None]:
         )
         if version == FORMAT_V1:
             yield from _migrate_v1(where)
-        if version == FORMAT_V2:
+        else:
             yield from _add_seals()
         if version != FORMAT_VERSION:
             yield from _migrate_v2(where)

@@ -52,7 +52,7 @@ class TestStoreWithoutMemory(StoreContract):
         return StatesOnly()
 
 
-class TestFileStore(FollowContract, StoreContract):
+class TestFileStore(TreeFollowContract, FollowContract, StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> FileStore:
         return FileStore(tmp_path / "states")
