@@ -59,6 +59,7 @@ from typing import Any
 from orchestrator import StateInfo, StoreDamagedError
 
 from ._codec import FORMAT_V2, FORMAT_VERSION, check_format, damaged, listing_seal
+from ._lease_sql import LeaseSql, postgres_leases
 from ._plan import (
     STOPPED,
     UNSEALED,
@@ -91,7 +92,7 @@ __all__ = (
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -184,6 +185,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE {s}.entries ADD COLUMN xid xid8 NOT NULL DEFAULT '3'",
         "ALTER TABLE {s}.entries ALTER COLUMN xid SET DEFAULT pg_current_xact_id()",
         'CREATE INDEX entries_by_root ON {s}.entries (root_id, xid, state_id COLLATE "C", seq)',
+    ),
+    # 5: run leases (`orchestrator.AsyncRunLeases`): which process runs a State, cancels asked.
+    (
+        """
+        CREATE TABLE {s}.run_leases (
+            state_id text PRIMARY KEY,
+            owner text NOT NULL,
+            until timestamptz NOT NULL,
+            cancel boolean NOT NULL DEFAULT false
+        )
+        """,
     ),
 )
 
@@ -440,6 +452,7 @@ class Sql:
     memory_delete: str = field(init=False)
     memory_set_once: str = field(init=False)
     memory_delete_once: str = field(init=False)
+    leases: LeaseSql = field(init=False)
 
     def __post_init__(self) -> None:
         quoted = f'"{check_schema_name(self.schema)}"'
@@ -454,6 +467,7 @@ class Sql:
             text = template.replace("{s}", quoted).replace("{channel}", channel)
             object.__setattr__(self, name, text)
 
+        object.__setattr__(self, "leases", postgres_leases(quoted))
         object.__setattr__(
             self,
             "migrations",

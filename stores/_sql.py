@@ -68,6 +68,7 @@ from ._codec import (
     first_digest,
     listing_seal,
 )
+from ._lease_sql import SQLITE_LEASE_TABLE
 from ._plan import (
     EPOCH,
     HEAVY_ENTRIES,
@@ -402,6 +403,7 @@ def open_plan(where: str) -> Plan[None]:
         yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
     for statement in MEMORY_SCHEMA:
         yield Query(statement)
+    yield Query(SQLITE_LEASE_TABLE)
     yield Query(COMMIT)
 
 

@@ -68,6 +68,7 @@ def serve_runs(
     hosts: Sequence[str],
     origins: Sequence[str],
     max_runs: int,
+    lease: float,
     ready: Callable[[str], None],
 ) -> None:
     """Serve `agents` over HTTP on `host`:`port` until interrupted; `ready(url)` once listening."""
@@ -83,7 +84,7 @@ def serve_runs(
         bound = listener.getsockname()[1]
 
         async def main() -> None:
-            async with Runs(agents, store, max_runs=max_runs) as runs:
+            async with Runs(agents, store, max_runs=max_runs, lease=lease) as runs:
                 app = asgi_app(runs, token=token, hosts=hosts, origins=origins)
                 config = uvicorn.Config(app, log_level="warning", lifespan="off")
                 server = uvicorn.Server(config)

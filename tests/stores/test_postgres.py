@@ -40,14 +40,14 @@ from stores._postgres import _execute  # pyright: ignore[reportPrivateUsage]
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation, storage_view
-from stores.contract import FollowContract, StoreContract, TreeFollowContract
+from stores.contract import FollowContract, LeaseContract, StoreContract, TreeFollowContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
 
-class TestPostgresStore(TreeFollowContract, FollowContract, StoreContract):
+class TestPostgresStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     colours = ("sync", "async")
     asyncio_only = False  # the async twins run the sync driver in a worker thread
     dsn = ""
