@@ -534,3 +534,23 @@ async def test_since_a_decision_gives_the_run_that_carries_it_out() -> None:
     assert kinds == ["run_start", "tool_end", "model_reply", "run_end"]
     with pytest.raises(ValueError, match="since must be"):
         runs.follow(handle.state_id, since=-1)
+
+
+async def test_two_hundred_followers_of_one_run_see_the_same_stored_events(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "followed.db") as store:
+        async with Runs([tree_agent(), helper_agent()], store) as runs:
+            handle = await runs.start("parent", "go")
+            seen: list[list[str]] = [[] for _ in range(200)]
+
+            async def follow(into: list[str]) -> None:
+                async for item in runs.follow(handle.state_id):
+                    if item.event.kind != "text":  # live text is not stored: followers differ
+                        into.append(item.id)
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as group:
+                    for into in seen:
+                        group.start_soon(follow, into)
+            stored = [item.id for item in await _all(runs, handle.state_id)]
+    assert all(ids == stored for ids in seen)
+    assert len(stored) >= 8
