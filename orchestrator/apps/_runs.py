@@ -274,6 +274,16 @@ class Runs:
         self._stack: AsyncExitStack | None = None
 
     @property
+    def store(self) -> AnyStore:
+        """The store every run is saved to."""
+        return self._client.store
+
+    @property
+    def store_name(self) -> str:
+        """The store as people name it: its URL (without passwords), else its kind."""
+        return self._client.url or type(self._client.store).__name__
+
+    @property
     def agents(self) -> Mapping[str, Agent]:
         """The agents the service runs, by name."""
         return dict(self._agents)

@@ -14,6 +14,7 @@ from orchestrator import (
     ModelReplied,
     Reply,
     State,
+    StateInfo,
     StoppedByApproval,
     TextBlock,
     TextDelta,
@@ -26,7 +27,7 @@ from orchestrator.apps import Followed, Runs, TooManyRunsError
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AllowByName, ApproveLater
 from orchestrator.testing import FakeModel, tool_call
-from stores import FileStore, MemoryStore, SQLiteStore
+from stores import MemoryStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -378,6 +379,25 @@ class StreamingModel:
         return Reply(message=Message.assistant("Hello, world."), usage=Usage(requests=1))
 
 
+class StatesOnly:
+    """A store that keeps States and nothing more: no tree feed, no run leases."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    def save(self, state: State) -> None:
+        self.inner.save(state)
+
+    def load(self, state_id: str) -> State:
+        return self.inner.load(state_id)
+
+    def list(self, *, parent_id: str | None = None, limit: int | None = None) -> list[StateInfo]:
+        return self.inner.list(parent_id=parent_id, limit=limit)
+
+    def delete(self, state_id: str) -> None:
+        self.inner.delete(state_id)
+
+
 async def _all(runs: Runs, state_id: str, after: str | None = None) -> list[Followed]:
     return [item async for item in runs.follow(state_id, after=after)]
 
@@ -498,10 +518,9 @@ async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
             await _all(runs, handle.state_id, after="sqlite:1/0")
         with pytest.raises(LookupError):
             await _all(runs, "no-such-run")
-    with FileStore(tmp_path / "files") as files:
-        async with Runs([helper_agent()], files) as runs:
-            with pytest.raises(TypeError, match="cannot follow a tree"):
-                await _all(runs, "anything")
+    async with Runs([helper_agent()], StatesOnly()) as runs:
+        with pytest.raises(TypeError, match="cannot follow a tree"):
+            await _all(runs, "anything")
 
 
 async def test_a_handle_follows_its_own_run_and_since_skips_what_came_before() -> None:
