@@ -64,8 +64,6 @@ SQLITE_LEASE_TABLE = """
 """
 """Made when a store opens, in any file of format 3 (a table older versions never read)."""
 
-_SQLITE_IDS = "(SELECT value FROM json_each(:ids))"
-
 SQLITE_LEASES = LeaseSql(
     claim="""
         INSERT INTO run_leases (state_id, owner, until, cancel)
@@ -75,52 +73,55 @@ SQLITE_LEASES = LeaseSql(
         WHERE run_leases.owner = excluded.owner OR run_leases.until <= :now
     """,
     owner_of="SELECT owner FROM run_leases WHERE state_id = :id",
-    renew=f"""
+    renew="""
         UPDATE run_leases SET until = :now + :seconds
-        WHERE owner = :owner AND state_id IN {_SQLITE_IDS}
+        WHERE owner = :owner AND state_id IN (SELECT value FROM json_each(:ids))
     """,
-    held=f"SELECT state_id, owner, cancel FROM run_leases WHERE state_id IN {_SQLITE_IDS}",
+    held="""
+        SELECT state_id, owner, cancel FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids))
+    """,
     release="DELETE FROM run_leases WHERE state_id = :id AND owner = :owner",
     cancel="UPDATE run_leases SET cancel = 1 WHERE state_id = :id AND until > :now",
-    owners=f"""
-        SELECT state_id, owner FROM run_leases WHERE state_id IN {_SQLITE_IDS} AND until > :now
+    owners="""
+        SELECT state_id, owner FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids)) AND until > :now
     """,
     commit="COMMIT",
     ids=json.dumps,
 )
 
+# PostgreSQL's, with {s} for the schema: the server's clock, so machines agree.
+_POSTGRES_LEASES = {
+    "claim": """
+        INSERT INTO {s}.run_leases AS l (state_id, owner, until, cancel)
+        VALUES (%(id)s, %(owner)s, clock_timestamp() + make_interval(secs => %(seconds)s), false)
+        ON CONFLICT (state_id) DO UPDATE SET
+            owner = EXCLUDED.owner, until = EXCLUDED.until, cancel = false
+        WHERE l.owner = EXCLUDED.owner OR l.until <= clock_timestamp()
+    """,
+    "owner_of": "SELECT owner FROM {s}.run_leases WHERE state_id = %(id)s",
+    "renew": """
+        UPDATE {s}.run_leases SET until = clock_timestamp() + make_interval(secs => %(seconds)s)
+        WHERE owner = %(owner)s AND state_id = ANY(%(ids)s)
+    """,
+    "held": "SELECT state_id, owner, cancel FROM {s}.run_leases WHERE state_id = ANY(%(ids)s)",
+    "release": "DELETE FROM {s}.run_leases WHERE state_id = %(id)s AND owner = %(owner)s",
+    "cancel": """
+        UPDATE {s}.run_leases SET cancel = true
+        WHERE state_id = %(id)s AND until > clock_timestamp()
+    """,
+    "owners": """
+        SELECT state_id, owner FROM {s}.run_leases
+        WHERE state_id = ANY(%(ids)s) AND until > clock_timestamp()
+    """,
+}
+
 
 def postgres_leases(schema: str) -> LeaseSql:
     """The statements of run leases in the (quoted) PostgreSQL schema `schema`."""
-    until = "clock_timestamp() + make_interval(secs => %(seconds)s)"
-    return LeaseSql(
-        claim=f"""
-            INSERT INTO {schema}.run_leases AS l (state_id, owner, until, cancel)
-            VALUES (%(id)s, %(owner)s, {until}, false)
-            ON CONFLICT (state_id) DO UPDATE SET
-                owner = EXCLUDED.owner, until = EXCLUDED.until, cancel = false
-            WHERE l.owner = EXCLUDED.owner OR l.until <= clock_timestamp()
-        """,
-        owner_of=f"SELECT owner FROM {schema}.run_leases WHERE state_id = %(id)s",
-        renew=f"""
-            UPDATE {schema}.run_leases SET until = {until}
-            WHERE owner = %(owner)s AND state_id = ANY(%(ids)s)
-        """,
-        held=f"""
-            SELECT state_id, owner, cancel FROM {schema}.run_leases WHERE state_id = ANY(%(ids)s)
-        """,
-        release=f"DELETE FROM {schema}.run_leases WHERE state_id = %(id)s AND owner = %(owner)s",
-        cancel=f"""
-            UPDATE {schema}.run_leases SET cancel = true
-            WHERE state_id = %(id)s AND until > clock_timestamp()
-        """,
-        owners=f"""
-            SELECT state_id, owner FROM {schema}.run_leases
-            WHERE state_id = ANY(%(ids)s) AND until > clock_timestamp()
-        """,
-        commit=None,
-        ids=list,
-    )
+    statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_LEASES.items()}
+    return LeaseSql(**statements, commit=None, ids=list)
 
 
 def _params(sql: LeaseSql, **values: Any) -> dict[str, Any]:

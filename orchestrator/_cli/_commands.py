@@ -33,13 +33,13 @@ from stores import (
 )
 from stores.backend import validate_id
 
-from ._jsontext import dumps
+from .._viewing._jsontext import dumps
+from .._viewing._reading import Readable, agent_of, read_tree
+from .._viewing._viewer import HOST, Viewer, serve
+from .._viewing._views import info_data, state_data, status_kind
 from ._open import open_existing
-from ._reading import Readable, agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
-from ._viewer import HOST, Viewer, serve
-from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
 

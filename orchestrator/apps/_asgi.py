@@ -326,7 +326,7 @@ async def _with_keepalive(
 
 def _viewer_mount(runs: Runs, keepalive: float) -> tuple[BaseRoute, BaseRoute]:
     """The run viewer's page under ``/viewer/``, read-only, following the run it shows."""
-    from .._cli._viewer import SECURITY_HEADERS, Viewer, viewer_answer
+    from .._viewing._viewer import SECURITY_HEADERS, Viewer, viewer_answer
 
     client = client_of(runs.store)
     if client.is_async:

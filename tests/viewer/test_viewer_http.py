@@ -22,7 +22,7 @@ from orchestrator import State
 
 # Private: the CLI's modules (the viewer server and its entry point), driven directly.
 from orchestrator._cli import cli
-from orchestrator._cli._viewer import Viewer, ViewerServer, running
+from orchestrator._viewing._viewer import Viewer, ViewerServer, running
 from stores import FileStore, PostgresStore, SQLiteStore
 from tests.cli.team import DEEP, deep_json, record, save_chain
 from tests.postgres import fresh_schema

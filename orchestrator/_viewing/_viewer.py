@@ -251,7 +251,7 @@ def _file(name: str) -> tuple[HTTPStatus, str, bytes]:
     kind = STATIC_TYPES.get(name)
     if kind is None:
         return _error(HTTPStatus.NOT_FOUND, f"No file {name!r}.")
-    data = resources.files(__package__ or "orchestrator._cli").joinpath("viewer", name)
+    data = resources.files(__package__ or "orchestrator._viewing").joinpath("viewer", name)
     return HTTPStatus.OK, kind, data.read_bytes()
 
 
