@@ -376,3 +376,4 @@ def test_bench_follow() -> None:
         assert metrics[key].value > 0
     assert metrics["follow.sqlite.p50.ratio"].value > 0
     assert metrics["follow.tree.sqlite.p50.ratio"].value > 0
+    assert metrics["follow.tree.sqlite.probe_us"].value > 0
