@@ -15,8 +15,10 @@ below it, not even for types (a lower layer owns a protocol instead; tests/test_
 - `_running`: the Agent, its run, the loop, thinking, tool execution, ask, saving, subagents,
   runners.
 
-Above them the public surface: this package, `mcp`, `otel`, `permissions`, `runners`, `testing`
-and the CLI. Public import paths are these; the folders are private.
+Above them the public surface: this package, `apps` (runs as a service, over HTTP), `mcp`,
+`otel`, `permissions`, `runners`, `testing`, the CLI (`_cli`) and what the CLI and `apps` show
+people (`_viewing`: trees, timelines, the viewer page). Public import paths are these; the
+folders are private.
 """
 
 import typing as _typing
