@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -573,3 +574,52 @@ async def test_two_hundred_followers_of_one_run_see_the_same_stored_events(tmp_p
             stored = [item.id for item in await _all(runs, handle.state_id)]
     assert all(ids == stored for ids in seen)
     assert len(stored) >= 8
+
+
+async def test_reconnecting_at_random_points_while_the_tree_runs_loses_and_repeats_nothing() -> (
+    None
+):
+    store = MemoryStore()
+    children = [
+        Agent(
+            FakeModel([tool_call("hold", key=f"kid{n}"), f"kid {n} done"]),
+            name=f"kid{n}",
+            tools=[hold],
+            permissions=[AllowByName("hold")],
+        )
+        for n in range(3)
+    ]
+    parent = Agent(
+        FakeModel([[tool_call(f"kid{n}", task="go") for n in range(3)], "all done"]),
+        name="boss",
+        tools=[kid.as_tool(description=f"Kid {n}") for n, kid in enumerate(children)],
+    )
+    chooser = random.Random(7)
+    async with Runs([parent], store) as runs:
+        handle = await runs.start("boss", "go")
+        seen: list[Followed] = []
+        last: str | None = None
+        released = 0
+        with anyio.fail_after(60):
+            for _ in range(200):  # bounded: each round reads a few events, then drops
+                wanted = chooser.randint(1, 3)
+                got = 0
+                ended = False
+                async for item in runs.follow(handle.state_id, after=last):
+                    seen.append(item)
+                    last = item.id
+                    got += 1
+                    if got == wanted:
+                        break
+                else:
+                    ended = True
+                if ended:
+                    break
+                if released < 3 and chooser.random() < 0.5:
+                    await gate(f"kid{released}").entered.wait()
+                    gate(f"kid{released}").release.set()
+                    released += 1
+        stored = [item.id for item in await _all(runs, handle.state_id)]
+    durable = [item.id for item in seen if item.event.kind != "text"]
+    assert durable == stored
+    assert len(set(item.id for item in seen)) == len(seen)  # nothing twice
