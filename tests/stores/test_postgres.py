@@ -120,7 +120,7 @@ def test_the_schema_is_made_on_first_use_with_its_versions(
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert meta == {"schema_version": SCHEMA_VERSION, "format_version": FORMAT_VERSION}
     tables = {row[0] for row in sql(dsn, _TABLES, schema)}
-    assert tables == {"meta", "states", "entries", "memory", "memory_effects"}
+    assert tables == {"meta", "states", "entries", "memory", "memory_effects", "run_leases"}
 
 
 def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]) -> None:
