@@ -24,7 +24,7 @@ import anyio.to_thread
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
-from ._lease_sql import SQLITE_LEASES, LeaseSql, SqlLeases
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import AsyncClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, arun_plan
 from ._sql import (
@@ -32,6 +32,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,

@@ -1,6 +1,8 @@
 """Run leases in SQL (`orchestrator.AsyncRunLeases`): one plan per call, for SQLite and PostgreSQL.
 
-A lease is a row of ``run_leases``: the State, its owner, when the lease runs out, and whether
+The statements are each dialect's (`stores._sql.SQLITE_LEASES`,
+`stores._postgres_sql.postgres_leases`), like all of a store's SQL. A lease is a row of
+``run_leases``: the State, its owner, when the lease runs out, and whether
 another process asked the owner to cancel. Every change is one statement that checks and writes
 at once (an upsert that takes a lease only when it is free, ran out or is the owner's own), so
 two processes claiming together cannot both win. SQLite's times are this machine's clock (its
@@ -10,7 +12,6 @@ several machines agree.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -20,14 +21,11 @@ from ._leases import check_lease
 from ._plan import Plan, Query, Row
 
 __all__ = (
-    "SQLITE_LEASES",
-    "SQLITE_LEASE_TABLE",
     "LeaseSql",
     "SqlLeases",
     "cancel_plan",
     "claim_plan",
     "owners_plan",
-    "postgres_leases",
     "release_plan",
     "renew_plan",
 )
@@ -52,76 +50,6 @@ class LeaseSql:
     owners: str
     commit: str | None
     ids: Callable[[Sequence[str]], Any]  # the `ids` parameter's value
-
-
-SQLITE_LEASE_TABLE = """
-    CREATE TABLE IF NOT EXISTS run_leases (
-        state_id TEXT PRIMARY KEY NOT NULL,
-        owner TEXT NOT NULL,
-        until REAL NOT NULL,
-        cancel INTEGER NOT NULL DEFAULT 0
-    ) WITHOUT ROWID
-"""
-"""Made when a store opens, in any file of format 3 (a table older versions never read)."""
-
-SQLITE_LEASES = LeaseSql(
-    claim="""
-        INSERT INTO run_leases (state_id, owner, until, cancel)
-        VALUES (:id, :owner, :now + :seconds, 0)
-        ON CONFLICT (state_id) DO UPDATE SET
-            owner = excluded.owner, until = excluded.until, cancel = 0
-        WHERE run_leases.owner = excluded.owner OR run_leases.until <= :now
-    """,
-    owner_of="SELECT owner FROM run_leases WHERE state_id = :id",
-    renew="""
-        UPDATE run_leases SET until = :now + :seconds
-        WHERE owner = :owner AND state_id IN (SELECT value FROM json_each(:ids))
-    """,
-    held="""
-        SELECT state_id, owner, cancel FROM run_leases
-        WHERE state_id IN (SELECT value FROM json_each(:ids))
-    """,
-    release="DELETE FROM run_leases WHERE state_id = :id AND owner = :owner",
-    cancel="UPDATE run_leases SET cancel = 1 WHERE state_id = :id AND until > :now",
-    owners="""
-        SELECT state_id, owner FROM run_leases
-        WHERE state_id IN (SELECT value FROM json_each(:ids)) AND until > :now
-    """,
-    commit="COMMIT",
-    ids=json.dumps,
-)
-
-# PostgreSQL's, with {s} for the schema: the server's clock, so machines agree.
-_POSTGRES_LEASES = {
-    "claim": """
-        INSERT INTO {s}.run_leases AS l (state_id, owner, until, cancel)
-        VALUES (%(id)s, %(owner)s, clock_timestamp() + make_interval(secs => %(seconds)s), false)
-        ON CONFLICT (state_id) DO UPDATE SET
-            owner = EXCLUDED.owner, until = EXCLUDED.until, cancel = false
-        WHERE l.owner = EXCLUDED.owner OR l.until <= clock_timestamp()
-    """,
-    "owner_of": "SELECT owner FROM {s}.run_leases WHERE state_id = %(id)s",
-    "renew": """
-        UPDATE {s}.run_leases SET until = clock_timestamp() + make_interval(secs => %(seconds)s)
-        WHERE owner = %(owner)s AND state_id = ANY(%(ids)s)
-    """,
-    "held": "SELECT state_id, owner, cancel FROM {s}.run_leases WHERE state_id = ANY(%(ids)s)",
-    "release": "DELETE FROM {s}.run_leases WHERE state_id = %(id)s AND owner = %(owner)s",
-    "cancel": """
-        UPDATE {s}.run_leases SET cancel = true
-        WHERE state_id = %(id)s AND until > clock_timestamp()
-    """,
-    "owners": """
-        SELECT state_id, owner FROM {s}.run_leases
-        WHERE state_id = ANY(%(ids)s) AND until > clock_timestamp()
-    """,
-}
-
-
-def postgres_leases(schema: str) -> LeaseSql:
-    """The statements of run leases in the (quoted) PostgreSQL schema `schema`."""
-    statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_LEASES.items()}
-    return LeaseSql(**statements, commit=None, ids=list)
 
 
 def _params(sql: LeaseSql, **values: Any) -> dict[str, Any]:

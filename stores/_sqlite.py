@@ -20,7 +20,7 @@ import anyio
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
-from ._lease_sql import SQLITE_LEASES, LeaseSql, SqlLeases
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import OneAtATime, ThreadedClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
 from ._sql import (
@@ -28,6 +28,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,

@@ -167,7 +167,8 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
 
 
 def _set_back_to_3(dsn: str, schema: str) -> None:
-    """Make the tables what schema version 3 made (no roots, no transaction ids)."""
+    """Make the tables what schema version 3 made (no roots, no transaction ids, no leases)."""
+    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases')
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN root_id')
     sql(dsn, f'ALTER TABLE "{schema}".entries DROP COLUMN root_id, DROP COLUMN xid')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 3 WHERE key = 'schema_version'")
