@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit long bench clean chromium
+.PHONY: demo test lint typecheck unit long bench clean chromium node-clients
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,11 +38,13 @@ typecheck: $(VENV)/.dev
 # Under coverage with branches: the report fails below the floor in pyproject.toml. The
 # PostgreSQL tests run against a throwaway server the script starts (installing Debian's
 # postgresql package if it is missing) and stops; they are required, never skipped. The
-# viewer's browser tests need Debian's chromium, installed here if missing.
+# viewer's browser tests need Debian's chromium, installed here if missing. The protocol
+# adapters' tests run the official clients in Node.js: Debian's nodejs if missing, and the npm
+# packages pinned in tests/apps/node (the only step that reaches the npm registry).
 # The Ray tests (marker `ray`) run apart, inside a private network namespace with only the
 # loopback up (scripts/in_netns.sh): Ray binds to the external interface even when told
 # 127.0.0.1, and no test may reach outside 127.0.0.0/8. The first run deselects them.
-unit: $(VENV)/.dev chromium
+unit: $(VENV)/.dev chromium node-clients
 	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
 		$(BIN)/python -m coverage run -m pytest
 	scripts/in_netns.sh $(BIN)/python -m coverage run --append -m pytest -m ray
@@ -63,5 +65,8 @@ bench: $(VENV)/.dev
 chromium:
 	scripts/ensure_chromium.sh
 
+node-clients:
+	scripts/ensure_node_clients.sh
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .cache/node-clients tests/apps/node/node_modules

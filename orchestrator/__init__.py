@@ -15,8 +15,10 @@ below it, not even for types (a lower layer owns a protocol instead; tests/test_
 - `_running`: the Agent, its run, the loop, thinking, tool execution, ask, saving, subagents,
   runners.
 
-Above them the public surface: this package, `mcp`, `otel`, `permissions`, `runners`, `testing`
-and the CLI. Public import paths are these; the folders are private.
+Above them the public surface: this package, `apps` (runs as a service, over HTTP), `mcp`,
+`otel`, `permissions`, `runners`, `testing`, the CLI (`_cli`) and what the CLI and `apps` show
+people (`_viewing`: trees, timelines, the viewer page). Public import paths are these; the
+folders are private.
 """
 
 import typing as _typing
@@ -85,17 +87,21 @@ from ._record._history import RunStartEntry as RunStartEntry
 from ._record._history import StopEntry as StopEntry
 from ._record._history import ToolResultEntry as ToolResultEntry
 from ._record._history import UserEntry as UserEntry
+from ._record._leases import AsyncRunLeases as AsyncRunLeases
 from ._record._snapshot import StateSnapshot as StateSnapshot
 from ._record._state import State as State
 from ._record._storage import AsyncBatchStore as AsyncBatchStore
 from ._record._storage import AsyncFollowable as AsyncFollowable
 from ._record._storage import AsyncMemoryBackend as AsyncMemoryBackend
 from ._record._storage import AsyncStore as AsyncStore
+from ._record._storage import AsyncTreeFollowable as AsyncTreeFollowable
 from ._record._storage import BatchStore as BatchStore
 from ._record._storage import Followable as Followable
 from ._record._storage import MemoryBackend as MemoryBackend
 from ._record._storage import StateInfo as StateInfo
 from ._record._storage import Store as Store
+from ._record._storage import TreeEntry as TreeEntry
+from ._record._storage import TreeFollowable as TreeFollowable
 from ._record._typed import SchemaSource as SchemaSource
 from ._record._typed import merge_lists as merge_lists
 from ._record._typed import replace_values as replace_values
@@ -183,7 +189,9 @@ __all__ = (
     "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
+    "AsyncRunLeases",
     "AsyncStore",
+    "AsyncTreeFollowable",
     "AuthError",
     "AwaitingCall",
     "AwaitingInfo",
@@ -265,6 +273,8 @@ __all__ = (
     "ToolSpec",
     "ToolStarted",
     "Toolset",
+    "TreeEntry",
+    "TreeFollowable",
     "Usage",
     "UserEntry",
     "ValidationError",

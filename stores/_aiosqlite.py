@@ -22,8 +22,9 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
-from orchestrator import HistoryEntry, State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import AsyncClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, arun_plan
 from ._sql import (
@@ -31,6 +32,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,
@@ -43,18 +45,29 @@ from ._sql import (
     memory_put_plan,
     memory_scan_plan,
     open_plan,
+    position_of,
+    root_of_plan,
     save_many_plan,
     save_plan,
+    tree_end_plan,
+    tree_entries_plan,
 )
 from ._sqlite import refuse_folder
-from .backend import TailCache, check_after, check_state, poll_entries, validate_id
+from .backend import (
+    TailCache,
+    check_after,
+    check_limit,
+    check_state,
+    poll_entries,
+    validate_id,
+)
 
 __all__ = ("AioSQLiteStore",)
 
 _T = TypeVar("_T")
 
 
-class AioSQLiteStore(AsyncClosing):
+class AioSQLiteStore(AsyncClosing, SqlLeases):
     """States kept in one SQLite file, used with ``await`` on asyncio.
 
     It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
@@ -190,6 +203,46 @@ class AioSQLiteStore(AsyncClosing):
             lambda: self._run(count_plan(state_id)),
         )
 
+    # -- following a tree (`orchestrator.AsyncTreeFollowable`) ---------------------------------
+
+    async def aroot_of(self, state_id: str) -> str:
+        """The id of the root of the tree of the stored State `state_id` (see `SQLiteStore`).
+
+        Raises:
+            LookupError: No State has this id.
+            TypeError: This is not asyncio.
+        """
+        _require_asyncio("aroot_of")
+        return await self._run(root_of_plan(state_id, self._where), state_id)
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after `after` (see `SQLiteStore.tree_entries`).
+
+        Raises:
+            TypeError: This is not asyncio.
+        """
+        _require_asyncio("atree_entries")
+        return await self._run(tree_entries_plan(root_id, after, limit, self._where), root_id)
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait for entries of the tree of `root_id` after `after` (see `SQLiteStore`).
+
+        Raises:
+            TypeError: This is not asyncio.
+        """
+        _require_asyncio("await_tree_entries")
+        validate_id(root_id, "root_id")
+        position_of(after)
+        check_limit(limit)
+        return await poll_entries(
+            lambda: self.atree_entries(root_id, after=after, limit=limit),
+            lambda: self._run(tree_end_plan(root_id)),
+        )
+
     # -- agent memory (`orchestrator.AsyncMemoryBackend`) ---------------------------------------
 
     async def amemory_get(self, agent: str, space: str, key: str) -> str | None:
@@ -235,6 +288,16 @@ class AioSQLiteStore(AsyncClosing):
         """Refused: use ``await store.aentries(state_id)``, or `SQLiteStore` from sync code."""
         _sync_refused("entries")
 
+    def root_of(self, state_id: str) -> NoReturn:
+        """Refused: use ``await store.aroot_of(state_id)``, or `SQLiteStore` from sync code."""
+        _sync_refused("root_of")
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> NoReturn:
+        """Refused: use ``await store.atree_entries(root_id)``, or `SQLiteStore` from sync code."""
+        _sync_refused("tree_entries")
+
     def memory_get(self, agent: str, space: str, key: str) -> NoReturn:
         """Refused: use ``await store.amemory_get(...)``, or `SQLiteStore` from sync code."""
         _sync_refused("memory_get")
@@ -263,6 +326,12 @@ class AioSQLiteStore(AsyncClosing):
                     await connection.close()
 
     # -- running plans ------------------------------------------------------------------------
+
+    def _lease_statements(self) -> LeaseSql:
+        return SQLITE_LEASES
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._run(plan)
 
     async def _run(self, plan: Plan[_T], state_id: str | None = None) -> _T:
         """Carry out `plan`, one at a time; roll back if it fails.

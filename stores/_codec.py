@@ -12,7 +12,8 @@ different State. The digests detect damage and careless edits; they are not a si
 who can write the store can compute them again).
 
 The format version is stored beside the entries (`FORMAT_VERSION`). Version 1 had no digests: a
-store reads it and adds them (`FORMAT_V1`); any other version is refused, naming both.
+store reads it and adds them (`FORMAT_V1`); version 2 had no feeds of trees: a store reads it
+and adds them (`FORMAT_V2`); any other version is refused, naming both.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from orchestrator import HistoryEntry, StoreDamagedError
 __all__ = (
     "DIGEST_SIZE",
     "FORMAT_V1",
+    "FORMAT_V2",
     "FORMAT_VERSION",
     "chain_digests",
     "check_chain",
@@ -41,8 +43,15 @@ __all__ = (
     "missing_entries",
 )
 
-FORMAT_VERSION = 2
-"""The stored format this library writes: 2 since entries carry chained digests."""
+FORMAT_VERSION = 3
+"""The stored format this library writes: 3 since a store keeps the feed of each tree of States.
+
+Version 2 (entries carry chained digests) is read and migrated: an SQL store gives its
+entries their places in the feed when it opens, a `FileStore` State joins its tree's feed at
+its next save.
+"""
+FORMAT_V2 = 2
+"""The format before the feeds of trees: still read, and migrated."""
 FORMAT_V1 = 1
 """The format before digests: still read, and given digests when its store is written."""
 DIGEST_SIZE = 16

@@ -5,25 +5,33 @@ It is the simplest backend built on `stores.backend`, the helpers every backend 
 
 from __future__ import annotations
 
+import bisect
 import builtins
 import threading
 from dataclasses import dataclass
 
 import anyio.lowlevel
 
-from orchestrator import HistoryEntry, State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._leases import MemoryLeases
 from ._offload import AsyncClosing, Closing
 from .backend import (
     Tail,
     adopted,
+    bad_cursor,
     bind_state,
     check_after,
+    check_limit,
+    check_link,
     check_list_args,
     check_memory,
     check_state,
     continuation,
+    cursor_parts,
     entries_after,
+    make_cursor,
+    not_a_root,
     poll_entries,
     rebuild,
     recover_state,
@@ -42,15 +50,20 @@ class _Saved:
     digests: builtins.list[bytes]
     info: StateInfo
     tail: Tail
+    root_id: str
 
 
-class MemoryStore(Closing, AsyncClosing):
+_KIND = "mem"
+_EXAMPLE = "mem:42"
+
+
+class MemoryStore(Closing, AsyncClosing, MemoryLeases):
     """Keeps States in this process, encoded exactly as the other backends store them.
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
     tests written against a `MemoryStore` hold for the others. It implements `Store` and
-    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`),
-    and is thread-safe. Everything is lost when it is dropped.
+    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`)
+    and run leases (`AsyncRunLeases`), and is thread-safe. Everything is lost when it is dropped.
 
     Example:
         ```python
@@ -62,11 +75,17 @@ class MemoryStore(Closing, AsyncClosing):
         ```
     """
 
-    __slots__ = ("_effects", "_lock", "_spaces", "_states")
+    __slots__ = ("_effects", "_feeds", "_lock", "_position", "_spaces", "_states")
 
     def __init__(self) -> None:
+        MemoryLeases.__init__(self)
         self._lock = threading.Lock()
         self._states: dict[str, _Saved] = {}
+        # The feed of each tree (`orchestrator.TreeFollowable`): by root, (position, State id,
+        # seq, what holds it) of each entry, in the order saved; positions count every entry
+        # of the store. A State deleted (and maybe saved again) no longer holds its old rows.
+        self._feeds: dict[str, builtins.list[tuple[int, str, int, _Saved]]] = {}
+        self._position = 0
         self._spaces: dict[tuple[str, str], dict[str, str]] = {}  # (agent, space): key -> text
         self._effects: dict[str, set[str]] = {}  # agent: the effect keys applied
 
@@ -99,13 +118,20 @@ class MemoryStore(Closing, AsyncClosing):
             info = view.info
             new = continuation(view, Tail() if saved is None else saved.tail)
             if saved is None:
-                self._states[state.id] = _Saved(list(new.lines), list(new.digests), info, new.tail)
-            else:
-                if new.lines:
-                    saved.lines.extend(new.lines)
-                    saved.digests.extend(new.digests)
-                    saved.info = info
-                saved.tail = new.tail
+                parent = None if view.parent_id is None else self._states.get(view.parent_id)
+                root_id = view.id if parent is None else parent.root_id
+                saved = _Saved(list(new.lines), list(new.digests), info, new.tail, root_id)
+                self._states[state.id] = saved
+            elif new.lines:
+                saved.lines.extend(new.lines)
+                saved.digests.extend(new.digests)
+                saved.info = info
+            saved.tail = new.tail
+            feed = self._feeds.setdefault(saved.root_id, [])
+            first = new.tail.count - len(new.lines)
+            for seq in range(first, new.tail.count):
+                self._position += 1
+                feed.append((self._position, state.id, seq, saved))
         bind_state(state, self)
 
     def load(self, state_id: str) -> State:
@@ -136,10 +162,7 @@ class MemoryStore(Closing, AsyncClosing):
         with self._lock:
             saved = self._states.get(state_id)
             if saved is None:
-                raise LookupError(
-                    f"No State {state_id!r} in this MemoryStore: save it first, or pick an id"
-                    " from store.list()."
-                )
+                raise _absent(state_id)
             lines, digests = tuple(saved.lines), tuple(saved.digests)
         state = rebuild(state_id, lines, digests, where="MemoryStore")
         if lines:
@@ -163,6 +186,109 @@ class MemoryStore(Closing, AsyncClosing):
         validate_id(state_id, "state_id")
         with self._lock:
             self._states.pop(state_id, None)
+
+    # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
+
+    def root_of(self, state_id: str) -> str:
+        """The id of the root of the tree of the stored State `state_id`.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` is not a valid id.
+        """
+        validate_id(state_id, "state_id")
+        with self._lock:
+            saved = self._states.get(state_id)
+            if saved is None:
+                raise _absent(state_id)
+            return saved.root_id
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after the cursor `after`, in the order saved.
+
+        The cursor counts the entries this store saved: a save takes the next numbers under
+        the store's lock. Entries of a State deleted since are left out.
+
+        Raises:
+            LookupError: Nothing is saved under `root_id`.
+            ValueError: `root_id` is not a root, or `after` or `limit` is not valid.
+        """
+        validate_id(root_id, "root_id")
+        position = self._position_of(after)
+        most = check_limit(limit)
+        rows: builtins.list[tuple[int, str, int, bytes, bytes, bytes | None]] = []
+        with self._lock:
+            root = self._states.get(root_id)
+            if root is None:
+                raise _absent(root_id)
+            if root.root_id != root_id:
+                raise not_a_root(root_id, root.root_id)
+            if position > self._position:
+                raise bad_cursor(after, _EXAMPLE, "it is past the end of this store's feed")
+            feed = self._feeds.get(root_id, [])
+            start = bisect.bisect_right(feed, position, key=lambda row: row[0])
+            for at, state_id, seq, saved in feed[start:]:
+                if self._states.get(state_id) is not saved:
+                    continue  # deleted since (and maybe saved again: its new rows follow)
+                previous = saved.digests[seq - 1] if seq else None
+                rows.append((at, state_id, seq, saved.lines[seq], saved.digests[seq], previous))
+                if most is not None and len(rows) == most:
+                    break
+        return tuple(
+            TreeEntry(
+                make_cursor(_KIND, at),
+                state_id,
+                check_link("MemoryStore", state_id, seq, line, digest, previous),
+            )
+            for at, state_id, seq, line, digest, previous in rows
+        )
+
+    @staticmethod
+    def _position_of(after: str | None) -> int:
+        parts = cursor_parts(after, _KIND, _EXAMPLE, 1)
+        if parts is None:
+            return 0
+        if not parts[0].isdigit() or parts[0].startswith("0"):
+            raise bad_cursor(after, _EXAMPLE)
+        return int(parts[0])
+
+    async def aroot_of(self, state_id: str) -> str:
+        """The async twin of `root_of`."""
+        await anyio.lowlevel.checkpoint()
+        return self.root_of(state_id)
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The async twin of `tree_entries`."""
+        await anyio.lowlevel.checkpoint()
+        return self.tree_entries(root_id, after=after, limit=limit)
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait for entries of the tree of `root_id` after `after`; return them, in order.
+
+        The tree's last position is looked at `stores.backend.POLL_FIRST` to `POLL_MOST` apart,
+        from any thread or event loop of this process.
+        """
+        validate_id(root_id, "root_id")
+        self._position_of(after)
+        check_limit(limit)
+        return await poll_entries(
+            lambda: self.atree_entries(root_id, after=after, limit=limit),
+            lambda: self._tree_end(root_id),
+        )
+
+    async def _tree_end(self, root_id: str) -> int:
+        await anyio.lowlevel.checkpoint()
+        with self._lock:
+            feed = self._feeds.get(root_id)
+            return feed[-1][0] if feed else 0
+
+    # -- following a State (`orchestrator.Followable`, `AsyncFollowable`) -----------------------
 
     def entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
         """The stored entries of `state_id` after the `seq` `after` (see `orchestrator.Followable`).
@@ -268,3 +394,10 @@ class MemoryStore(Closing, AsyncClosing):
         """The async twin of `memory_put`."""
         await anyio.lowlevel.checkpoint()
         return self.memory_put(agent, space, key, data, effect=effect)
+
+
+def _absent(state_id: str) -> LookupError:
+    return LookupError(
+        f"No State {state_id!r} in this MemoryStore: save it first, or pick an id from"
+        " store.list()."
+    )

@@ -16,13 +16,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, LiteralString, cast
+from collections.abc import Awaitable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar, cast
 
 import anyio.to_thread
 
-from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError
+from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import ThreadedClosing
 from ._plan import Operation, Plan, Query, Work, run_plan
 from ._postgres_plans import (
@@ -33,15 +34,29 @@ from ._postgres_plans import (
     memory_get_plan,
     memory_put_plan,
     memory_scan_plan,
+    root_of_plan,
     save_plan,
+    tree_cursor,
+    tree_plan,
 )
 from ._postgres_sql import DEFAULT_SCHEMA, open_plan, sql_for
 from ._redact import redact_url, url_secrets
-from .backend import Tail, TailCache, check_after, check_state, validate_id
+from .backend import (
+    POLL_FIRST,
+    POLL_MOST,
+    Tail,
+    TailCache,
+    check_after,
+    check_limit,
+    check_state,
+    validate_id,
+)
 
 if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
+
+_T = TypeVar("_T")
 
 __all__ = ("PostgresStore",)
 
@@ -50,7 +65,7 @@ _LISTEN_SECONDS = 0.25
 """How long a follower's thread waits for a NOTIFY before it looks whether it was cancelled."""
 
 
-class PostgresStore(ThreadedClosing):
+class PostgresStore(ThreadedClosing, SqlLeases):
     """States kept in a PostgreSQL database: safe for many processes on many machines.
 
     Give it a DSN (``postgresql://user@host/db``, or libpq's ``key=value`` form) and it opens
@@ -300,6 +315,98 @@ class PostgresStore(ThreadedClosing):
             _execute(connection, Query(self._sql.listen))
             yield connection
 
+    # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
+
+    def root_of(self, state_id: str) -> str:
+        """The id of the root of the tree of the stored State `state_id`.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` is not a valid id.
+        """
+        return self._run(root_of_plan(self._sql, state_id, self._where), state_id)
+
+    async def aroot_of(self, state_id: str) -> str:
+        """`root_of` in a worker thread."""
+        return await self._offload(self.root_of, state_id)
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after the cursor `after`, in feed order.
+
+        The feed is ordered by the id of the transaction that wrote each entry, then State and
+        seq; an entry joins it once every older transaction on the server has ended, so a
+        transaction left open anywhere on the server holds it back (see `stores._postgres_sql`).
+
+        Raises:
+            LookupError: No State `root_id` is stored.
+            ValueError: `root_id` is not a root, or `after` or `limit` is not valid.
+            StoreDamagedError: An entry is damaged (the message names the State and index).
+        """
+        plan = tree_plan(self._sql, root_id, after, limit, self._where)
+        entries, _ = self._run(plan, root_id)
+        return entries
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """`tree_entries` in a worker thread."""
+        return await self._offload(self._tree_entries, root_id, after, limit)
+
+    def _tree_entries(
+        self, root_id: str, after: str | None, limit: int | None
+    ) -> tuple[TreeEntry, ...]:
+        return self.tree_entries(root_id, after=after, limit=limit)
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait for entries of the tree of `root_id` after `after`; return them, in order.
+
+        Every save's NOTIFY names its State's root; the wait LISTENs for its tree's, as
+        `await_entries` does. Entries a transaction committed while an older one was still
+        open join the feed when that one ends, which sends no NOTIFY: while there are such,
+        the wait looks again at `stores.backend.POLL_FIRST` to `POLL_MOST` intervals.
+        """
+        validate_id(root_id, "root_id")
+        tree_cursor(after)
+        check_limit(limit)
+        stop = threading.Event()
+        try:
+            return await anyio.to_thread.run_sync(
+                self._await_tree, root_id, after, limit, stop, abandon_on_cancel=True
+            )
+        finally:
+            stop.set()
+
+    def _await_tree(
+        self, root_id: str, after: str | None, limit: int | None, stop: threading.Event
+    ) -> tuple[TreeEntry, ...]:
+        import psycopg
+
+        try:
+            with self._listening() as connection:
+                look = True  # once after LISTEN: a save that commits in between is read
+                interval = POLL_FIRST
+                while not stop.is_set():
+                    held = False
+                    if look:
+                        plan = tree_plan(self._sql, root_id, after, limit, self._where)
+                        new, held = self._run(plan, root_id)
+                        if new:
+                            return new
+                    if held:  # committed, behind an older open transaction: look again soon
+                        look = True
+                        _told_tree(connection, root_id, interval)
+                        interval = min(interval * 2, POLL_MOST)
+                    else:
+                        look = _told_tree(connection, root_id, _LISTEN_SECONDS)
+                        interval = POLL_FIRST
+        except psycopg.Error as error:
+            raise self._error(error, root_id) from _cause(error, self._secrets)
+        return ()  # cancelled: nobody reads this
+
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 
     def memory_get(self, agent: str, space: str, key: str) -> str | None:
@@ -327,6 +434,12 @@ class PostgresStore(ThreadedClosing):
             pool.close()
 
     # -- running plans ------------------------------------------------------------------------
+
+    def _lease_statements(self) -> LeaseSql:
+        return self._sql.leases
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._offload(self._run, plan)
 
     def _run(
         self, plan: Plan[Any], state_id: str | None = None, *, transaction: bool = False
@@ -414,8 +527,21 @@ class PostgresStore(ThreadedClosing):
 
 
 def _told(connection: psycopg.Connection[Any], state_id: str) -> bool:
-    """Whether a save of `state_id` was notified within `_LISTEN_SECONDS`."""
-    return any(note.payload == state_id for note in connection.notifies(timeout=_LISTEN_SECONDS))
+    """Whether a save of `state_id` was notified within `_LISTEN_SECONDS`.
+
+    A save's payload is its State's id and its root's, separated by a space.
+    """
+    return any(
+        note.payload.partition(" ")[0] == state_id
+        for note in connection.notifies(timeout=_LISTEN_SECONDS)
+    )
+
+
+def _told_tree(connection: psycopg.Connection[Any], root_id: str, seconds: float) -> bool:
+    """Whether a save of a State of the tree of `root_id` was notified within `seconds`."""
+    return any(
+        note.payload.partition(" ")[2] == root_id for note in connection.notifies(timeout=seconds)
+    )
 
 
 class _LockedTails(TailCache):

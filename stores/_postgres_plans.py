@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
+from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError, TreeEntry
 
 from ._codec import damaged
 from ._plan import (
@@ -23,6 +23,8 @@ from ._plan import (
     Query,
     Read,
     Row,
+    Work,
+    Write,
     bind_written,
     checked_history,
     not_found,
@@ -35,8 +37,15 @@ from .backend import (
     StorageView,
     Tail,
     TailCache,
+    bad_cursor,
+    check_limit,
+    check_link,
     check_list_args,
     check_memory,
+    cursor_parts,
+    make_cursor,
+    not_a_root,
+    root_from,
     storage_view,
     validate_id,
 )
@@ -49,7 +58,10 @@ __all__ = (
     "memory_get_plan",
     "memory_put_plan",
     "memory_scan_plan",
+    "root_of_plan",
     "save_plan",
+    "tree_cursor",
+    "tree_plan",
 )
 
 _SAVE_TRIES = 32  # a State that other writers keep moving on is refused after this many tries
@@ -81,9 +93,13 @@ def save_plan(
             ((at, view, ends.get(view.id)) for at, view in pending), refused, refusal
         )
         rows = StateRows()
+        new = {view.id: write.view for view, write in _new_writes(writes)}
         for write in writes.values():
             if write.stored is None or write.lines:
-                state_row(rows, write.view, write.stored, write.end, write.lines, write.digests)
+                root = root_from(write.view, new)
+                state_row(
+                    rows, write.view, write.stored, write.end, write.lines, write.digests, root
+                )
         written: set[str] = set()
         if len(rows):
             for state_id in rows.ids:
@@ -117,6 +133,11 @@ def save_plan(
             ),
         )
     return refused
+
+
+def _new_writes(writes: dict[str, Write]) -> list[tuple[StorageView, Write]]:
+    """The writes of States believed new (their states row is inserted)."""
+    return [(write.view, write) for write in writes.values() if write.stored is None]
 
 
 def _stored_end(state_id: str, count: object, head: object, line: object, where: str) -> Tail:
@@ -231,6 +252,111 @@ def _delete(sql: Sql, state_id: str, known: TailCache) -> Plan[None]:
     known.forget(state_id)
     yield Query(sql.lock_state, (state_id,))
     yield Query(sql.delete, (state_id, state_id))
+
+
+# -- the feed of a tree ----------------------------------------------------------------------
+
+_KIND = "pg"
+_EXAMPLE = "pg:7421.3.run-1"
+
+
+def root_of_plan(sql: Sql, state_id: str, where: str) -> Plan[str]:
+    """The root of the tree of the stored State `state_id`.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+        LookupError: No State has this id.
+    """
+    validate_id(state_id, "state_id")
+    return _root_of(sql, state_id, where)
+
+
+def _root_of(sql: Sql, state_id: str, where: str) -> Plan[str]:
+    rows: list[Row] = yield Query(sql.root_of, (state_id,))
+    if not rows:
+        raise not_found(state_id, where)
+    return str(rows[0][0])
+
+
+def tree_cursor(after: str | None) -> tuple[int, str, int]:
+    """The (transaction id, State id, seq) a cursor names; (0, "", -1) before the first entry.
+
+    Raises:
+        ValueError: `after` is not a cursor of a PostgreSQL store.
+    """
+    parts = cursor_parts(after, _KIND, _EXAMPLE, 3)
+    if parts is None:
+        return 0, "", -1
+    xid, seq, state_id = parts
+    try:
+        validate_id(state_id)
+    except ValueError:
+        raise bad_cursor(after, _EXAMPLE) from None
+    for number in (xid, seq):
+        if not number.isdigit() or (number.startswith("0") and number != "0"):
+            raise bad_cursor(after, _EXAMPLE)
+    return int(xid), state_id, int(seq)
+
+
+def tree_plan(
+    sql: Sql, root_id: str, after: str | None, limit: int | None, where: str
+) -> Plan[tuple[tuple[TreeEntry, ...], bool]]:
+    """The settled entries of the tree of `root_id` after `after`; whether more are held back.
+
+    Held back: rows of transactions that committed while an older one is still open. They join
+    the feed, after every cursor given so far, once it ends; a follower looks again soon.
+
+    Raises:
+        TypeError, ValueError: A bad argument (at once, before any I/O), a cursor past what this
+            server has given, or `root_id` is not a root.
+        LookupError: No State `root_id` is stored.
+        StoreDamagedError: An entry fails the check of its link of the chain.
+    """
+    validate_id(root_id, "root_id")
+    xid, state_id, seq = tree_cursor(after)
+    return _tree(sql, root_id, after, (xid, state_id, seq), check_limit(limit), where)
+
+
+def _tree(
+    sql: Sql,
+    root_id: str,
+    after: str | None,
+    cursor: tuple[int, str, int],
+    limit: int | None,
+    where: str,
+) -> Plan[tuple[tuple[TreeEntry, ...], bool]]:
+    xid, state_id, seq = cursor
+    params = {"root": root_id, "xid": str(xid), "state": state_id, "seq": seq, "limit": limit}
+    rows: list[Row] = yield Query(sql.tree, params)
+    root, xmax = rows[0][0], int(rows[0][1])
+    if root is None:
+        raise not_found(root_id, where)
+    if root != root_id:
+        raise not_a_root(root_id, str(root))
+    if xid >= xmax:
+        raise bad_cursor(after, _EXAMPLE, "it is past what this store has given")
+    settled: list[Row] = []
+    held = False
+    for row in rows:
+        if row[2] is None:
+            break  # the page is empty
+        if not row[3]:
+            held = True
+            break
+        settled.append(row)
+
+    def checked() -> tuple[TreeEntry, ...]:
+        return tuple(
+            TreeEntry(
+                make_cursor(_KIND, at, index, owner),
+                owner,
+                check_link(where, owner, index, bytes(data), digest, previous),
+            )
+            for _, _, at, _, owner, index, data, digest, previous in settled
+        )
+
+    entries: tuple[TreeEntry, ...] = yield Work(checked)
+    return entries, held and not entries
 
 
 # -- agent memory --------------------------------------------------------------------------

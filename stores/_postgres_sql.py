@@ -11,11 +11,13 @@ The tables, in one PostgreSQL schema (``orchestrator`` unless the store is given
 
     meta     (key, value)          'schema_version' (the layout below) and 'format_version'
                                    (the entry encoding, `stores.FORMAT_VERSION`)
-    states   (id, parent_id, ..., entries, head, seal)   one row per State: what `list`
-                                   returns, its entry count, the digest of its last entry and
-                                   the seal of its listed values (checked by `list`)
-    entries  (state_id, seq, data, digest)   one row per history entry, keyed by
-                                   (state_id, seq); written and deleted with its states row
+    states   (id, parent_id, ..., entries, head, seal, root_id)   one row per State: what
+                                   `list` returns, its entry count, the digest of its last
+                                   entry, the seal of its listed values (checked by `list`)
+                                   and the root of its tree (fixed at its first save)
+    entries  (state_id, seq, data, digest, root_id, xid)   one row per history entry, keyed
+                                   by (state_id, seq); written and deleted with its states row;
+                                   with its State's root and the writing transaction's id
     memory   (agent, space, key, value)   agent memory: JSON text per key
     memory_effects (agent, effect, at)    the effect keys of the memory writes applied
 
@@ -31,6 +33,17 @@ it wrote; a State left out was changed by another writer meanwhile, and the uniq
 (state_id, seq) is a second guard against interleaved entries. The usual save of a run, one
 State this store knew stored, has a plainer statement with the same gate and writes
 (`Sql.save_one`).
+
+The feed of a tree (`orchestrator.TreeFollowable`) must be in an order fixed at commit time,
+and an id given at insert is not: a transaction that began earlier may commit later. So each
+entry row keeps the id of the transaction that wrote it (``xid``, `pg_current_xact_id()`), and
+a reader takes only the rows of transactions below its snapshot's ``xmin``: every transaction
+there has ended, so no row can appear below it any more. The feed is ordered by (xid, State id,
+seq), and a cursor is that triple. The price: an entry is in the feed once every transaction
+older than the one that wrote it has ended, so a transaction left open (anywhere on the
+server, by any application, once it has written something) holds every follower back until
+it ends. A save's NOTIFY names its State and the State's root, so a follower of a tree is
+told when any of its States saves.
 """
 
 from __future__ import annotations
@@ -45,7 +58,8 @@ from typing import Any
 
 from orchestrator import StateInfo, StoreDamagedError
 
-from ._codec import FORMAT_VERSION, check_format, damaged, listing_seal
+from ._codec import FORMAT_V2, FORMAT_VERSION, check_format, damaged, listing_seal
+from ._lease_sql import LeaseSql
 from ._plan import (
     STOPPED,
     UNSEALED,
@@ -71,6 +85,7 @@ __all__ = (
     "info_of_row",
     "lock_key",
     "open_plan",
+    "postgres_leases",
     "sql_for",
     "state_row",
 )
@@ -78,7 +93,7 @@ __all__ = (
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 5
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -144,9 +159,49 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 3: the seal of each State's listed info (`stores._codec.listing_seal`), checked by `list`;
     # the rows of an older schema get theirs in the same transaction (`open_plan`).
     ("ALTER TABLE {s}.states ADD COLUMN seal bytea",),
+    # 4: the feed of each tree. Each State's root (walked down from the States whose parent is
+    # not stored; one on a loop of damaged links is its own), each entry's root and the id of
+    # the transaction that wrote it: the rows written before get 3, the first an ordinary
+    # transaction can have, so they come first, by State and seq.
+    (
+        "ALTER TABLE {s}.states ADD COLUMN root_id text",
+        """
+        WITH RECURSIVE tree (id, root_id) AS (
+            SELECT s.id, s.id FROM {s}.states AS s
+            WHERE s.parent_id IS NULL
+                OR NOT EXISTS (SELECT 1 FROM {s}.states AS p WHERE p.id = s.parent_id)
+            UNION ALL
+            SELECT s.id, t.root_id FROM {s}.states AS s JOIN tree AS t ON s.parent_id = t.id
+        )
+        UPDATE {s}.states AS s SET root_id = t.root_id FROM tree AS t WHERE s.id = t.id
+        """,
+        "UPDATE {s}.states SET root_id = id WHERE root_id IS NULL",
+        "ALTER TABLE {s}.entries ADD COLUMN root_id text",
+        """
+        UPDATE {s}.entries AS e SET root_id = coalesce(
+            (SELECT s.root_id FROM {s}.states AS s WHERE s.id = e.state_id), e.state_id
+        )
+        """,
+        "ALTER TABLE {s}.entries ALTER COLUMN root_id SET NOT NULL",
+        "ALTER TABLE {s}.entries ADD COLUMN xid xid8 NOT NULL DEFAULT '3'",
+        "ALTER TABLE {s}.entries ALTER COLUMN xid SET DEFAULT pg_current_xact_id()",
+        'CREATE INDEX entries_by_root ON {s}.entries (root_id, xid, state_id COLLATE "C", seq)',
+    ),
+    # 5: run leases (`orchestrator.AsyncRunLeases`): which process runs a State, cancels asked.
+    (
+        """
+        CREATE TABLE {s}.run_leases (
+            state_id text PRIMARY KEY,
+            owner text NOT NULL,
+            until timestamptz NOT NULL,
+            cancel boolean NOT NULL DEFAULT false
+        )
+        """,
+    ),
 )
 
 _SEALED_SINCE = 3  # the schema version that added `states.seal`
+_FEEDS_SINCE = 4  # the schema version that added the feeds of trees
 _SCHEMA_KEY = "schema_version"
 _FORMAT_KEY = "format_version"
 
@@ -174,7 +229,9 @@ _INFO_COLUMNS = (
 # Each save tells the followers of its States (`PostgresStore.await_entries`, which LISTENs):
 # a NOTIFY per State written, its id as the payload, sent when the save commits. A CTE that is
 # read (the count) is always run; a pg_notify in a WHERE clause may be skipped by the planner.
-_NOTIFY = """notified AS (SELECT pg_notify('{{channel}}', id) FROM {rows})
+_NOTIFY = """notified AS (
+    SELECT pg_notify('{{channel}}', id || ' ' || coalesce(root_id, id)) FROM {rows}
+)
 SELECT id FROM {rows}, (SELECT count(*) FROM notified) AS n
 """
 # One statement for a whole group commit. `incoming` has a row per State: `prev` is the
@@ -189,21 +246,25 @@ WITH incoming AS (
         %(parent_ids)b::text[], %(parent_call_ids)b::text[], %(titles)b::text[],
         %(created)b::timestamptz[], %(updated)b::timestamptz[], %(turns)b::integer[],
         %(finished)b::boolean[], %(stopped)b::text[], %(usages)b::text[],
-        %(counts)b::integer[], %(heads)b::bytea[], %(seals)b::bytea[]
+        %(counts)b::integer[], %(heads)b::bytea[], %(seals)b::bytea[],
+        %(root_parents)b::text[], %(root_selves)b::text[]
     ) AS i (
         id, prev, prev_head, parent_id, parent_call_id, title, created_at, updated_at, turn,
-        finished, stopped, usage, entries, head, seal
+        finished, stopped, usage, entries, head, seal, root_parent, root_self
     )
 ),
 created AS (
     INSERT INTO {s}.states ("""
     + _STATE_COLUMNS
-    + """)
+    + """, root_id)
     SELECT """
     + _STATE_COLUMNS
-    + """ FROM incoming WHERE prev < 0
+    + """, coalesce(
+        (SELECT coalesce(p.root_id, p.id) FROM {s}.states AS p WHERE p.id = i.root_parent),
+        i.root_self
+    ) FROM incoming AS i WHERE prev < 0
     ON CONFLICT (id) DO NOTHING
-    RETURNING id
+    RETURNING id, root_id
 ),
 updated AS (
     UPDATE {s}.states AS s SET
@@ -214,16 +275,16 @@ updated AS (
     FROM incoming AS i
     WHERE s.id = i.id AND i.prev >= 0 AND s.entries = i.prev
         AND s.head IS NOT DISTINCT FROM i.prev_head
-    RETURNING s.id
+    RETURNING s.id, s.root_id
 ),
-written AS (SELECT id FROM created UNION ALL SELECT id FROM updated),
+written AS (SELECT id, root_id FROM created UNION ALL SELECT id, root_id FROM updated),
 appended AS (
-    INSERT INTO {s}.entries (state_id, seq, data, digest)
-    SELECT e.state_id, e.seq, e.data, e.digest
+    INSERT INTO {s}.entries (state_id, seq, data, digest, root_id)
+    SELECT e.state_id, e.seq, e.data, e.digest, w.root_id
     FROM unnest(
         %(entry_ids)b::text[], %(seqs)b::integer[], %(lines)b::bytea[], %(digests)b::bytea[]
     ) AS e (state_id, seq, data, digest)
-    WHERE e.state_id IN (SELECT id FROM written)
+    JOIN written AS w ON w.id = e.state_id
 ),
 """
     + _NOTIFY.format(rows="written")
@@ -241,11 +302,11 @@ WITH updated AS (
         finished = %(finished)s, stopped = %(stopped)s, usage = %(usage)s,
         entries = %(entries)s, head = %(head)b, seal = %(seal)b
     WHERE id = %(id)s AND entries = %(prev)s AND head IS NOT DISTINCT FROM %(prev_head)b
-    RETURNING id
+    RETURNING id, root_id
 ),
 appended AS (
-    INSERT INTO {s}.entries (state_id, seq, data, digest)
-    SELECT u.id, e.seq, e.data, e.digest
+    INSERT INTO {s}.entries (state_id, seq, data, digest, root_id)
+    SELECT u.id, e.seq, e.data, e.digest, u.root_id
     FROM updated AS u, (VALUES {rows}) AS e (seq, data, digest)
 ),
 """ + _NOTIFY.format(rows="updated")
@@ -288,6 +349,33 @@ _DELETE = (
     "WITH gone AS (DELETE FROM {s}.states WHERE id = %s)"
     " DELETE FROM {s}.entries WHERE state_id = %s"
 )
+
+_ROOT_OF = "SELECT root_id FROM {s}.states WHERE id = %s"
+# A page of a tree's feed after a cursor, in one snapshot: the root's own root (is it one?),
+# the snapshot's xmax (a cursor at or past it is not this server's), and each row with whether
+# its transaction is below the snapshot's xmin (settled: nothing can appear before it any
+# more) and the stored digest before it (to check its link). Settled rows come first in the
+# order; the first unsettled one ends the page. One row with no entry when the page is empty.
+_TREE = """
+WITH horizon AS (
+    SELECT pg_snapshot_xmin(s) AS xmin, pg_snapshot_xmax(s) AS xmax
+    FROM pg_current_snapshot() AS s
+),
+page AS (
+    SELECT e.xid, e.state_id, e.seq, e.data, e.digest, p.digest AS previous
+    FROM {s}.entries AS e
+    LEFT JOIN {s}.entries AS p ON p.state_id = e.state_id AND p.seq = e.seq - 1
+    WHERE e.root_id = %(root)s AND (e.xid, e.state_id COLLATE "C", e.seq)
+        > (%(xid)s::xid8, %(state)s COLLATE "C", %(seq)s::integer)
+    ORDER BY e.xid, e.state_id COLLATE "C", e.seq
+    LIMIT %(limit)s
+)
+SELECT (SELECT root_id FROM {s}.states WHERE id = %(root)s), h.xmax::text,
+    page.xid::text, page.xid < h.xmin, page.state_id, page.seq, page.data, page.digest,
+    page.previous
+FROM horizon AS h LEFT JOIN page ON true
+ORDER BY page.xid, page.state_id COLLATE "C", page.seq
+"""
 
 _MEMORY_GET = "SELECT value FROM {s}.memory WHERE agent = %s AND space = %s AND key = %s"
 _MEMORY_SCAN = "SELECT key, value FROM {s}.memory WHERE agent = %s AND space = %s ORDER BY key"
@@ -357,12 +445,15 @@ class Sql:
     set_seal: str = field(init=False)
     lock_state: str = field(init=False)
     delete: str = field(init=False)
+    root_of: str = field(init=False)
+    tree: str = field(init=False)
     memory_get: str = field(init=False)
     memory_scan: str = field(init=False)
     memory_set: str = field(init=False)
     memory_delete: str = field(init=False)
     memory_set_once: str = field(init=False)
     memory_delete_once: str = field(init=False)
+    leases: LeaseSql = field(init=False)
 
     def __post_init__(self) -> None:
         quoted = f'"{check_schema_name(self.schema)}"'
@@ -377,6 +468,7 @@ class Sql:
             text = template.replace("{s}", quoted).replace("{channel}", channel)
             object.__setattr__(self, name, text)
 
+        object.__setattr__(self, "leases", postgres_leases(quoted))
         object.__setattr__(
             self,
             "migrations",
@@ -404,6 +496,8 @@ class Sql:
         put("set_seal", _SET_SEAL)
         put("lock_state", _LOCK_STATE)
         put("delete", _DELETE)
+        put("root_of", _ROOT_OF)
+        put("tree", _TREE)
         put("memory_get", _MEMORY_GET)
         put("memory_scan", _MEMORY_SCAN)
         put("memory_set", _MEMORY_SET)
@@ -449,7 +543,9 @@ def open_plan(sql: Sql, where: str) -> Plan[int]:
         meta: list[Row] = yield Query(sql.get_meta)
         values = {str(key): value for key, value in meta}
         found = _check_schema_version(values.get(_SCHEMA_KEY), where)
-        check_format(values.get(_FORMAT_KEY), where=where)
+        # Before the feeds of trees (schema 4) the entries were of format 2.
+        older = (FORMAT_V2,) if found < _FEEDS_SINCE else ()
+        check_format(values.get(_FORMAT_KEY), where=where, readable=older)
     elif tables & {"states", "entries", "memory"}:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -524,6 +620,8 @@ class StateRows:
     counts: list[int] = field(default_factory=list[int])
     heads: list[bytes | None] = field(default_factory=list["bytes | None"])
     seals: list[bytes] = field(default_factory=list[bytes])
+    root_parents: list[str | None] = field(default_factory=list["str | None"])
+    root_selves: list[str] = field(default_factory=list[str])
     entry_ids: list[str] = field(default_factory=list[str])
     seqs: list[int] = field(default_factory=list[int])
     lines: list[bytes] = field(default_factory=list[bytes])
@@ -576,11 +674,13 @@ def state_row(
     end: Tail,
     lines: Sequence[bytes],
     digests: Sequence[bytes],
+    root: tuple[str | None, str],
 ) -> None:
     """Add the save of `view` to `rows`: its states row gated on `stored`, and its new entries.
 
     `stored` is the end the writer continued (None: it believes the State new); `end` the end
-    once written; `lines` and `digests` the new entries' (seqs from ``end.count - len(lines)``).
+    once written; `lines` and `digests` the new entries' (seqs from ``end.count - len(lines)``);
+    `root` where a new State's root comes from (`stores.backend.root_from`).
     """
     stopped = view.stopped
     rows.ids.append(view.id)
@@ -600,6 +700,8 @@ def state_row(
     rows.heads.append(end.digest or None)
     listing = [getattr(rows, name)[-1] for name in _LISTED]
     rows.seals.append(_seal_of(listing, end.digest or None))
+    rows.root_parents.append(root[0])
+    rows.root_selves.append(root[1])
     first = end.count - len(lines)
     rows.entry_ids += [view.id] * len(lines)
     rows.seqs += range(first, end.count)
@@ -657,3 +759,38 @@ def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
     except (TypeError, ValueError, AttributeError) as error:
         problem = f"its states row is damaged ({error})"
         return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
+
+
+# -- run leases (`stores._lease_sql`) --------------------------------------------------------
+
+# PostgreSQL's, with {s} for the schema: the server's clock, so machines agree.
+_POSTGRES_LEASES = {
+    "claim": """
+        INSERT INTO {s}.run_leases AS l (state_id, owner, until, cancel)
+        VALUES (%(id)s, %(owner)s, clock_timestamp() + make_interval(secs => %(seconds)s), false)
+        ON CONFLICT (state_id) DO UPDATE SET
+            owner = EXCLUDED.owner, until = EXCLUDED.until, cancel = false
+        WHERE l.owner = EXCLUDED.owner OR l.until <= clock_timestamp()
+    """,
+    "owner_of": "SELECT owner FROM {s}.run_leases WHERE state_id = %(id)s",
+    "renew": """
+        UPDATE {s}.run_leases SET until = clock_timestamp() + make_interval(secs => %(seconds)s)
+        WHERE owner = %(owner)s AND state_id = ANY(%(ids)s)
+    """,
+    "held": "SELECT state_id, owner, cancel FROM {s}.run_leases WHERE state_id = ANY(%(ids)s)",
+    "release": "DELETE FROM {s}.run_leases WHERE state_id = %(id)s AND owner = %(owner)s",
+    "cancel": """
+        UPDATE {s}.run_leases SET cancel = true
+        WHERE state_id = %(id)s AND until > clock_timestamp()
+    """,
+    "owners": """
+        SELECT state_id, owner FROM {s}.run_leases
+        WHERE state_id = ANY(%(ids)s) AND until > clock_timestamp()
+    """,
+}
+
+
+def postgres_leases(schema: str) -> LeaseSql:
+    """The statements of run leases in the (quoted) PostgreSQL schema `schema`."""
+    statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_LEASES.items()}
+    return LeaseSql(**statements, commit=None, ids=list)

@@ -8,11 +8,13 @@ module.
 The tables::
 
     meta     (key, value)           the format version, under 'format_version'
-    states   (id, parent_id, ..., entries, head, seal)   one row per State: what `list`
-                                    returns, its entry count, the digest of its last entry and
-                                    the seal of its listed values (checked by `list`)
-    entries  (state_id, seq, data, digest)   one row per history entry: the JSON of
-                                    `encode_entry`, and its digest chained with the one before
+    states   (id, parent_id, ..., entries, head, seal, root_id)   one row per State: what
+                                    `list` returns, its entry count, the digest of its last
+                                    entry, the seal of its listed values (checked by `list`)
+                                    and the root of its tree (fixed at its first save)
+    entries  (position, state_id, seq, data, digest, root_id)   one row per history entry:
+                                    its place in the feed, the JSON of `encode_entry`, its
+                                    digest chained with the one before, its State's root
     memory   (agent, space, key, value)   agent memory: JSON text per key (`MemoryBackend`)
     memory_effects (agent, effect, at)    the effect keys of the memory writes applied
 
@@ -20,6 +22,17 @@ The memory tables are made when a connection opens (``IF NOT EXISTS``), so a fil
 before they existed gains them. A file of format 1 (no digests) is migrated when a connection
 opens it: the two digest columns are added and filled, in one transaction. A file that has
 them already says format 1 only because its format was set back: it is refused as damaged.
+A file of format 2 (no feeds) is migrated the same way: each State gets its root, and the
+entries table is made again with its positions (the old rowids, so in the order they were
+written) and roots.
+
+The feed of a tree (`orchestrator.TreeFollowable`) is the entries of its States in `position`
+order. Positions are given as rows are inserted, and one connection writes at a time, so they
+grow in the order saves commit: a reader never finds a new row below a position it has read.
+``AUTOINCREMENT`` keeps a position from ever being given twice (deleting the newest State must
+not let the next save reuse positions a follower passed), and as the table's ``INTEGER PRIMARY
+KEY`` a ``VACUUM`` keeps them too. `entries_by_root` finds a tree's rows after a position
+without reading the others.
 
 A memory write with an effect key inserts the key in the same transaction as the write, and
 writes nothing if the key is there already.
@@ -35,6 +48,7 @@ Every other write runs after an explicit ``BEGIN``, so the setting changes nothi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -42,11 +56,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError
+from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError, TreeEntry
 
 from ._codec import (
     DIGEST_SIZE,
     FORMAT_V1,
+    FORMAT_V2,
     FORMAT_VERSION,
     chain_digests,
     check_format,
@@ -54,6 +69,7 @@ from ._codec import (
     first_digest,
     listing_seal,
 )
+from ._lease_sql import LeaseSql
 from ._plan import (
     EPOCH,
     HEAVY_ENTRIES,
@@ -85,9 +101,16 @@ from .backend import (
     StorageView,
     Tail,
     TailCache,
+    bad_cursor,
+    check_limit,
+    check_link,
     check_list_args,
     check_memory,
     check_state,
+    cursor_parts,
+    make_cursor,
+    not_a_root,
+    root_from,
     storage_view,
     validate_id,
 )
@@ -98,6 +121,8 @@ __all__ = (
     "BUSY_TIMEOUT_MS",
     "ISOLATION_LEVEL",
     "ROLLBACK",
+    "SQLITE_LEASES",
+    "SQLITE_LEASE_TABLE",
     "backend_error",
     "count_plan",
     "create_private",
@@ -110,8 +135,13 @@ __all__ = (
     "memory_put_plan",
     "memory_scan_plan",
     "open_plan",
+    "position_of",
+    "root_of_plan",
+    "roots_of_links",
     "save_many_plan",
     "save_plan",
+    "tree_end_plan",
+    "tree_entries_plan",
 )
 
 _T = TypeVar("_T")
@@ -149,6 +179,24 @@ ROLLBACK = "ROLLBACK"
 
 FORMAT_KEY = "format_version"
 TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
+ENTRIES_TABLE = (
+    # Rows go in the order they are written, and an index finds a State's: many States
+    # saving at once then append to a few pages, where keying the rows by (state_id, seq)
+    # would touch a page per State (about 3x the time per row, measured with 1,000 States).
+    """
+    CREATE TABLE entries (
+        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        state_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        digest BLOB,
+        root_id TEXT NOT NULL
+    )
+    """,
+    "CREATE UNIQUE INDEX entries_by_state ON entries (state_id, seq)",
+    # A tree's rows by position (the rowid ends every index).
+    "CREATE INDEX entries_by_root ON entries (root_id)",
+)
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value)",
     # Times are integer microseconds since 1970 (UTC), so they sort and compare exactly.
@@ -166,24 +214,14 @@ SCHEMA = (
         usage TEXT NOT NULL,
         entries INTEGER NOT NULL,
         head BLOB,
-        seal BLOB
+        seal BLOB,
+        root_id TEXT
     )
     """,
     # The order of `list`: most recently updated first, ties by id.
     "CREATE INDEX IF NOT EXISTS states_by_update ON states (updated_at DESC, id)",
     "CREATE INDEX IF NOT EXISTS states_by_parent ON states (parent_id, updated_at DESC, id)",
-    # Rows go in the order they are written, and an index finds a State's: many States saving
-    # at once then append to a few pages, where keying the rows by (state_id, seq) would
-    # touch a page per State (about 3x the time per row, measured with 1,000 States).
-    """
-    CREATE TABLE IF NOT EXISTS entries (
-        state_id TEXT NOT NULL,
-        seq INTEGER NOT NULL,
-        data BLOB NOT NULL,
-        digest BLOB
-    )
-    """,
-    "CREATE UNIQUE INDEX IF NOT EXISTS entries_by_state ON entries (state_id, seq)",
+    *ENTRIES_TABLE,
 )
 MEMORY_SCHEMA = (
     """
@@ -214,6 +252,24 @@ MIGRATE_V1 = (
     "ALTER TABLE states ADD COLUMN head BLOB",
 )
 ADD_SEAL = "ALTER TABLE states ADD COLUMN seal BLOB"
+# Format 2 to 3: each State's root, then the entries table made again with positions and roots.
+ADD_ROOT = "ALTER TABLE states ADD COLUMN root_id TEXT"
+STATE_PARENTS = "SELECT id, parent_id FROM states"
+SET_ROOT = "UPDATE states SET root_id = ? WHERE id = ?"
+MIGRATE_V2 = (
+    "ALTER TABLE entries RENAME TO entries_v2",
+    "DROP INDEX entries_by_state",
+    *ENTRIES_TABLE,
+    # The old rowids are the order the rows were written in (reused after a delete, but no
+    # follower has read them): kept as positions. Entries without a states row keep their own.
+    """
+    INSERT INTO entries (position, state_id, seq, data, digest, root_id)
+    SELECT e.rowid, e.state_id, e.seq, e.data, e.digest,
+        coalesce((SELECT s.root_id FROM states AS s WHERE s.id = e.state_id), e.state_id)
+    FROM entries_v2 AS e ORDER BY e.rowid
+    """,
+    "DROP TABLE entries_v2",
+)
 STATE_COLUMNS = "PRAGMA table_info(states)"
 ENTRY_COLUMNS = "PRAGMA table_info(entries)"  # (cid, name, type, notnull, default, pk) each
 STATE_IDS = "SELECT id FROM states"
@@ -233,14 +289,26 @@ def having_entries(count: int) -> str:
     return f"SELECT DISTINCT state_id FROM entries WHERE state_id IN ({marks})"
 
 
-INSERT_ENTRY = "INSERT INTO entries (state_id, seq, data, digest) VALUES (?, ?, ?, ?)"
+# The root comes from the State's row, written first in the same transaction (one lookup of
+# the primary key per entry).
+INSERT_ENTRY = """
+    INSERT INTO entries (state_id, seq, data, digest, root_id)
+    VALUES (?1, ?2, ?3, ?4, (SELECT root_id FROM states WHERE id = ?1))
+"""
 # REPLACE, not an upsert: as fast here (5.2 against 5.1 us a row), and it works with SQLite
 # older than 3.24, which some Pythons still link.
+# The root is kept once set; a new State takes its stored parent's (`stores.backend.root_from`:
+# ?14 is the State whose root it takes, ?15 its own id if there is none). The values are read
+# before the old row is replaced.
 PUT_STATE = """
     INSERT OR REPLACE INTO states (
         id, parent_id, parent_call_id, title, created_at, updated_at, turn, finished, stopped,
-        usage, entries, head, seal
-    ) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+        usage, entries, head, seal, root_id
+    ) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, coalesce(
+        (SELECT root_id FROM states WHERE id = ?1),
+        (SELECT coalesce(root_id, id) FROM states WHERE id = ?14),
+        ?15
+    ))
 """
 # A State's states row, changed only if no other connection committed since `DATA_VERSION`
 # read the last parameter (a commit of this connection leaves the version as it was); the
@@ -277,6 +345,15 @@ MEMORY_DELETE = "DELETE FROM memory WHERE agent = ? AND space = ? AND key = ?"
 EFFECT_SEEN = "SELECT 1 FROM memory_effects WHERE agent = ? AND effect = ?"
 EFFECT_ADD = "INSERT INTO memory_effects (agent, effect, at) VALUES (?, ?, ?)"
 DELETE_STATE = "DELETE FROM states WHERE id = ?"
+ROOT_OF = "SELECT root_id FROM states WHERE id = ?"
+# A page of a tree's feed; each row with the stored digest before it, to check its link.
+TREE_ENTRIES = """
+    SELECT e.position, e.state_id, e.seq, e.data, e.digest,
+        (SELECT p.digest FROM entries AS p WHERE p.state_id = e.state_id AND p.seq = e.seq - 1)
+    FROM entries AS e WHERE e.root_id = ? AND e.position > ? ORDER BY e.position LIMIT ?
+"""
+TREE_END = "SELECT max(position) FROM entries WHERE root_id = ?"
+LAST_POSITION = "SELECT seq FROM sqlite_sequence WHERE name = 'entries'"
 
 # -- retrying a busy query ------------------------------------------------------------------
 
@@ -308,11 +385,15 @@ def open_plan(where: str) -> Plan[None]:
     tables = {row[0] for row in rows}
     if "meta" in tables:
         found: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
-        version = check_format(found[0][0] if found else None, where=where, readable=(FORMAT_V1,))
+        version = check_format(
+            found[0][0] if found else None, where=where, readable=(FORMAT_V1, FORMAT_V2)
+        )
         if version == FORMAT_V1:
             yield from _migrate_v1(where)
         else:
             yield from _add_seals()
+        if version != FORMAT_VERSION:
+            yield from _migrate_v2(where)
     elif tables:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -325,6 +406,7 @@ def open_plan(where: str) -> Plan[None]:
         yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
     for statement in MEMORY_SCHEMA:
         yield Query(statement)
+    yield Query(SQLITE_LEASE_TABLE)
     yield Query(COMMIT)
 
 
@@ -360,6 +442,32 @@ def _migrate_v1(where: str) -> Plan[None]:
         seqs = (row[0] for row in rows)
         yield QueryMany(SET_DIGEST, zip(digests, itertools.repeat(state_id), seqs))
         yield from _seal(state_id, digests[-1] if digests else None)
+
+
+def _migrate_v2(where: str) -> Plan[None]:
+    """Give a file of format 2 the feeds of its trees (in the transaction that opens it).
+
+    Each State gets its root, walked up its stored parents; the entries table is made again
+    with a position per row (its old rowid: the order the rows were written in) and its
+    State's root.
+
+    Raises:
+        StoreDamagedError: The file has its roots already: it was written in format 3 and its
+            format was set back.
+    """
+    columns: list[Row] = yield Query(STATE_COLUMNS)
+    if any(row[1] == "root_id" for row in columns):
+        raise StoreDamagedError(
+            f"{where} says it is of format {FORMAT_V2} (before the feeds of trees), but its"
+            f" States have roots: it was written in format {FORMAT_VERSION} and its format was"
+            " set back. Restore the file from a backup."
+        )
+    yield Query(ADD_ROOT)
+    links: list[Row] = yield Query(STATE_PARENTS)
+    roots = roots_of_links({str(row[0]): row[1] for row in links})
+    yield QueryMany(SET_ROOT, ((root, state_id) for state_id, root in roots.items()))
+    for statement in MIGRATE_V2:
+        yield Query(statement)
     yield Query(UPDATE_FORMAT, (FORMAT_VERSION, FORMAT_KEY))
 
 
@@ -373,6 +481,31 @@ def _add_seals() -> Plan[None]:
     for (state_id,) in ids:
         listed: list[Row] = yield Query(LISTING, (state_id,))
         yield from _seal(state_id, listed[0][-1])
+
+
+def roots_of_links(parents: dict[str, object]) -> dict[str, str]:
+    """The root of each State, given each one's stored parent id (None: none).
+
+    A State whose parent is not stored is a root; so is one on a loop of parents (damaged links:
+    it is the first of the loop reached).
+    """
+    roots: dict[str, str] = {}
+    for state_id in parents:
+        path: list[str] = []
+        on_path: set[str] = set()
+        current = state_id
+        while current not in roots:
+            path.append(current)
+            on_path.add(current)
+            parent = parents.get(current)
+            if not isinstance(parent, str) or parent not in parents or parent in on_path:
+                roots[current] = current
+                break
+            current = parent
+        root = roots[current]
+        for seen in path:
+            roots.setdefault(seen, root)
+    return roots
 
 
 def _seal(state_id: str, head: object) -> Plan[None]:
@@ -510,8 +643,8 @@ def _write_after_read(
     writes.refused.update(unreadable)
     _forget_until_committed(writes, known)
     if writes.rows:  # every State's rows in two statements, not two per State
+        yield QueryMany(PUT_STATE, writes.put_rows())  # first: the entries take its root
         yield QueryMany(INSERT_ENTRY, writes.entries())
-        yield QueryMany(PUT_STATE, writes.rows)
     return writes
 
 
@@ -561,6 +694,13 @@ class _Writes:
     def entries(self) -> Iterable[tuple[str, int, bytes, bytes]]:
         """The rows of the new entries, read once (``zip`` over four columns)."""
         return zip(*entry_columns(self.writes.values()), strict=True)
+
+    def put_rows(self) -> list[Row]:
+        """The `PUT_STATE` parameters: each states row, and where a new State's root comes from."""
+        new = {write.view.id: write.view for write in self.writes.values() if write.first == 0}
+        roots = [root_from(write.view, new) for write in self.writes.values()]
+        by_id = dict(zip(self.writes, roots, strict=True))
+        return [(*row, *by_id[row[0]]) for row in self.rows]
 
 
 def _writes(saves: Sequence[tuple[int, StorageView, Tail]]) -> _Writes:
@@ -634,6 +774,102 @@ def entries_plan(state_id: str, after: int, where: str) -> Plan[tuple[HistoryEnt
         StoreDamagedError: A damaged or missing entry, or another format version.
     """
     return entries_of(_reader(where), state_id, after)
+
+
+# -- the feed of a tree ----------------------------------------------------------------------
+
+CURSOR_KIND = "sqlite"
+_CURSOR_EXAMPLE = "sqlite:42"
+
+
+def root_of_plan(state_id: str, where: str) -> Plan[str]:
+    """The root of the tree of the stored State `state_id`.
+
+    Raises:
+        TypeError, ValueError: `state_id` is not a valid id (at once, before any I/O).
+        LookupError: No State has this id.
+    """
+    validate_id(state_id, "state_id")
+    return _root_of(state_id, where)
+
+
+def _root_of(state_id: str, where: str) -> Plan[str]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    rows: list[Row] = yield Query(ROOT_OF, (state_id,))
+    yield Query(COMMIT)
+    if not rows:
+        raise not_found(state_id, where)
+    return str(rows[0][0])
+
+
+def position_of(after: str | None) -> int:
+    """The position a cursor of this store's feed names (0: before the first entry).
+
+    Raises:
+        ValueError: `after` is not a cursor of an SQLite store.
+    """
+    parts = cursor_parts(after, CURSOR_KIND, _CURSOR_EXAMPLE, 1)
+    if parts is None:
+        return 0
+    if not parts[0].isdigit() or parts[0].startswith("0"):
+        raise bad_cursor(after, _CURSOR_EXAMPLE)
+    return int(parts[0])
+
+
+def tree_entries_plan(
+    root_id: str, after: str | None, limit: int | None, where: str
+) -> Plan[tuple[TreeEntry, ...]]:
+    """The entries of the tree of `root_id` after the cursor `after`, at most `limit`.
+
+    Raises:
+        TypeError, ValueError: A bad argument (at once, before any I/O), a cursor past the end
+            of this store (of another store?), or `root_id` is not a root.
+        LookupError: No State `root_id` is stored.
+        StoreDamagedError: An entry fails the check of its link of the chain.
+    """
+    validate_id(root_id, "root_id")
+    position = position_of(after)
+    return _tree_entries(root_id, after, position, check_limit(limit), where)
+
+
+def _tree_entries(
+    root_id: str, after: str | None, position: int, limit: int | None, where: str
+) -> Plan[tuple[TreeEntry, ...]]:
+    yield Query(BEGIN_READ)
+    yield from _check_format(where)
+    root: list[Row] = yield Query(ROOT_OF, (root_id,))
+    last: list[Row] = yield Query(LAST_POSITION)
+    rows: list[Row] = yield Query(TREE_ENTRIES, (root_id, position, -1 if limit is None else limit))
+    yield Query(COMMIT)
+    if not root:
+        raise not_found(root_id, where)
+    if root[0][0] != root_id:
+        raise not_a_root(root_id, str(root[0][0]))
+    if position > (last[0][0] if last else 0):
+        raise bad_cursor(after, _CURSOR_EXAMPLE, "it is past the end of this store's feed")
+
+    def checked() -> tuple[TreeEntry, ...]:
+        return tuple(
+            TreeEntry(
+                make_cursor(CURSOR_KIND, at),
+                state_id,
+                check_link(where, state_id, seq, _bytes(data), digest, previous),
+            )
+            for at, state_id, seq, data, digest, previous in rows
+        )
+
+    entries: tuple[TreeEntry, ...] = yield Work(checked, heavy=len(rows) > HEAVY_ENTRIES)
+    return entries
+
+
+def tree_end_plan(root_id: str) -> Plan[int]:
+    """The position of the last entry of the tree of `root_id` (0: none): a cheap probe."""
+    yield Query(BEGIN_READ)
+    rows: list[Row] = yield Query(TREE_END, (root_id,))
+    yield Query(COMMIT)
+    end = rows[0][0] if rows else None
+    return end if isinstance(end, int) else 0
 
 
 def count_plan(state_id: str) -> Plan[int]:
@@ -885,3 +1121,43 @@ def backend_error(where: str, error: Exception, state_id: str | None = None) -> 
             " keeps the file locked."
         )
     return StoreError(f"{where} failed{about}: {text} ({type(error).__name__}).")
+
+
+# -- run leases (`stores._lease_sql`) --------------------------------------------------------
+
+SQLITE_LEASE_TABLE = """
+    CREATE TABLE IF NOT EXISTS run_leases (
+        state_id TEXT PRIMARY KEY NOT NULL,
+        owner TEXT NOT NULL,
+        until REAL NOT NULL,
+        cancel INTEGER NOT NULL DEFAULT 0
+    ) WITHOUT ROWID
+"""
+"""Made when a store opens, in any file of format 3 (a table older versions never read)."""
+
+SQLITE_LEASES = LeaseSql(
+    claim="""
+        INSERT INTO run_leases (state_id, owner, until, cancel)
+        VALUES (:id, :owner, :now + :seconds, 0)
+        ON CONFLICT (state_id) DO UPDATE SET
+            owner = excluded.owner, until = excluded.until, cancel = 0
+        WHERE run_leases.owner = excluded.owner OR run_leases.until <= :now
+    """,
+    owner_of="SELECT owner FROM run_leases WHERE state_id = :id",
+    renew="""
+        UPDATE run_leases SET until = :now + :seconds
+        WHERE owner = :owner AND state_id IN (SELECT value FROM json_each(:ids))
+    """,
+    held="""
+        SELECT state_id, owner, cancel FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids))
+    """,
+    release="DELETE FROM run_leases WHERE state_id = :id AND owner = :owner",
+    cancel="UPDATE run_leases SET cancel = 1 WHERE state_id = :id AND until > :now",
+    owners="""
+        SELECT state_id, owner FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids)) AND until > :now
+    """,
+    commit="COMMIT",
+    ids=json.dumps,
+)

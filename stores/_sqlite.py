@@ -13,13 +13,14 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 
-from orchestrator import HistoryEntry, State, StateInfo
+from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import OneAtATime, ThreadedClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
 from ._sql import (
@@ -27,6 +28,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,
@@ -39,15 +41,28 @@ from ._sql import (
     memory_put_plan,
     memory_scan_plan,
     open_plan,
+    position_of,
+    root_of_plan,
     save_many_plan,
     save_plan,
+    tree_end_plan,
+    tree_entries_plan,
 )
-from .backend import TailCache, check_after, check_state, poll_entries, validate_id
+from .backend import (
+    TailCache,
+    check_after,
+    check_limit,
+    check_state,
+    poll_entries,
+    validate_id,
+)
+
+_T = TypeVar("_T")
 
 __all__ = ("SQLiteStore", "refuse_folder")
 
 
-class SQLiteStore(ThreadedClosing):
+class SQLiteStore(ThreadedClosing, SqlLeases):
     """States kept in one SQLite file: safe for many threads and several processes.
 
     Each save appends only the entries not stored yet, in one ``BEGIN IMMEDIATE`` transaction,
@@ -180,6 +195,64 @@ class SQLiteStore(ThreadedClosing):
             lambda: self._offload(self._run, count_plan(state_id)),
         )
 
+    # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
+
+    def root_of(self, state_id: str) -> str:
+        """The id of the root of the tree of the stored State `state_id`.
+
+        Raises:
+            LookupError: No State has this id.
+            ValueError: `state_id` is not a valid id.
+        """
+        return self._run(root_of_plan(state_id, self._where), state_id)
+
+    async def aroot_of(self, state_id: str) -> str:
+        """`root_of` in a worker thread."""
+        return await self._offload(self.root_of, state_id)
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after the cursor `after`, in the order saved.
+
+        The cursor is the entry's position in the file's entries table: positions grow as
+        saves commit (one writer at a time) and are never given twice.
+
+        Raises:
+            LookupError: No State `root_id` is stored.
+            ValueError: `root_id` is not a root, or `after` or `limit` is not valid.
+            StoreDamagedError: An entry is damaged (the message names the State and index).
+        """
+        return self._run(tree_entries_plan(root_id, after, limit, self._where), root_id)
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """`tree_entries` in a worker thread."""
+        return await self._offload(self._tree_entries, root_id, after, limit)
+
+    def _tree_entries(
+        self, root_id: str, after: str | None, limit: int | None
+    ) -> tuple[TreeEntry, ...]:
+        return self.tree_entries(root_id, after=after, limit=limit)
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait for entries of the tree of `root_id` after `after`; return them, in order.
+
+        Another process's commits are seen by polling the tree's last position (one lookup in
+        an index), at `stores.backend.POLL_FIRST` to `POLL_MOST` intervals; a cancellation
+        ends the wait at once.
+        """
+        validate_id(root_id, "root_id")
+        position_of(after)
+        check_limit(limit)
+        return await poll_entries(
+            lambda: self.atree_entries(root_id, after=after, limit=limit),
+            lambda: self._offload(self._run, tree_end_plan(root_id)),
+        )
+
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------
 
     def memory_get(self, agent: str, space: str, key: str) -> str | None:
@@ -230,6 +303,12 @@ class SQLiteStore(ThreadedClosing):
                 raise backend_error(self._where, error, state_id) from error
             finally:
                 plan.close()
+
+    def _lease_statements(self) -> LeaseSql:
+        return SQLITE_LEASES
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._offload(self._run, plan)
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None:

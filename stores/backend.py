@@ -23,7 +23,10 @@ And it keeps the rules every backend keeps with these:
   so a save need not read it back (bounded);
 - `entries_after`, `check_after`, `poll_entries`: what `orchestrator.Followable` and
   `orchestrator.AsyncFollowable` need (the entries after a position, and a bounded poll that
-  waits for new ones).
+  waits for new ones);
+- `make_cursor`, `cursor_parts`, `check_limit`, `check_link`, `root_from`: what
+  `orchestrator.TreeFollowable` needs (cursors of a store kind, checked when they come back;
+  a page size; a stored entry checked against the one before it; a new State's root).
 
 The save rule: a save only ever adds entries. The State saved must continue the stored history:
 it holds at least the stored entries, and its entry at the stored end is the stored last entry
@@ -40,6 +43,7 @@ import gc
 from collections.abc import Awaitable, Callable, Generator, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import anyio
 
@@ -58,23 +62,32 @@ from ._codec import (
     listing_seal,
 )
 
+_E = TypeVar("_E")
+
 __all__ = (
     "Continuation",
     "StorageView",
     "Tail",
     "TailCache",
     "adopted",
+    "bad_cursor",
     "bind_state",
     "check_after",
+    "check_limit",
+    "check_link",
     "check_list_args",
     "check_memory",
     "check_state",
     "continuation",
+    "cursor_parts",
     "entries_after",
     "listing_seal",
+    "make_cursor",
+    "not_a_root",
     "poll_entries",
     "rebuild",
     "recover_state",
+    "root_from",
     "select",
     "storage_view",
     "to_adopt",
@@ -257,15 +270,16 @@ POLL_MOST = 0.1
 
 
 async def poll_entries(
-    read: Callable[[], Awaitable[tuple[HistoryEntry, ...]]],
+    read: Callable[[], Awaitable[tuple[_E, ...]]],
     probe: Callable[[], Awaitable[Hashable]],
-) -> tuple[HistoryEntry, ...]:
+) -> tuple[_E, ...]:
     """Wait for `read()` to return entries, looking again each time `probe()` changes.
 
     `probe` is cheap (a file's size, a stored count) and says when `read` may find more: it is
     asked first, so a save landing between the two is seen at the next look. The looks are
     `POLL_FIRST` apart at first, then further apart up to `POLL_MOST`: no busy loop, and a new
     entry is seen at most `POLL_MOST` after it was stored. A cancellation ends it at once.
+    `read` returns history entries or `TreeEntry` items alike.
     """
     interval = POLL_FIRST
     seen: Hashable = object()  # equal to no probe: the first look reads
@@ -279,6 +293,113 @@ async def poll_entries(
             interval = POLL_FIRST
         await anyio.sleep(interval)
         interval = min(interval * 2, POLL_MOST)
+
+
+# -- the feed of a tree (`orchestrator.TreeFollowable`) --------------------------------------
+
+_CURSOR_KINDS = {
+    "mem": "a MemoryStore",
+    "file": "a FileStore",
+    "sqlite": "an SQLite store",
+    "pg": "a PostgreSQL store",
+}
+
+
+def make_cursor(kind: str, *parts: object) -> str:
+    """The cursor of a feed position: ``<kind>:<part>.<part>...`` (see `cursor_parts`)."""
+    return f"{kind}:{'.'.join(str(part) for part in parts)}"
+
+
+def cursor_parts(after: object, kind: str, example: str, count: int) -> list[str] | None:
+    """The `count` parts of the cursor `after` of a store of `kind`; None for ``after=None``.
+
+    `example` is a cursor of the kind, shown when `after` is not one. A store checks the parts
+    themselves (numbers, ids) and says what is wrong the same way (`bad_cursor`).
+
+    Raises:
+        ValueError: `after` is not a str of ``kind:`` and `count` dot-separated parts, or it is
+            the cursor of another kind of store (the message names both).
+    """
+    if after is None:
+        return None
+    if isinstance(after, str):
+        kind_of, _, rest = after.partition(":")
+        if kind_of != kind and kind_of in _CURSOR_KINDS:
+            raise ValueError(
+                f"after {after!r} is a cursor of {_CURSOR_KINDS[kind_of]}, and this is"
+                f" {_CURSOR_KINDS.get(kind, kind)}: a cursor only works with the store that"
+                " made it. Start again with after=None."
+            )
+        parts = rest.split(".", count - 1)
+        if kind_of == kind and len(parts) == count and all(parts):
+            return parts
+    raise bad_cursor(after, example)
+
+
+def bad_cursor(after: object, example: str, why: str = "") -> ValueError:
+    """The error for `after` that is not a cursor this store made."""
+    because = f" ({why})" if why else ""
+    return ValueError(
+        f"after must be the cursor of an entry this store returned (a TreeEntry's cursor, such"
+        f" as {example!r}), or None for the whole tree; got {after!r}{because}."
+    )
+
+
+def not_a_root(state_id: str, root_id: str) -> ValueError:
+    """The error for following the tree of a State that is not a root."""
+    return ValueError(
+        f"State {state_id!r} is not the root of a tree: its root is {root_id!r}. Follow the"
+        f" tree of {root_id!r} (root_of gives it) and keep the entries of the States you want."
+    )
+
+
+def check_limit(limit: object) -> int | None:
+    """`limit` if it is None or an int >= 1 (how many entries a page holds at most)."""
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(f"limit must be an int >= 1, or None for all; got {limit!r}.")
+    return limit
+
+
+def check_link(
+    where: str, state_id: str, seq: int, line: bytes, digest: object, previous: object
+) -> HistoryEntry:
+    """The stored entry `seq` of `state_id`, checked against the stored digest before it.
+
+    `previous` is the stored digest of entry ``seq - 1`` (unused for entry 0, which chains from
+    the State's id). A feed reads entries of many States page by page: each is checked against
+    its own link of the chain, so a changed entry is damage, as in a load, without reading the
+    whole history again.
+
+    Raises:
+        StoreDamagedError: The entry fails its check, or does not decode to entry `seq`.
+    """
+    start = first_digest(state_id) if seq == 0 else previous
+    if not isinstance(start, bytes) or chain_digests(start, (line,))[0] != digest:
+        raise damaged(
+            where,
+            state_id,
+            f"history entry {seq} fails its integrity check (it was changed, or an entry"
+            " before it was removed, repeated or moved)",
+        )
+    return decode_entry(line, state_id=state_id, index=seq, where=where)
+
+
+def root_from(view: StorageView, batch: dict[str, StorageView]) -> tuple[str | None, str]:
+    """Where a new State's root comes from: (the State whose root it takes, or None; its own id).
+
+    A new State takes the root of its stored parent (or the parent itself, if the parent is a
+    root); with no stored parent it is a root. A parent saved in the same batch (`batch`, the
+    new States of it by id) is walked up first, so a batch saves as if one State at a time.
+    The backend looks up the first, in its own storage, and falls back to the second.
+    """
+    first = view
+    seen = {view.id}
+    while first.parent_id is not None and first.parent_id in batch and first.parent_id not in seen:
+        first = batch[first.parent_id]
+        seen.add(first.id)
+    return first.parent_id, first.id
 
 
 def to_adopt(state: State, listed: Iterable[StateInfo]) -> builtins.list[StateInfo]:

@@ -26,7 +26,9 @@ whose store does not, and the memory tests check only that `Memory` refuses it.
 
 A store that can be followed (`orchestrator.Followable`, `AsyncFollowable`) mixes in
 `FollowContract` too: ``class TestMyStore(FollowContract, StoreContract)``, with the two hooks
-its docstring names (how to damage an entry, and the URL another process opens it with).
+its docstring names (how to damage an entry, and the URL another process opens it with). A
+store whose trees of States can be followed as one feed (`orchestrator.TreeFollowable`,
+`AsyncTreeFollowable`) mixes in `TreeFollowContract` as well, before `FollowContract`.
 
 The save rule every backend follows: a save only adds entries to the history it continues. The
 State saved must hold every stored entry (the stored last entry is compared); another State
@@ -66,6 +68,7 @@ from orchestrator import (
 from orchestrator.testing import FakeModel, tool_call
 
 from ._contract_follow import FollowContract
+from ._contract_leases import LeaseContract
 from ._contract_support import (
     Colour,
     Loop,
@@ -81,12 +84,15 @@ from ._contract_support import (
     rich_state,
     tool_call_of,
 )
+from ._contract_tree import TreeFollowContract
 from .backend import storage_view
 
 __all__ = (
     "FollowContract",
+    "LeaseContract",
     "StoreClient",
     "StoreContract",
+    "TreeFollowContract",
     "crashed_pending",
     "crashed_waiting",
     "rich_state",

@@ -19,6 +19,9 @@ from orchestrator.testing import tool_call
 # Every public module: the two packages and their public submodules.
 PACKAGES = (
     "orchestrator",
+    "orchestrator.apps",
+    "orchestrator.apps.agui",
+    "orchestrator.apps.vercel",
     "orchestrator.mcp",
     "orchestrator.models",
     "orchestrator.otel",
@@ -189,6 +192,9 @@ def test_orchestrator_exports_the_store_protocols() -> None:
         "AsyncBatchStore",
         "Followable",
         "AsyncFollowable",
+        "TreeFollowable",
+        "AsyncTreeFollowable",
+        "TreeEntry",
         "MemoryBackend",
         "AsyncMemoryBackend",
     } <= names

@@ -3,8 +3,13 @@
 ``async with agent.events(state) as events: async for event in events: ...`` runs the agent in a
 task of the block and gives its events in order. Each event is a frozen pydantic model with a
 `kind` discriminator, the State it is about (`state_id`, `parent_id`), the tool call when there is
-one (`call_id`), when it happened (`at`) and its place in the stream (`seq`, from 0). Parse one
-back with ``EVENT_ADAPTER.validate_json(text)``.
+one (`call_id`), when it happened (`at`) and its place in the stream (`seq`, from 0). A subagent's
+events carry its parent State (`parent_id`) and the parent's tool call that started it
+(`parent_call_id`), so a UI can draw the tree. Parse one back with
+``EVENT_ADAPTER.validate_json(text)``.
+
+A run's stored history gives the same events again, except the live-only ones (text deltas,
+retry notices, tool starts): see `orchestrator.apps.history_events`.
 
 The stream is a reporter the run feeds, so it sees what every `Reporter` sees and the app's own
 reporter keeps working beside it. The buffer is bounded: before each step reports (a run or a
@@ -30,6 +35,7 @@ import anyio
 import anyio.lowlevel
 import pydantic
 
+from .._base._errors import error_text
 from .._base._json import thaw
 from .._base._stopped import StoppedByApproval
 from ._reporting import DEFAULT_BUFFER, Reporter
@@ -57,6 +63,7 @@ __all__ = (
     "ToolEnded",
     "ToolStarted",
     "open_events",
+    "usage_info",
 )
 
 
@@ -69,6 +76,7 @@ class _EventBase(pydantic.BaseModel):
     at: datetime
     state_id: str
     parent_id: str | None = None
+    parent_call_id: str | None = None
     call_id: str | None = None
 
 
@@ -115,6 +123,7 @@ class TextDelta(_EventBase):
 
     kind: Literal["text"] = "text"
     text: str
+    turn: int = 0  # the State's turn: the model request whose reply this text is part of
 
 
 class ModelReplied(_EventBase):
@@ -216,7 +225,8 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _usage(usage: Usage) -> dict[str, Any]:
+def usage_info(usage: Usage) -> dict[str, Any]:
+    """`usage` as events show it."""
     return {
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
@@ -406,13 +416,24 @@ class _Sink(Reporter):
     def on_run_start(self, state: State) -> None:
         self.events.push(
             RunStarted(
-                at=_now(), state_id=state.id, parent_id=state.parent_id, agent=_agent_of(state)
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
+                agent=_agent_of(state),
             )
         )
 
     def on_text(self, state: State, chunk: str) -> None:
         self.events.push(
-            TextDelta(at=_now(), state_id=state.id, parent_id=state.parent_id, text=chunk)
+            TextDelta(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
+                text=chunk,
+                turn=state.turn,
+            )
         )
 
     def on_think_end(self, state: State, reply: Reply) -> None:
@@ -422,9 +443,10 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 text=message.text,
                 tool_calls=[call_info(call) for call in message.tool_calls],
-                usage=_usage(reply.usage),
+                usage=usage_info(reply.usage),
             )
         )
 
@@ -434,6 +456,7 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 attempt=attempt,
                 delay=delay,
                 error=f"{type(error).__name__}: {error}",
@@ -446,6 +469,7 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 call_id=call.id,
                 name=call.name,
                 args=thaw(call.args),
@@ -458,6 +482,7 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 call_id=call.id,
                 name=call.name,
                 args=thaw(call.args),
@@ -471,6 +496,7 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 call_id=call.id,
                 name=call.name,
                 outcome=entry.outcome,
@@ -486,6 +512,7 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=child.id,
                 parent_id=parent.id,
+                parent_call_id=call.id,
                 call_id=call.id,
                 agent=_agent_of(child),
             )
@@ -499,6 +526,7 @@ class _Sink(Reporter):
                     at=_now(),
                     state_id=state.id,
                     parent_id=state.parent_id,
+                    parent_call_id=state.parent_call_id,
                     calls=awaiting_infos(stopped),
                 )
             )
@@ -507,11 +535,12 @@ class _Sink(Reporter):
                 at=_now(),
                 state_id=state.id,
                 parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
                 answer=thaw(state.answer) if error is None else None,
                 stopped=None if stopped is None else str(stopped),
                 stop_kind=None if stopped is None else stopped.kind,
-                error=None if error is None else f"{type(error).__name__}: {error}",
-                usage=_usage(state.usage),
+                error=None if error is None else error_text(error),
+                usage=usage_info(state.usage),
             )
         )
 

@@ -23,16 +23,23 @@ from rich.console import Console
 
 from orchestrator import OrchestratorError, State, StateInfo
 from orchestrator.testing import ReplayModel
-from stores import OpenedStore, PostgresStore, SQLiteStore, encode_entry, redact_url
+from stores import (
+    OpenedStore,
+    PostgresStore,
+    SQLiteStore,
+    encode_entry,
+    open_store,
+    redact_url,
+)
 from stores.backend import validate_id
 
-from ._jsontext import dumps
+from .._viewing._jsontext import dumps
+from .._viewing._reading import Readable, agent_of, read_tree
+from .._viewing._viewer import HOST, Viewer, serve
+from .._viewing._views import info_data, state_data, status_kind
 from ._open import open_existing
-from ._reading import Readable, agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
-from ._viewer import HOST, Viewer, serve
-from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
 
@@ -318,6 +325,118 @@ def view(store: str, port: int) -> None:
                 f"Cannot listen on {HOST}:{port}: {error.strerror or error}. Give another"
                 " --port, or --port 0 for a free one."
             )
+    click.echo("Stopped.")
+
+
+@cli.command("serve")
+@click.option(
+    "--agents",
+    "factory",
+    metavar="MODULE:FUNCTION",
+    required=True,
+    help="A function that takes nothing and returns the agents to serve (a list of named"
+    " agents, or a dict of name -> Agent), e.g. myapp.agents:build.",
+)
+@click.option(
+    "--store", "target", metavar="STORE", required=True, help="Where runs are saved. " + _STORE_HELP
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="The address to listen on.")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8000,
+    show_default=True,
+    help="The port to listen on (0: a free one the system picks).",
+)
+@click.option(
+    "--token",
+    envvar="ORCHESTRATOR_TOKEN",
+    help="The bearer token every request must send (or ORCHESTRATOR_TOKEN); needed to listen"
+    " on anything but this machine.",
+)
+@click.option(
+    "--allow-host",
+    "hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A Host name clients reach the service by (repeat it). Default: 127.0.0.1 and"
+    " localhost, or any name when listening beyond this machine (the token guards it).",
+)
+@click.option(
+    "--allow-origin",
+    "origins",
+    multiple=True,
+    metavar="ORIGIN",
+    help="A browser origin, besides the service's own, whose pages may start and decide runs.",
+)
+@click.option(
+    "--max-runs",
+    type=click.IntRange(min=1),
+    default=100,
+    show_default=True,
+    help="How many runs run at once; more are refused (429) until one ends.",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds after this process dies before another may take its runs over (a store"
+    " with run leases: SQLite, PostgreSQL); cancels from elsewhere are seen within a fifth.",
+)
+def serve_command(
+    factory: str,
+    target: str,
+    host: str,
+    port: int,
+    token: str | None,
+    hosts: tuple[str, ...],
+    origins: tuple[str, ...],
+    max_runs: int,
+    lease: float,
+) -> None:
+    """Serve agents over HTTP: start, follow, approve and cancel runs (REST, SSE, AG-UI, Vercel).
+
+    Runs are saved in STORE as they go, so another process sharing it can follow them, and a
+    run that waits for approval can be decided after a restart. Ctrl+C stops the service: each
+    run still going is cancelled and saved.
+    """
+    from orchestrator.apps import DEFAULT_HOSTS
+
+    from ._serving import is_loopback, load_agents, serve_runs
+
+    if not is_loopback(host) and not token:
+        _fail(
+            f"Listening on {host} lets other machines run agents: give a token (--token or"
+            " ORCHESTRATOR_TOKEN, e.g. from python -c 'import secrets;"
+            " print(secrets.token_urlsafe())'), or listen on 127.0.0.1."
+        )
+    with _trouble():
+        agents = load_agents(factory)
+    allowed = hosts or (DEFAULT_HOSTS if is_loopback(host) else ("*",))
+    with _trouble():
+        opened = open_store(target)  # a new store is made: the service writes runs there
+
+    def ready(url: str) -> None:
+        click.echo(f"Serving {len(agents)} agent(s) at {url} (runs saved in {redact_url(target)})")
+        click.echo("Press Ctrl+C to stop.")
+
+    try:
+        with _trouble():
+            serve_runs(
+                agents,
+                opened,
+                host=host,
+                port=port,
+                token=token,
+                hosts=allowed,
+                origins=origins,
+                max_runs=max_runs,
+                lease=lease,
+                ready=ready,
+            )
+    finally:
+        opened.close()
     click.echo("Stopped.")
 
 

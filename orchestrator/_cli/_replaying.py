@@ -25,7 +25,7 @@ from orchestrator.testing import ReplayMismatch, ReplayModel
 
 from ..testing._replay import agent_name, messages_difference
 
-__all__ = ("FactoryError", "Replayed", "load_factory", "pick_agent", "replay")
+__all__ = ("FactoryError", "Replayed", "load_factory", "load_function", "pick_agent", "replay")
 
 Factory = Callable[[ReplayModel], Mapping[str, Agent]]
 
@@ -58,7 +58,20 @@ class Replayed:
 
 
 def load_factory(spec: str) -> Factory:
-    """The function ``module:name`` names, imported from the working folder too.
+    """The agents factory ``module:name`` names, imported from the working folder too.
+
+    Raises:
+        FactoryError: `spec` is not ``module:name``, the module is not found, or it has no
+            such callable.
+    """
+    found = load_function(spec, "a function that takes the model and returns the agents by name")
+    return cast("Factory", found)
+
+
+def load_function(spec: str, wanted: str) -> Callable[..., Any]:
+    """The callable ``module:name`` names (`wanted` says what it should be, for errors).
+
+    The module is imported from the working folder too.
 
     Raises:
         FactoryError: `spec` is not ``module:name``, the module is not found, or it has no
@@ -92,10 +105,9 @@ def load_factory(spec: str) -> Factory:
         found = getattr(found, part)
     if not callable(found):
         raise FactoryError(
-            f"--agents {spec}: {attribute!r} is a {type(found).__name__}, not a function that"
-            " takes the model and returns the agents by name."
+            f"--agents {spec}: {attribute!r} is a {type(found).__name__}, not {wanted}."
         )
-    return cast("Factory", found)
+    return cast("Callable[..., Any]", found)
 
 
 def pick_agent(agents: object, root: State, chosen: str | None, spec: str) -> tuple[str, Agent]:

@@ -20,6 +20,12 @@ A store may also let a State be followed from another process (`Followable`,
 `AsyncFollowable`): the entries stored after a position, and a wait for new ones. These
 protocols are optional, so a store without them still runs agents; what needs them checks once
 with `require_followable`, which says what is missing.
+
+A store may also let a whole tree of States be followed as one feed (`TreeFollowable`,
+`AsyncTreeFollowable`): every entry of a root State and of all its descendants, in one order
+fixed when each save commits, each with a cursor. A reader that has seen up to a cursor never
+later finds an entry that sorts before it, so "the entries after cursor C" is exact in any
+process: a follower that reconnects with its last cursor loses nothing and sees nothing twice.
 """
 
 from __future__ import annotations
@@ -46,12 +52,15 @@ __all__ = (
     "AsyncFollowable",
     "AsyncMemoryBackend",
     "AsyncStore",
+    "AsyncTreeFollowable",
     "BatchStore",
     "Followable",
     "MemoryBackend",
     "StateInfo",
     "StorageView",
     "Store",
+    "TreeEntry",
+    "TreeFollowable",
     "require_followable",
     "title_of",
 )
@@ -370,6 +379,104 @@ def require_followable(store: object) -> AsyncFollowable:
         " of the stores of `stores` (SQLiteStore, AioSQLiteStore, FileStore, PostgresStore,"
         " MemoryStore), or add those two methods to yours."
     )
+
+
+@dataclass(frozen=True, slots=True)
+class TreeEntry:
+    """One entry of a tree's feed (`TreeFollowable.tree_entries`): where it is, whose, what.
+
+    `cursor` is opaque: pass it back as ``after=`` to get the entries that follow this one.
+    Cursors sort in the feed's order only for the store that made them; a store refuses
+    another kind of store's cursor with a `ValueError`.
+    """
+
+    cursor: str
+    """Where this entry is in its tree's feed: ``after=cursor`` gives the entries after it."""
+    state_id: str
+    """The id of the State the entry belongs to (the root, or one of its descendants)."""
+    entry: HistoryEntry
+    """The history entry, checked as a load checks it."""
+
+    @property
+    def index(self) -> int:
+        """The entry's index in its State's history (its `seq`)."""
+        return self.entry.seq
+
+
+@runtime_checkable
+class TreeFollowable(Protocol):
+    """A store whose trees of States can be followed from sync code, as one feed (optional).
+
+    A tree is a root State (one saved without a parent in this store) and every State started
+    under it, at any depth. Its feed holds every entry of them all, in an order fixed when each
+    save commits and never revised: the entries of one State keep their order, and those of
+    States saving at once interleave as their saves committed. Each entry has a cursor; the
+    entries after a cursor are exactly the ones a reader holding it has not seen.
+
+    A State's root is fixed at its first save, from its parent's stored row (the parent is
+    saved before the child runs); a State whose parent is not stored here then is a root.
+    """
+
+    def root_of(self, state_id: str) -> str:
+        """The id of the root of the tree the stored State `state_id` belongs to.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` is not a valid id.
+        """
+        ...
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The stored entries of the tree of `root_id` after the cursor `after`, in feed order.
+
+        `after=None` starts at the beginning; `limit` caps how many come back (None: all), so a
+        long tree is read page by page, each page after the last cursor of the one before.
+
+        Raises:
+            LookupError: No State `root_id` is saved.
+            ValueError: `root_id` is not a valid id or not a root (the message names its root),
+                `after` is not a cursor of this store, or `limit` is not None or an int >= 1.
+            StoreDamagedError: A stored entry is damaged (the message names the State and index).
+        """
+        ...
+
+
+@runtime_checkable
+class AsyncTreeFollowable(Protocol):
+    """A store whose trees of States can be followed from async code: read, and wait for, them.
+
+    `await_tree_entries` is how a process follows a run and its children that another process
+    executes. How a backend waits is its own: PostgreSQL is told by ``LISTEN``/``NOTIFY``,
+    SQLite and files are polled at a bounded interval.
+    """
+
+    async def aroot_of(self, state_id: str) -> str:
+        """The id of the root of the tree of `state_id` (see `TreeFollowable.root_of`)."""
+        ...
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after `after` (see `TreeFollowable`)."""
+        ...
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait until the tree of `root_id` has entries after `after`; return them, in order.
+
+        It returns at once if there are some already, and as soon as any State of the tree
+        (the root or a descendant) saves new ones. It waits as long as it takes: the caller
+        bounds it (``with anyio.move_on_after(...)``), and a cancellation ends it promptly.
+
+        Raises:
+            LookupError: No State `root_id` is saved (save it before following it).
+            ValueError: See `TreeFollowable.tree_entries`.
+            StoreDamagedError: A stored entry is damaged.
+        """
+        ...
 
 
 @runtime_checkable

@@ -67,9 +67,12 @@ class Disk:
         db = sqlite3.connect(self.path)
         with db:
             db.execute("DELETE FROM entries WHERE state_id = ?", (state_id,))
-            db.executemany(
-                "INSERT INTO entries (state_id, seq, data, digest) VALUES (?, ?, ?, ?)",
-                [(state_id, seq, data, digest) for seq, (data, digest) in enumerate(stored)],
+            db.executemany(  # each State here is a root
+                "INSERT INTO entries (state_id, seq, data, digest, root_id) VALUES (?, ?, ?, ?, ?)",
+                [
+                    (state_id, seq, data, digest, state_id)
+                    for seq, (data, digest) in enumerate(stored)
+                ],
             )
         db.close()
 

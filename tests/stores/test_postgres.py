@@ -27,24 +27,27 @@ from orchestrator import (
     StoreDamagedError,
     StoreError,
     ToolResultEntry,
+    TreeEntry,
     Usage,
 )
 from orchestrator._record._store_client import client_of
 from stores import FORMAT_VERSION, PostgresStore
+from stores._contract_tree import linked
 
 # Private: the query plans and SQL of the PostgreSQL backend, checked as units.
-from stores._plan import Query
+from stores._plan import Query, run_plan
+from stores._postgres import _execute  # pyright: ignore[reportPrivateUsage]
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation, storage_view
-from stores.contract import FollowContract, StoreContract
+from stores.contract import FollowContract, LeaseContract, StoreContract, TreeFollowContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
 
-class TestPostgresStore(FollowContract, StoreContract):
+class TestPostgresStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     colours = ("sync", "async")
     asyncio_only = False  # the async twins run the sync driver in a worker thread
     dsn = ""
@@ -117,7 +120,7 @@ def test_the_schema_is_made_on_first_use_with_its_versions(
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert meta == {"schema_version": SCHEMA_VERSION, "format_version": FORMAT_VERSION}
     tables = {row[0] for row in sql(dsn, _TABLES, schema)}
-    assert tables == {"meta", "states", "entries", "memory", "memory_effects"}
+    assert tables == {"meta", "states", "entries", "memory", "memory_effects", "run_leases"}
 
 
 def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]) -> None:
@@ -152,6 +155,7 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
         first.save(state)
     sql(dsn, f'DROP TABLE "{schema}".memory, "{schema}".memory_effects')
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
+    _set_back_to_3(dsn, schema)
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 1 WHERE key = 'schema_version'")
     with PostgresStore(dsn, schema=schema) as second:
         assert second.load("kept").history == state.history
@@ -160,6 +164,50 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
         assert second.memory_get("agent", "kv", "k") == '"v"'
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert meta["schema_version"] == SCHEMA_VERSION
+
+
+def _set_back_to_3(dsn: str, schema: str) -> None:
+    """Make the tables what schema version 3 made (no roots, no transaction ids, no leases)."""
+    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases')
+    sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN root_id')
+    sql(dsn, f'ALTER TABLE "{schema}".entries DROP COLUMN root_id, DROP COLUMN xid')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 3 WHERE key = 'schema_version'")
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 2 WHERE key = 'format_version'")
+
+
+def test_a_schema_of_version_3_gets_the_feeds_of_its_trees(where: tuple[str, str]) -> None:
+    """Version 3 had no feeds: each State gets its root, each entry a place before new ones."""
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        root = grown(State(id="root"), "one", "two")
+        first.save(root)
+        kid = linked("kid", "root")
+        first.save(kid)
+        first.save(linked("grandkid", "kid"))
+        first.save(linked("orphan", "gone"))
+    _set_back_to_3(dsn, schema)
+    with PostgresStore(dsn, schema=schema) as second:
+        assert [second.root_of(i) for i in ("root", "kid", "grandkid", "orphan")] == [
+            "root",
+            "root",
+            "root",
+            "orphan",
+        ]
+        feed = second.tree_entries("root")
+        # The rows written before come first, by State and seq (their order of writing is lost).
+        assert [(item.state_id, item.index) for item in feed] == [
+            ("grandkid", 0),
+            ("grandkid", 1),
+            ("kid", 0),
+            ("kid", 1),
+            ("root", 0),
+            ("root", 1),
+        ]
+        second.save(grown(kid, "three"))
+        new = second.tree_entries("root", after=feed[-1].cursor)
+        assert [(item.state_id, item.index) for item in new] == [("kid", 2)]
+    meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
+    assert (meta["schema_version"], meta["format_version"]) == (SCHEMA_VERSION, FORMAT_VERSION)
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(where: tuple[str, str]) -> None:
@@ -569,6 +617,7 @@ def test_rows_of_a_schema_before_seals_are_sealed_when_migrated(where: tuple[str
         for state in the_states():
             first.save(state)
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN seal')
+    _set_back_to_3(dsn, schema)
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 2 WHERE key = 'schema_version'")
     with PostgresStore(dsn, schema=schema) as second:
         infos = second.list()
@@ -583,7 +632,9 @@ def test_rows_of_a_schema_before_seals_are_sealed_when_migrated(where: tuple[str
 def test_a_save_notifies_the_followers_of_its_state(
     where: tuple[str, str], store: PostgresStore, added: int
 ) -> None:
-    """Each save sends a NOTIFY with the State's id on the schema's channel, when it commits.
+    """Each save sends a NOTIFY with the State's id and its root's on the schema's channel.
+
+    It is sent when the save commits.
 
     Both statements are covered: the usual save of a known State (`save_one`) and the group
     save (a new State, or more entries than `save_one` takes).
@@ -597,5 +648,83 @@ def test_a_save_notifies_the_followers_of_its_state(
         store.save(grown(state, *(f"m{i}" for i in range(added))))
         store.save(state)  # nothing new: nothing written, nothing sent
         notes = [note.payload for note in listener.notifies(timeout=1.0)]
-    assert notes == ["told", "told"]
+    assert notes == ["told told", "told told"]
+    child = linked("kid", "told")
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(cast("LiteralString", f'LISTEN "{channel}"'))
+        store.save(child)
+        assert [note.payload for note in listener.notifies(timeout=1.0)] == ["kid told"]
     assert all(len(channel.encode()) <= 63 for channel in (sql_for("a" * 63).channel, channel))
+
+
+# -- the feed of a tree: transactions that commit out of order --------------------------------
+
+
+def _tree_keys(items: tuple[TreeEntry, ...]) -> list[tuple[str, int]]:
+    return [(item.state_id, item.index) for item in items]
+
+
+def test_a_save_that_began_first_and_commits_last_is_never_missed(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    """Two saves of one tree commit out of the order of their transaction ids.
+
+    The slow one takes its transaction id first, the fast one commits first. A reader in
+    between must not be given the fast one's entries: a cursor past them would skip the slow
+    one's, which sort before. Once both have ended, the feed holds both, the slow one first.
+    """
+    dsn, schema = where
+    root = State(id="root", messages=[Message.user("go")])
+    store.save(root)
+    store.save(linked("slow", "root"))
+    store.save(linked("fast", "root"))
+    start = store.tree_entries("root")[-1].cursor
+    slow, fast = store.load("slow"), store.load("fast")
+    with psycopg.connect(dsn) as connection:  # a transaction begins with the first statement
+        connection.execute("SELECT pg_current_xact_id()")  # the slow save's id comes first
+        store.save(grown(fast, "fast one"))
+        assert store.tree_entries("root", after=start) == ()  # held back, not skipped
+        plan = save_plan(sql_for(schema), [grown(slow, "slow one")], store, "test", TailCache())
+        assert run_plan(plan, lambda query: _execute(connection, query)) == {}
+        assert store.tree_entries("root", after=start) == ()
+        connection.commit()
+    assert _tree_keys(store.tree_entries("root", after=start)) == [("slow", 2), ("fast", 2)]
+
+
+def test_a_wait_held_back_by_an_open_transaction_ends_when_it_ends(
+    where: tuple[str, str], store: PostgresStore
+) -> None:
+    """An unrelated open transaction holds a saved entry back; its end sends no NOTIFY.
+
+    The wait is told of the save, finds the entry held back, and looks again until the other
+    transaction has ended: then it returns the entry.
+    """
+    dsn, _ = where
+    root = State(id="root", messages=[Message.user("go")])
+    store.save(root)
+    start = store.tree_entries("root")[-1].cursor
+    other = psycopg.connect(dsn)
+    other.execute("SELECT pg_current_xact_id()")  # open, with a transaction id, writing nothing
+
+    async def follow() -> tuple[TreeEntry, ...]:
+        found: list[tuple[TreeEntry, ...]] = []
+        returned = anyio.Event()
+
+        async def wait() -> None:
+            found.append(await store.await_tree_entries("root", after=start))
+            returned.set()
+
+        with anyio.fail_after(30):
+            async with anyio.create_task_group() as group:
+                group.start_soon(wait)
+                await anyio.to_thread.run_sync(store.save, grown(root, "held"))
+                with anyio.move_on_after(0.3):  # held back while the other is open
+                    await returned.wait()
+                assert not found
+                await anyio.to_thread.run_sync(other.commit)
+        return found[0]
+
+    try:
+        assert _tree_keys(anyio.run(follow)) == [("root", 1)]
+    finally:
+        other.close()

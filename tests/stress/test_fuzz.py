@@ -420,8 +420,11 @@ def _columns(connection: sqlite3.Connection, table: str) -> list[str]:
 def damage_entries(
     connection: sqlite3.Connection, saved: Saved, target: str, kind: str, pick: Picker
 ) -> str:
-    # Every column but the State's id and seq is the entry's payload (data, and any check).
-    payload = [c for c in _columns(connection, "entries") if c not in ("state_id", "seq")]
+    # Every column but the State's id and seq (and the row's position in the feed) is the
+    # entry's payload (data, and any check).
+    payload = [
+        c for c in _columns(connection, "entries") if c not in ("state_id", "seq", "position")
+    ]
     listed = ", ".join(payload)
     rows = connection.execute(
         f"SELECT seq, {listed} FROM entries WHERE state_id = ? ORDER BY seq", (target,)
