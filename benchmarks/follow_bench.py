@@ -1,9 +1,13 @@
-"""Following a run from another process (issue 27, part 3): how soon a save is seen.
+"""Following a run from another process (issues 27 and 28): how soon a save is seen.
 
 A writer process saves a State one entry at a time, `gap` seconds apart (a run between two
 save points), and notes when each save returned; the follower, in this process, waits with
 `await_entries` and notes when it sees each entry. The delay is the difference (both clocks
 are the machine's monotonic clock, shared by its processes): p50 and p99.
+
+The tree rows (issue 28: what `Runs.follow` waits with) do the same with a tree: the writer
+saves a root and a child started under it in turn, one entry a save, and the follower waits
+with `await_tree_entries` on the root, as a follower in another process than the run does.
 
 - SQLite: `SQLiteStore.await_entries` polls the State's entry count, 5 ms apart at first,
   backing off to 100 ms; its floor is a bare loop polling ``SELECT max(seq)`` of a one-column
@@ -29,12 +33,13 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, LiteralString, cast
 
 import anyio
 
-from orchestrator import Message, State
+from orchestrator import Message, RunStart, RunStartEntry, State, UserEntry
 from stores import PostgresStore, SQLiteStore, open_store
 from stores.backend import POLL_FIRST, POLL_MOST
 
@@ -45,6 +50,7 @@ __all__ = ("bench_follow", "main")
 DSN_VARIABLE = "ORCHESTRATOR_TEST_POSTGRES_DSN"
 _CHANNEL = "follow_bench_floor"
 _STATE_ID = "followed"
+_CHILD_ID = "followed-child"
 
 
 # -- the writer process --------------------------------------------------------------------------
@@ -59,6 +65,20 @@ def _write(mode: str, target: str, state_id: str, count: int, gap: float) -> lis
             state = store.load(state_id)
             for step in range(count):
                 time.sleep(gap)
+                state.add_message(Message.user(f"step {step}"))
+                store.save(state)
+                returned.append(time.monotonic())
+        finally:
+            if isinstance(store, SQLiteStore | PostgresStore):
+                store.close()
+    elif mode == "tree":
+        store = open_store(target)
+        try:
+            states = [store.load(state_id), _child(state_id)]
+            store.save(states[1])  # before the clock: the child joins the tree
+            for step in range(count):
+                time.sleep(gap)
+                state = states[step % 2]
                 state.add_message(Message.user(f"step {step}"))
                 store.save(state)
                 returned.append(time.monotonic())
@@ -83,6 +103,19 @@ def _write(mode: str, target: str, state_id: str, count: int, gap: float) -> lis
                 connection.execute(cast("LiteralString", f"NOTIFY {_CHANNEL}, '{step}'"))
                 returned.append(time.monotonic())
     return returned
+
+
+def _child(root_id: str) -> State:
+    """A State started by a call of `root_id`: a message, and the run start that links it."""
+    now = datetime.now(UTC)
+    start = RunStart(parent_id=root_id, parent_call_id="call")
+    return State(
+        id=_CHILD_ID,
+        history=[
+            UserEntry(seq=0, turn=0, at=now, content=Message.user("Look there.")),
+            RunStartEntry(seq=1, turn=0, at=now, content=start),
+        ],
+    )
 
 
 def _writer(mode: str, target: str, count: int, gap: float) -> subprocess.Popen[bytes]:
@@ -120,11 +153,31 @@ async def _follow_store(store: Any, count: int) -> list[float]:
     return seen
 
 
-def _store_delays(store: Any, url: str, count: int, gap: float) -> list[float]:
+async def _follow_tree(store: Any, count: int) -> list[float]:
+    """When each of the writer's `count` timed saves of the tree was seen (`await_tree_entries`).
+
+    The feed from its start holds the root's first entries and the child's first save (made
+    before the writer's clock starts): those are read, not timed.
+    """
+    untimed = {_STATE_ID: len(await store.aentries(_STATE_ID)), _CHILD_ID: 2}
+    cursor: str | None = None
+    seen: list[float] = []
+    while len(seen) < count:
+        with anyio.fail_after(60):
+            new = await store.await_tree_entries(_STATE_ID, after=cursor)
+        now = time.monotonic()
+        seen += [now for item in new if item.entry.seq >= untimed[item.state_id]]
+        cursor = new[-1].cursor
+    return seen
+
+
+def _store_delays(
+    store: Any, url: str, count: int, gap: float, *, tree: bool = False
+) -> list[float]:
     store.save(State(id=_STATE_ID, messages=[Message.user("Follow me.")]))
-    process = _writer("store", url, count, gap)
+    process = _writer("tree" if tree else "store", url, count, gap)
     try:
-        seen = anyio.run(_follow_store, store, count)
+        seen = anyio.run(_follow_tree if tree else _follow_store, store, count)
     except BaseException:
         process.kill()
         process.communicate()
@@ -203,6 +256,30 @@ def _rows(name: str, label: str, delays: Sequence[float], floor: Sequence[float]
     return metrics
 
 
+def _tree_rows(
+    name: str, label: str, delays: Sequence[float], floor: Sequence[float]
+) -> list[Metric]:
+    """The tree's delays, p50 and p99, and p50 over the floor's (the State rows give it)."""
+    metrics = [
+        Metric(
+            f"follow.{name}.tree.{tag}_ms",
+            f"follow a tree in {label} from another process (await_tree_entries), {tag}",
+            _percentile(delays, fraction),
+            "ms",
+        )
+        for tag, fraction in (("p50", 0.5), ("p99", 0.99))
+    ]
+    metrics.append(
+        Metric(
+            f"follow.{name}.tree.p50.ratio",
+            f"  follow a tree in {label} p50 / floor p50",
+            statistics.median(delays) / max(statistics.median(floor), 1e-6),
+            "x",
+        )
+    )
+    return metrics
+
+
 def bench_follow(
     *, count: int = 200, gap: float = 0.03, progress: Callable[[str], None] = lambda text: None
 ) -> list[Metric]:
@@ -212,27 +289,37 @@ def bench_follow(
         progress(f"follow: SQLite, {count} saves {gap * 1000:.0f} ms apart ...")
         with SQLiteStore(Path(folder) / "follow.db") as store:
             delays = _store_delays(store, store.url, count, gap)
+        with SQLiteStore(Path(folder) / "tree.db") as store:
+            tree = _store_delays(store, store.url, count, gap, tree=True)
         floor = _sqlite_floor(str(Path(folder) / "floor.db"), count, gap)
         metrics += _rows("sqlite", "SQLite", delays, floor)
+        metrics += _tree_rows("sqlite", "SQLite", tree, floor)
     dsn = os.environ.get(DSN_VARIABLE)
     if not dsn:
         print(f"follow: PostgreSQL rows skipped: no server ({DSN_VARIABLE} is not set).")
         return metrics
     progress(f"follow: PostgreSQL, {count} saves {gap * 1000:.0f} ms apart ...")
+    delays = _postgres_delays(dsn, count, gap, tree=False)
+    tree = _postgres_delays(dsn, count, gap, tree=True)
+    floor = _postgres_floor(dsn, count, gap)
+    metrics += _rows("postgres", "PostgreSQL", delays, floor)
+    return metrics + _tree_rows("postgres", "PostgreSQL", tree, floor)
+
+
+def _postgres_delays(dsn: str, count: int, gap: float, *, tree: bool) -> list[float]:
+    """`_store_delays` on a store in a schema of its own, dropped afterwards."""
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     store = PostgresStore(dsn, schema=schema)
     try:
         url = store.url
         assert url is not None
-        delays = _store_delays(store, url, count, gap)
+        return _store_delays(store, url, count, gap, tree=tree)
     finally:
         store.close()
         import psycopg
 
         with psycopg.connect(dsn, autocommit=True) as connection:
             connection.execute(cast("LiteralString", f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
-    floor = _postgres_floor(dsn, count, gap)
-    return metrics + _rows("postgres", "PostgreSQL", delays, floor)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
