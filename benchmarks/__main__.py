@@ -23,6 +23,7 @@ from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
 from .ray_bench import bench_ray
 from .report import Metric, load_previous, render, save
+from .runs_bench import bench_runs
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
 from .workload import build_history
@@ -48,6 +49,7 @@ class Config:
     store_crowd: int = 10_000
     inside_turns: int = 200
     rss_turns: int = 2_000
+    runs: int = 1_000  # runs followed over HTTP at once (issue 28)
     ray: bool = True  # the runner rows: a local Ray cluster, in a loopback-only namespace
 
     @property
@@ -79,6 +81,7 @@ QUICK = Config(
     store_crowd=100,
     inside_turns=20,
     rss_turns=50,
+    runs=5,
     ray=False,
 )
 
@@ -149,6 +152,9 @@ def run(config: Config) -> list[Metric]:
     # A writer process saving a State, the follower here waiting: 30 ms between saves, like
     # save points close together (the polling backs off to 100 ms between saves further apart).
     metrics += bench_follow(count=10 if quick else 200, gap=0.03, progress=_progress)
+    # Each run: a tool waiting at a gate, 3 tools of 50 ms, an answer; its SSE client reads
+    # about 11 events.
+    metrics += bench_runs(count=config.runs, turns=3, gap=0.05, progress=_progress)
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics
