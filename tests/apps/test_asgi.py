@@ -167,6 +167,33 @@ async def test_bad_requests_get_4xx_that_say_what_to_send() -> None:
         gate("r").release.set()
 
 
+async def test_bad_ids_and_empty_input_are_400_naming_what_an_id_is() -> None:
+    agui_input: dict[str, Any] = {"threadId": "a b", "runId": "r1", "state": {}, "tools": []}
+    agui_input |= {"context": [], "forwardedProps": {}}
+    agui_input["messages"] = [{"id": "m1", "role": "user", "content": "hi"}]
+    vercel_input = {"id": "a/b", "messages": [{"role": "user", "parts": []}]}
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
+        long = "x" * 129
+        for response in (
+            await client.get("/runs/a%20b"),
+            await client.get(f"/runs/{long}"),
+            await client.get("/runs/a%20b/events"),
+            await client.post("/runs/a%20b/cancel", json={}),
+            await client.post("/runs/a%20b/calls/c1/approve", json={}),
+            await client.post("/runs/a%20b/calls/c1/deny", json={}),
+            await client.post("/runs", json={"agent": "helper", "input": "x", "state_id": ""}),
+            await client.post("/runs", json={"agent": "helper", "input": "x", "state_id": ".."}),
+            await client.post("/agents/helper/agui", json=agui_input),
+            await client.post("/agents/helper/vercel", json=vercel_input),
+        ):
+            assert response.status_code == 400, response.text
+            assert "1 to 128 ASCII letters, digits" in response.json()["error"]
+        empty = await client.post("/runs", json={"agent": "helper", "input": "  "})
+        assert empty.status_code == 400
+        assert '"input" is empty' in empty.json()["error"]
+        assert await runs.list() == []  # nothing was started or saved
+
+
 async def test_the_safe_defaults_refuse_other_hosts_origins_and_bodies() -> None:
     async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs, max_body=64) as client:
         other_host = await client.get("/runs", headers={"Host": "evil.example"})
