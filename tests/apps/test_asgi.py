@@ -171,7 +171,7 @@ async def test_bad_ids_and_empty_input_are_400_naming_what_an_id_is() -> None:
     agui_input: dict[str, Any] = {"threadId": "a b", "runId": "r1", "state": {}, "tools": []}
     agui_input |= {"context": [], "forwardedProps": {}}
     agui_input["messages"] = [{"id": "m1", "role": "user", "content": "hi"}]
-    vercel_input = {"id": "a/b", "messages": [{"role": "user", "parts": []}]}
+    vercel_input: dict[str, Any] = {"id": "a/b", "messages": [{"role": "user", "parts": []}]}
     async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
         long = "x" * 129
         for response in (
