@@ -181,6 +181,8 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
         value: Any = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise _BadRequest(f"The body is not valid JSON ({error}): send a JSON object.") from None
+    except RecursionError:  # a small body can nest deeper than the parser goes
+        raise _BadRequest("The body's JSON nests too deeply: send a flatter JSON object.") from None
     if not isinstance(value, dict):
         raise _BadRequest(f"Send a JSON object, not {type(value).__name__}.")
     return cast("dict[str, Any]", value)
