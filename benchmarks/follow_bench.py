@@ -11,6 +11,11 @@ are the machine's monotonic clock, shared by its processes): p50 and p99.
 - PostgreSQL: `PostgresStore.await_entries` LISTENs for the NOTIFY each save sends; its floor
   is a bare ``NOTIFY`` from the writer, received by a bare ``LISTEN`` (no store, no read).
   Skipped without a server (``ORCHESTRATOR_TEST_POSTGRES_DSN``).
+- A tree (issue 28): the writer saves a child of a root, the follower waits on the root's
+  feed (`await_tree_entries`): the delay of the feed against the same floor. And what one look
+  of a SQLite follower costs in a big store: a tree of a root and 1,000 children among other
+  trees of 100,000 entries, its probe (the tree's last position) and an empty page after its
+  last cursor (median): an index lookup each, whatever the size of the table.
 
 ``python -m benchmarks.follow_bench [--quick]`` prints the rows; the writer is this module too
 (``python -m benchmarks.follow_bench write MODE TARGET STATE_ID COUNT GAP``).
@@ -29,13 +34,15 @@ import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, LiteralString, cast
 
 import anyio
 
-from orchestrator import Message, State
+from orchestrator import Message, RunStart, RunStartEntry, State, UserEntry
 from stores import PostgresStore, SQLiteStore, open_store
+from stores._sql import tree_end_plan
 from stores.backend import POLL_FIRST, POLL_MOST
 
 from .report import Metric
@@ -45,6 +52,8 @@ __all__ = ("bench_follow", "main")
 DSN_VARIABLE = "ORCHESTRATOR_TEST_POSTGRES_DSN"
 _CHANNEL = "follow_bench_floor"
 _STATE_ID = "followed"
+_ROOT_ID = "tree-root"
+_CHILD_ID = "tree-child"
 
 
 # -- the writer process --------------------------------------------------------------------------
@@ -85,11 +94,13 @@ def _write(mode: str, target: str, state_id: str, count: int, gap: float) -> lis
     return returned
 
 
-def _writer(mode: str, target: str, count: int, gap: float) -> subprocess.Popen[bytes]:
+def _writer(
+    mode: str, target: str, count: int, gap: float, state_id: str = _STATE_ID
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(path for path in sys.path if path)}
     command = [sys.executable, "-m", "benchmarks.follow_bench", "write", mode, target]
     return subprocess.Popen(
-        [*command, _STATE_ID, str(count), str(gap)], env=env, stdout=subprocess.PIPE
+        [*command, state_id, str(count), str(gap)], env=env, stdout=subprocess.PIPE
     )
 
 
@@ -130,6 +141,72 @@ def _store_delays(store: Any, url: str, count: int, gap: float) -> list[float]:
         process.communicate()
         raise
     return _delays_ms(_returned(process), seen)
+
+
+def _child(state_id: str) -> State:
+    """A State started by a call of the root: a message and its link."""
+    return State(
+        id=state_id,
+        history=[
+            UserEntry(seq=0, turn=0, at=datetime.now(UTC), content=Message.user("A child.")),
+            RunStartEntry(
+                seq=1,
+                turn=0,
+                at=datetime.now(UTC),
+                content=RunStart(parent_id=_ROOT_ID, parent_call_id="call"),
+            ),
+        ],
+    )
+
+
+async def _follow_tree(store: Any, count: int) -> list[float]:
+    """When each of the next `count` entries of the tree was seen (`await_tree_entries`)."""
+    after = (await store.atree_entries(_ROOT_ID))[-1].cursor
+    seen: list[float] = []
+    while len(seen) < count:
+        with anyio.fail_after(60):
+            new = await store.await_tree_entries(_ROOT_ID, after=after)
+        now = time.monotonic()
+        seen += [now] * len(new)
+        after = new[-1].cursor
+    return seen
+
+
+def _tree_delays(store: Any, url: str, count: int, gap: float) -> list[float]:
+    """A child of a root saved in another process, followed through the root's feed."""
+    store.save(State(id=_ROOT_ID, messages=[Message.user("Follow the tree.")]))
+    store.save(_child(_CHILD_ID))
+    process = _writer("store", url, count, gap, _CHILD_ID)
+    try:
+        seen = anyio.run(_follow_tree, store, count)
+    except BaseException:
+        process.kill()
+        process.communicate()
+        raise
+    return _delays_ms(_returned(process), seen)
+
+
+def _poll_costs(path: Path, children: int, others: int) -> tuple[float, float]:
+    """The probe and the empty page of a follower of a big tree in a big store, in us."""
+    with SQLiteStore(path) as store:
+        store.save(State(id=_ROOT_ID, messages=[Message.user("A big tree.")]))
+        store.save_many([_child(f"kid{k}") for k in range(children)])
+        for r in range(others):
+            other = State(id=f"other{r}", messages=[Message.user("Another tree.")])
+            for i in range(999):
+                other.add_message(Message.user(f"step {i}"))
+            store.save(other)
+        last = store.tree_entries(_ROOT_ID)[-1].cursor
+        probes: list[float] = []
+        pages: list[float] = []
+        for _ in range(300):
+            start = time.perf_counter()
+            store._run(tree_end_plan(_ROOT_ID))  # pyright: ignore[reportPrivateUsage]
+            middle = time.perf_counter()
+            store.tree_entries(_ROOT_ID, after=last)
+            probes.append(middle - start)
+            pages.append(time.perf_counter() - middle)
+    return statistics.median(probes) * 1e6, statistics.median(pages) * 1e6
 
 
 def _sqlite_floor(path: str, count: int, gap: float) -> list[float]:
@@ -175,6 +252,29 @@ def _percentile(ordered: Sequence[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+def _tree_rows(
+    name: str, label: str, delays: Sequence[float], floor: Sequence[float]
+) -> list[Metric]:
+    metrics = [
+        Metric(
+            f"follow.tree.{name}.{tag}_ms",
+            f"follow a tree on {label} from another process: a child's save to seen, {tag}",
+            _percentile(delays, fraction),
+            "ms",
+        )
+        for tag, fraction in (("p50", 0.5), ("p99", 0.99))
+    ]
+    metrics.append(
+        Metric(
+            f"follow.tree.{name}.p50.ratio",
+            f"  follow a tree on {label} p50 / floor p50",
+            statistics.median(delays) / max(statistics.median(floor), 1e-6),
+            "x",
+        )
+    )
+    return metrics
+
+
 def _rows(name: str, label: str, delays: Sequence[float], floor: Sequence[float]) -> list[Metric]:
     metrics: list[Metric] = []
     for tag, fraction in (("p50", 0.5), ("p99", 0.99)):
@@ -212,8 +312,28 @@ def bench_follow(
         progress(f"follow: SQLite, {count} saves {gap * 1000:.0f} ms apart ...")
         with SQLiteStore(Path(folder) / "follow.db") as store:
             delays = _store_delays(store, store.url, count, gap)
+            progress(f"follow: a tree on SQLite, {count} saves {gap * 1000:.0f} ms apart ...")
+            tree = _tree_delays(store, store.url, count, gap)
         floor = _sqlite_floor(str(Path(folder) / "floor.db"), count, gap)
         metrics += _rows("sqlite", "SQLite", delays, floor)
+        metrics += _tree_rows("sqlite", "SQLite", tree, floor)
+        others = 100 if count >= 100 else 2
+        progress(f"follow: one look at a 1,001-State tree among {others * 1000:,} entries ...")
+        probe, page = _poll_costs(Path(folder) / "big.db", 1000, others)
+        metrics += [
+            Metric(
+                "follow.tree.sqlite.probe_us",
+                f"  a tree follower's probe, SQLite, 1,001 States among {others * 1000:,} entries",
+                probe,
+                "µs",
+            ),
+            Metric(
+                "follow.tree.sqlite.empty_page_us",
+                "  its read of an empty page after its last cursor",
+                page,
+                "µs",
+            ),
+        ]
     dsn = os.environ.get(DSN_VARIABLE)
     if not dsn:
         print(f"follow: PostgreSQL rows skipped: no server ({DSN_VARIABLE} is not set).")
@@ -225,6 +345,8 @@ def bench_follow(
         url = store.url
         assert url is not None
         delays = _store_delays(store, url, count, gap)
+        progress(f"follow: a tree on PostgreSQL, {count} saves {gap * 1000:.0f} ms apart ...")
+        tree = _tree_delays(store, url, count, gap)
     finally:
         store.close()
         import psycopg
@@ -232,7 +354,11 @@ def bench_follow(
         with psycopg.connect(dsn, autocommit=True) as connection:
             connection.execute(cast("LiteralString", f"DROP SCHEMA IF EXISTS {schema} CASCADE"))
     floor = _postgres_floor(dsn, count, gap)
-    return metrics + _rows("postgres", "PostgreSQL", delays, floor)
+    return [
+        *metrics,
+        *_rows("postgres", "PostgreSQL", delays, floor),
+        *_tree_rows("postgres", "PostgreSQL", tree, floor),
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

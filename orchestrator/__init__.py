@@ -15,8 +15,10 @@ below it, not even for types (a lower layer owns a protocol instead; tests/test_
 - `_running`: the Agent, its run, the loop, thinking, tool execution, ask, saving, subagents,
   runners.
 
-Above them the public surface: this package, `mcp`, `otel`, `permissions`, `runners`, `testing`
-and the CLI. Public import paths are these; the folders are private.
+Above them the public surface: this package, `apps` (runs as a service, over HTTP), `mcp`,
+`otel`, `permissions`, `runners`, `testing`, the CLI (`_cli`) and what the CLI and `apps` show
+people (`_viewing`: trees, timelines, the viewer page). Public import paths are these; the
+folders are private.
 """
 
 import typing as _typing
@@ -85,6 +87,7 @@ from ._record._history import RunStartEntry as RunStartEntry
 from ._record._history import StopEntry as StopEntry
 from ._record._history import ToolResultEntry as ToolResultEntry
 from ._record._history import UserEntry as UserEntry
+from ._record._leases import AsyncRunLeases as AsyncRunLeases
 from ._record._snapshot import StateSnapshot as StateSnapshot
 from ._record._state import State as State
 from ._record._storage import AsyncBatchStore as AsyncBatchStore
@@ -186,6 +189,7 @@ __all__ = (
     "AsyncBatchStore",
     "AsyncFollowable",
     "AsyncMemoryBackend",
+    "AsyncRunLeases",
     "AsyncStore",
     "AsyncTreeFollowable",
     "AuthError",

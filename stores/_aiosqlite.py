@@ -24,6 +24,7 @@ import anyio.to_thread
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import AsyncClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, arun_plan
 from ._sql import (
@@ -31,6 +32,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,
@@ -65,7 +67,7 @@ __all__ = ("AioSQLiteStore",)
 _T = TypeVar("_T")
 
 
-class AioSQLiteStore(AsyncClosing):
+class AioSQLiteStore(AsyncClosing, SqlLeases):
     """States kept in one SQLite file, used with ``await`` on asyncio.
 
     It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
@@ -324,6 +326,12 @@ class AioSQLiteStore(AsyncClosing):
                     await connection.close()
 
     # -- running plans ------------------------------------------------------------------------
+
+    def _lease_statements(self) -> LeaseSql:
+        return SQLITE_LEASES
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._run(plan)
 
     async def _run(self, plan: Plan[_T], state_id: str | None = None) -> _T:
         """Carry out `plan`, one at a time; roll back if it fails.

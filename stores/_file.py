@@ -9,6 +9,9 @@ Layout under the store's folder::
                      to it (``seal``, checked by `list`), replaced atomically after each append
     <id>/children.jsonl   ``{"id", "call"}`` of each child State saved here, appended when the
                      child is first saved with its parent link (crash recovery reads it)
+    <root>/tree.jsonl   the feed of the tree of a root State: a line per entry of any State of
+                     the tree, in the order saved (`stores._file_feed`); info.json keeps each
+                     State's root and how many of its entries are in it
     .memory/<agent>/log.jsonl   the agent's memory: one write per line, appended and fsynced
     .memory/<agent>/lock        taken (`flock`) by every memory call, shared to read
 
@@ -43,7 +46,6 @@ import dataclasses
 import json
 import os
 import shutil
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Generator, Sequence
@@ -53,11 +55,12 @@ from typing import Any, TypeVar, cast
 
 import pydantic
 
-from orchestrator import HistoryEntry, State, StateInfo, StoreError
+from orchestrator import HistoryEntry, State, StateInfo, StoreError, TreeEntry
 
 from ._codec import (
     DIGEST_SIZE,
     FORMAT_V1,
+    FORMAT_V2,
     FORMAT_VERSION,
     chain_digests,
     check_chain,
@@ -68,18 +71,36 @@ from ._codec import (
     listing_seal,
     missing_entries,
 )
+from ._file_feed import EXAMPLE as FEED_EXAMPLE
+from ._file_feed import FEED, Fed, Record, append_records, feed_size, read_records
+from ._file_feed import KIND as FEED_KIND
+from ._fileio import FILE_MODE as _FILE_MODE
+from ._fileio import OPEN_FLAGS as _OPEN_FLAGS
+from ._fileio import flock as _flock
+from ._fileio import fsync_folder as _fsync_folder
+from ._fileio import last_line as _last_line
+from ._fileio import read_all as _read_all
+from ._fileio import read_at as _read_at
+from ._fileio import write_all as _write_all
+from ._fileio import write_new_file as _write_new_file
 from ._offload import ThreadedClosing
 from .backend import (
     Tail,
     TailCache,
     adopted,
+    bad_cursor,
     bind_state,
     check_after,
+    check_limit,
+    check_link,
     check_list_args,
     check_memory,
     check_state,
     continuation,
+    cursor_parts,
     entries_after,
+    make_cursor,
+    not_a_root,
     poll_entries,
     rebuild,
     recover_state,
@@ -100,9 +121,7 @@ _SEAL_HEAD = b'{"d":"'
 _SEAL_MID = b'","e":'
 _DIGEST_END = len(_SEAL_HEAD) + 2 * DIGEST_SIZE
 _ENTRY_AT = _DIGEST_END + len(_SEAL_MID)
-_FILE_MODE = 0o600
 _FOLDER_MODE = 0o700
-_CHUNK = 64 * 1024
 _STRIPES = 64
 MEMORY = ".memory"  # not an id, so never a State's folder, and `list` passes it by
 _MEMORY_LOCK = "lock"
@@ -110,81 +129,6 @@ COMPACT_LINES = 1024
 """A memory log of this many lines, mostly overwritten ones, is compacted."""
 _T = TypeVar("_T")
 _INFO: pydantic.TypeAdapter[StateInfo] = pydantic.TypeAdapter(StateInfo)
-_OPEN_FLAGS = getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)  # no newline translation
-
-if sys.platform == "win32":  # pragma: no cover - no flock, no folder fsync on Windows
-
-    def _flock(fd: int, *, exclusive: bool) -> None:
-        pass
-
-    def _fsync_folder(path: Path) -> None:
-        pass
-
-else:
-    import fcntl
-
-    def _flock(fd: int, *, exclusive: bool) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
-
-    def _fsync_folder(path: Path) -> None:
-        fd = os.open(path, os.O_RDONLY | _OPEN_FLAGS)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_at(fd: int, size: int, offset: int) -> bytes:
-    # lseek and read, not pread, which Windows lacks; each call opens its own descriptor.
-    os.lseek(fd, offset, os.SEEK_SET)
-    parts: list[bytes] = []
-    while size > 0:
-        part = os.read(fd, size)
-        if not part:
-            break
-        parts.append(part)
-        size -= len(part)
-    return b"".join(parts)
-
-
-def _read_all(fd: int) -> bytes:
-    return _read_at(fd, os.fstat(fd).st_size, 0)
-
-
-def _write_new_file(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _OPEN_FLAGS, _FILE_MODE)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _last_line(fd: int, size: int) -> tuple[int, bytes | None]:
-    """Where the complete lines of the log end, and the last complete line (None if none).
-
-    Reads backwards from the end, only as far as the last line reaches.
-    """
-    start, buffer = size, b""
-    while True:
-        newline = buffer.rfind(b"\n")
-        if newline >= 0:
-            before = buffer.rfind(b"\n", 0, newline)
-            if before >= 0:
-                return start + newline + 1, buffer[before + 1 : newline]
-            if start == 0:
-                return newline + 1, buffer[:newline]
-        elif start == 0:
-            return 0, None
-        step = min(start, max(_CHUNK, len(buffer)))
-        start -= step
-        buffer = _read_at(fd, step, start) + buffer
 
 
 def _seal(digest: bytes, entry: bytes) -> bytes:
@@ -194,7 +138,12 @@ def _seal(digest: bytes, entry: bytes) -> bytes:
 
 def _sealed(digests: Sequence[bytes], entries: Sequence[bytes]) -> bytes:
     """The log lines of encoded entries and their digests, each with its newline."""
-    return b"".join(_seal(d, entry) + b"\n" for d, entry in zip(digests, entries, strict=True))
+    return b"".join(_sealed_lines(digests, entries))
+
+
+def _sealed_lines(digests: Sequence[bytes], entries: Sequence[bytes]) -> list[bytes]:
+    """The log line of each encoded entry and its digest, with its newline."""
+    return [_seal(d, entry) + b"\n" for d, entry in zip(digests, entries, strict=True)]
 
 
 def _unseal(line: bytes) -> tuple[bytes | None, bytes]:
@@ -241,6 +190,7 @@ class _Stored:
     format: int
     head: bytes | None
     sealed: bool = True  # whether the listed info matches its seal (`stores._codec.listing_seal`)
+    fed: Fed = field(default_factory=Fed)  # its place in its tree's feed
 
 
 def _is_id(name: str) -> bool:
@@ -346,15 +296,19 @@ class FileStore(ThreadedClosing):
         view = storage_view(state)  # its entries and its info agree
         info = view.info
         new = continuation(view, Tail())
-        data = _sealed(new.digests, new.lines)
+        lines = _sealed_lines(new.digests, new.lines)
+        data = b"".join(lines)
         self._root.mkdir(mode=_FOLDER_MODE, parents=True, exist_ok=True)
         if info.parent_id is not None:
             self._link_child(info)
+        root = self._root_by_links(state.id, info.parent_id)
+        # Lines of this State in the feed can only come after its size now.
+        fed = Fed(root, uuid.uuid4().hex[:16], 0, max(feed_size(self._root / root), 0))
         draft = self._root / f".new-{state.id}-{uuid.uuid4().hex}"
         os.mkdir(draft, _FOLDER_MODE)
         try:
             _write_new_file(draft / LOG, data)
-            _write_new_file(draft / INFO, _encode_info(info, new.tail.digest or None))
+            _write_new_file(draft / INFO, _encode_info(info, new.tail.digest or None, fed))
             try:
                 os.rename(draft, folder)
             except OSError:
@@ -365,8 +319,85 @@ class FileStore(ThreadedClosing):
         finally:
             if draft.exists():
                 shutil.rmtree(draft, ignore_errors=True)
+        self._feed_created(state.id, folder, info, new.tail.digest or None, lines)
         self._tails.put(state.id, dataclasses.replace(new.tail, at=len(data)))
         return True
+
+    def _feed_created(
+        self,
+        state_id: str,
+        folder: Path,
+        info: StateInfo,
+        head: bytes | None,
+        lines: Sequence[bytes],
+    ) -> None:
+        """Put the entries of a State just made in its tree's feed, under its log's lock.
+
+        Another process may have appended to it in between: it fed them all, and its info.json
+        is newer than this one, so nothing is done.
+        """
+        if not lines:
+            return
+        fd = os.open(folder / LOG, os.O_RDWR | os.O_APPEND | _OPEN_FLAGS)
+        try:
+            _flock(fd, exclusive=True)
+            stored = self._read_info(folder, state_id)
+            if stored.info.entries != len(lines) or stored.fed.count >= len(lines):
+                return
+            fed = self._feed(state_id, fd, stored, 0, 0, lines)
+            _replace_info(folder, info, head, fed)
+        finally:
+            os.close(fd)
+
+    def _feed(
+        self, state_id: str, fd: int, stored: _Stored, at: int, first: int, lines: Sequence[bytes]
+    ) -> Fed:
+        """Put the entries of `state_id` in its tree's feed, up to the `lines` this save wrote.
+
+        Called under the lock of the State's log (`fd`). `lines` (sealed, newline included)
+        were written at byte `at`, entries `first` on. Entries before them that are not fed (a
+        crash came between, or the State was written before feeds) are found in the log.
+        Returns what its info.json keeps of it then.
+        """
+        fed = stored.fed
+        if fed.root is None or fed.generation is None:  # written before feeds: all join now
+            root = fed.root or self._root_by_links(state_id, stored.info.parent_id)
+            fed = Fed(root, uuid.uuid4().hex[:16], 0, max(feed_size(self._root / root), 0))
+        assert fed.root is not None
+        count = first + len(lines)
+        if fed.count >= count:
+            return fed
+        spans: list[tuple[int, int, int]] = []
+        if fed.count < first:
+            offset = 0
+            for seq, line in enumerate(_read_at(fd, at, 0).split(b"\n")[:first]):
+                if seq >= fed.count:
+                    spans.append((seq, offset, len(line)))
+                offset += len(line) + 1
+        for seq, line in enumerate(lines, first):
+            spans.append((seq, at, len(line) - 1))
+            at += len(line)
+        size = append_records(
+            self._root / fed.root, state_id, fed, spans, check_after=fed.count < first
+        )
+        return Fed(fed.root, fed.generation, count, fed.at if size is None else size)
+
+    def _root_by_links(self, state_id: str, parent_id: str | None) -> str:
+        """The root of a State whose parent is `parent_id`, from the stored parents' info.
+
+        A parent that is not stored ends the walk: the State below it is the root.
+        """
+        root, current, seen = state_id, parent_id, {state_id}
+        while current is not None and current not in seen:
+            try:
+                parent = self._read_info(self._root / current, current)
+            except (ValueError, LookupError):
+                break
+            if parent.fed.root is not None:
+                return parent.fed.root
+            root, current = current, parent.info.parent_id
+            seen.add(root)
+        return root
 
     def _append(self, state: State, folder: Path, fd: int, stored: _Stored) -> None:
         size = os.fstat(fd).st_size
@@ -382,12 +413,14 @@ class FileStore(ThreadedClosing):
             return
         if info.parent_id is not None and stored.info.parent_id is None:
             self._link_child(info)  # first saved with its parent link
-        data = _sealed(new.digests, new.lines)
+        lines = _sealed_lines(new.digests, new.lines)
+        data = b"".join(lines)
         self._tails.forget(state.id)  # if the write fails, read the log again next time
         _write_all(fd, data)
         os.fsync(fd)
+        fed = self._feed(state.id, fd, stored, known.at, known.count, lines)
         self._tails.put(state.id, dataclasses.replace(new.tail, at=known.at + len(data)))
-        _replace_info(folder, info, new.tail.digest)
+        _replace_info(folder, info, new.tail.digest, fed)
 
     def _scan(self, state_id: str, fd: int, size: int) -> Tail:
         """Read the end of a log this store does not know, and cut a torn last line."""
@@ -421,7 +454,7 @@ class FileStore(ThreadedClosing):
         _replace_file(folder, LOG, _sealed(digests, entries))
         _fsync_folder(folder)
         count = stored.info.entries
-        _replace_info(folder, stored.info, digests[count - 1] if count else None)
+        _replace_info(folder, stored.info, digests[count - 1] if count else None, stored.fed)
 
     def _sealed_v1(self, state_id: str, stored: _Stored, lines: Sequence[bytes]) -> bool:
         """Whether a State whose info.json says format 1 has its log sealed already.
@@ -617,6 +650,130 @@ class FileStore(ThreadedClosing):
             lambda: self._offload(self._log_size, state_id),
         )
 
+    # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
+
+    def root_of(self, state_id: str) -> str:
+        """The id of the root of the tree of the stored State `state_id`.
+
+        Raises:
+            LookupError: Nothing is saved under `state_id`.
+            ValueError: `state_id` is not a valid id.
+            StoreError: The files cannot be read (the `OSError` is the cause).
+        """
+        validate_id(state_id, "state_id")
+        with self._failures(state_id):
+            stored = self._read_info(self._root / state_id, state_id)
+            return stored.fed.root or self._root_by_links(state_id, stored.info.parent_id)
+
+    def tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """The entries of the tree of `root_id` after the cursor `after`, in the order saved.
+
+        The feed is the root's ``tree.jsonl`` (see `stores._file_feed`, which says its limits);
+        the cursor is a byte offset in it. Each entry is read from its State's log and checked
+        against the digest before it. A State written before feeds joins at its next save.
+
+        Raises:
+            LookupError: Nothing is saved under `root_id`.
+            ValueError: `root_id` is not a root, or `after` or `limit` is not valid.
+            StoreDamagedError: An entry, or a line of the feed, is damaged.
+            StoreError: The files cannot be read (the `OSError` is the cause).
+        """
+        validate_id(root_id, "root_id")
+        offset = _feed_offset(after)
+        most = check_limit(limit)
+        with self._failures(root_id):
+            stored = self._read_info(self._root / root_id, root_id)
+            root = stored.fed.root or self._root_by_links(root_id, stored.info.parent_id)
+            if root != root_id:
+                raise not_a_root(root_id, root)
+            records = read_records(self._root / root_id, offset, after)
+            logs: dict[tuple[str, str], int | None] = {}  # by State and generation: its log
+            try:
+                return self._entries_of(root_id, records, most, logs)
+            finally:
+                for fd in logs.values():
+                    if fd is not None:
+                        os.close(fd)
+
+    def _entries_of(
+        self,
+        root_id: str,
+        records: builtins.list[Record | int],
+        most: int | None,
+        logs: dict[tuple[str, str], int | None],
+    ) -> tuple[TreeEntry, ...]:
+        entries: builtins.list[TreeEntry] = []
+        for record in records:
+            if isinstance(record, int):
+                problem = f"the line of its {FEED} that ends at byte {record} cannot be read"
+                raise damaged(self._where, root_id, problem)
+            state_id = record.state_id
+            key = (state_id, record.generation)
+            if key not in logs:
+                logs[key] = self._log_of(state_id, record.generation)
+            fd = logs[key]
+            if fd is None:
+                continue  # deleted since (and maybe saved again: its new lines follow)
+            digest, line = _unseal(_read_at(fd, record.length, record.offset))
+            previous: bytes | None = None
+            if record.seq:
+                before = _last_line(fd, record.offset)[1]
+                previous = None if before is None else _unseal(before)[0]
+            entry = check_link(self._where, state_id, record.seq, line, digest, previous)
+            entries.append(TreeEntry(make_cursor(FEED_KIND, record.end), state_id, entry))
+            if most is not None and len(entries) == most:
+                break
+        return tuple(entries)
+
+    def _log_of(self, state_id: str, generation: str) -> int | None:
+        """The log of `state_id`, open, if the State stored is of `generation`; else None."""
+        if not _is_id(state_id):
+            return None
+        folder = self._root / state_id
+        try:
+            stored = self._read_info(folder, state_id)
+        except LookupError:
+            return None
+        if stored.fed.generation != generation:
+            return None
+        try:
+            return os.open(folder / LOG, os.O_RDONLY | _OPEN_FLAGS)
+        except FileNotFoundError:
+            return None
+
+    async def aroot_of(self, state_id: str) -> str:
+        """`root_of` in a worker thread."""
+        return await self._offload(self.root_of, state_id)
+
+    async def atree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """`tree_entries` in a worker thread."""
+        return await self._offload(self._tree_entries, root_id, after, limit)
+
+    def _tree_entries(
+        self, root_id: str, after: str | None, limit: int | None
+    ) -> tuple[TreeEntry, ...]:
+        return self.tree_entries(root_id, after=after, limit=limit)
+
+    async def await_tree_entries(
+        self, root_id: str, *, after: str | None = None, limit: int | None = None
+    ) -> tuple[TreeEntry, ...]:
+        """Wait for entries of the tree of `root_id` after `after`; return them, in order.
+
+        Another process's saves are seen by polling the size of the tree's feed, at
+        `stores.backend.POLL_FIRST` to `POLL_MOST` intervals; a cancellation ends the wait at once.
+        """
+        validate_id(root_id, "root_id")
+        _feed_offset(after)
+        check_limit(limit)
+        return await poll_entries(
+            lambda: self.atree_entries(root_id, after=after, limit=limit),
+            lambda: self._offload(feed_size, self._root / root_id),
+        )
+
     def _log_size(self, state_id: str) -> int:
         """The size of the log of `state_id` (-1: none): it grows with each save."""
         try:
@@ -684,6 +841,7 @@ class FileStore(ThreadedClosing):
             head: Any = fields.pop("head", None)
             seal: Any = fields.pop("seal", None)
             fields.pop("damage", None)
+            fed = _fed_of(fields)
             if head is not None and not (isinstance(head, str) and len(head) == 2 * DIGEST_SIZE):
                 raise ValueError(f"its head is {head!r:.50}, not a digest")
             sealed = isinstance(seal, str) and seal == _seal_of(head, fields)
@@ -693,7 +851,9 @@ class FileStore(ThreadedClosing):
             raise damaged(self._where, state_id, f"{INFO} cannot be read ({problem})") from None
         except ValueError as error:
             raise damaged(self._where, state_id, f"{INFO} cannot be read ({error})") from None
-        version = check_format(found, where=f"State {state_id!r} ({path})", readable=(FORMAT_V1,))
+        version = check_format(
+            found, where=f"State {state_id!r} ({path})", readable=(FORMAT_V1, FORMAT_V2)
+        )
         if info.id != state_id:
             raise damaged(
                 self._where, state_id, f"its {INFO} says it is State {info.id!r} (moved or copied?)"
@@ -703,7 +863,9 @@ class FileStore(ThreadedClosing):
         except binascii.Error:
             raise damaged(self._where, state_id, f"the head digest in {INFO} is not hex") from None
         # Format 1 had no seal (nor head: one that has is refused on load, see `_sealed_v1`).
-        return _Stored(info, version, digest, sealed or (version == FORMAT_V1 and head is None))
+        return _Stored(
+            info, version, digest, sealed or (version == FORMAT_V1 and head is None), fed
+        )
 
     def delete(self, state_id: str) -> None:
         """Delete the folder of the State `state_id` (nothing happens if it is absent).
@@ -913,12 +1075,16 @@ class _MemoryLog:
         return b"".join(lines)
 
 
-def _encode_info(info: StateInfo, head: bytes | None) -> bytes:
+def _encode_info(info: StateInfo, head: bytes | None, fed: Fed) -> bytes:
     fields: dict[str, Any] = _INFO.dump_python(info, mode="json", exclude={"damage"})
     record = {
         "format": FORMAT_VERSION,
         "head": None if head is None else head.hex(),
         "seal": _seal_of(None if head is None else head.hex(), fields),
+        "root": fed.root,
+        "generation": fed.generation,
+        "fed": fed.count,
+        "fed_at": fed.at,
         **fields,
     }
     return json.dumps(record, ensure_ascii=False).encode() + b"\n"
@@ -945,8 +1111,40 @@ _UNSEALED = (
 )
 
 
-def _replace_info(folder: Path, info: StateInfo, head: bytes | None) -> None:
-    _replace_file(folder, INFO, _encode_info(info, head))
+def _replace_info(folder: Path, info: StateInfo, head: bytes | None, fed: Fed) -> None:
+    _replace_file(folder, INFO, _encode_info(info, head, fed))
+
+
+def _feed_offset(after: str | None) -> int:
+    """The byte offset a cursor of a tree's feed names (0: its start).
+
+    Raises:
+        ValueError: `after` is not a cursor of a `FileStore`.
+    """
+    parts = cursor_parts(after, FEED_KIND, FEED_EXAMPLE, 1)
+    if parts is None:
+        return 0
+    if not parts[0].isdigit() or parts[0].startswith("0"):
+        raise bad_cursor(after, FEED_EXAMPLE)
+    return int(parts[0])
+
+
+def _fed_of(fields: dict[str, Any]) -> Fed:
+    """The place in its tree's feed that an info.json's `fields` keep (taken out of them).
+
+    Raises:
+        ValueError: A value is not of its type.
+    """
+    root, generation = fields.pop("root", None), fields.pop("generation", None)
+    count, at = fields.pop("fed", 0), fields.pop("fed_at", 0)
+    if root is not None and not (isinstance(root, str) and _is_id(root)):
+        raise ValueError(f"its root is {root!r:.50}, not an id")
+    if generation is not None and not isinstance(generation, str):
+        raise ValueError(f"its generation is {generation!r:.50}, not a str")
+    for value in (count, at):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"its place in the feed is {value!r:.50}, not an int >= 0")
+    return Fed(root, generation, count, at)
 
 
 def _replace_file(folder: Path, name: str, data: bytes) -> None:

@@ -14,6 +14,7 @@ import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._leases import MemoryLeases
 from ._offload import AsyncClosing, Closing
 from .backend import (
     Tail,
@@ -56,13 +57,13 @@ _KIND = "mem"
 _EXAMPLE = "mem:42"
 
 
-class MemoryStore(Closing, AsyncClosing):
+class MemoryStore(Closing, AsyncClosing, MemoryLeases):
     """Keeps States in this process, encoded exactly as the other backends store them.
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
     tests written against a `MemoryStore` hold for the others. It implements `Store` and
-    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`),
-    and is thread-safe. Everything is lost when it is dropped.
+    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`)
+    and run leases (`AsyncRunLeases`), and is thread-safe. Everything is lost when it is dropped.
 
     Example:
         ```python
@@ -77,6 +78,7 @@ class MemoryStore(Closing, AsyncClosing):
     __slots__ = ("_effects", "_feeds", "_lock", "_position", "_spaces", "_states")
 
     def __init__(self) -> None:
+        MemoryLeases.__init__(self)
         self._lock = threading.Lock()
         self._states: dict[str, _Saved] = {}
         # The feed of each tree (`orchestrator.TreeFollowable`): by root, (position, State id,

@@ -16,13 +16,14 @@ from __future__ import annotations
 import builtins
 import contextlib
 import threading
-from collections.abc import Generator, Sequence
-from typing import TYPE_CHECKING, Any, LiteralString, cast
+from collections.abc import Awaitable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, LiteralString, TypeVar, cast
 
 import anyio.to_thread
 
 from orchestrator import HistoryEntry, State, StateInfo, StoreDamagedError, StoreError, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import ThreadedClosing
 from ._plan import Operation, Plan, Query, Work, run_plan
 from ._postgres_plans import (
@@ -55,6 +56,8 @@ if TYPE_CHECKING:
     import psycopg
     from psycopg_pool import ConnectionPool
 
+_T = TypeVar("_T")
+
 __all__ = ("PostgresStore",)
 
 _INSTALL = "pip install 'orchestrator[postgres]'"
@@ -62,7 +65,7 @@ _LISTEN_SECONDS = 0.25
 """How long a follower's thread waits for a NOTIFY before it looks whether it was cancelled."""
 
 
-class PostgresStore(ThreadedClosing):
+class PostgresStore(ThreadedClosing, SqlLeases):
     """States kept in a PostgreSQL database: safe for many processes on many machines.
 
     Give it a DSN (``postgresql://user@host/db``, or libpq's ``key=value`` form) and it opens
@@ -431,6 +434,12 @@ class PostgresStore(ThreadedClosing):
             pool.close()
 
     # -- running plans ------------------------------------------------------------------------
+
+    def _lease_statements(self) -> LeaseSql:
+        return self._sql.leases
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._offload(self._run, plan)
 
     def _run(
         self, plan: Plan[Any], state_id: str | None = None, *, transaction: bool = False

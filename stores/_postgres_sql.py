@@ -59,6 +59,7 @@ from typing import Any
 from orchestrator import StateInfo, StoreDamagedError
 
 from ._codec import FORMAT_V2, FORMAT_VERSION, check_format, damaged, listing_seal
+from ._lease_sql import LeaseSql
 from ._plan import (
     STOPPED,
     UNSEALED,
@@ -84,6 +85,7 @@ __all__ = (
     "info_of_row",
     "lock_key",
     "open_plan",
+    "postgres_leases",
     "sql_for",
     "state_row",
 )
@@ -91,7 +93,7 @@ __all__ = (
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -184,6 +186,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE {s}.entries ADD COLUMN xid xid8 NOT NULL DEFAULT '3'",
         "ALTER TABLE {s}.entries ALTER COLUMN xid SET DEFAULT pg_current_xact_id()",
         'CREATE INDEX entries_by_root ON {s}.entries (root_id, xid, state_id COLLATE "C", seq)',
+    ),
+    # 5: run leases (`orchestrator.AsyncRunLeases`): which process runs a State, cancels asked.
+    (
+        """
+        CREATE TABLE {s}.run_leases (
+            state_id text PRIMARY KEY,
+            owner text NOT NULL,
+            until timestamptz NOT NULL,
+            cancel boolean NOT NULL DEFAULT false
+        )
+        """,
     ),
 )
 
@@ -440,6 +453,7 @@ class Sql:
     memory_delete: str = field(init=False)
     memory_set_once: str = field(init=False)
     memory_delete_once: str = field(init=False)
+    leases: LeaseSql = field(init=False)
 
     def __post_init__(self) -> None:
         quoted = f'"{check_schema_name(self.schema)}"'
@@ -454,6 +468,7 @@ class Sql:
             text = template.replace("{s}", quoted).replace("{channel}", channel)
             object.__setattr__(self, name, text)
 
+        object.__setattr__(self, "leases", postgres_leases(quoted))
         object.__setattr__(
             self,
             "migrations",
@@ -744,3 +759,38 @@ def info_of_row(row: Row, where: str, *, sealed: bool = True) -> StateInfo:
     except (TypeError, ValueError, AttributeError) as error:
         problem = f"its states row is damaged ({error})"
         return StateInfo(id=state_id, damage=str(damaged(where, state_id, problem)))
+
+
+# -- run leases (`stores._lease_sql`) --------------------------------------------------------
+
+# PostgreSQL's, with {s} for the schema: the server's clock, so machines agree.
+_POSTGRES_LEASES = {
+    "claim": """
+        INSERT INTO {s}.run_leases AS l (state_id, owner, until, cancel)
+        VALUES (%(id)s, %(owner)s, clock_timestamp() + make_interval(secs => %(seconds)s), false)
+        ON CONFLICT (state_id) DO UPDATE SET
+            owner = EXCLUDED.owner, until = EXCLUDED.until, cancel = false
+        WHERE l.owner = EXCLUDED.owner OR l.until <= clock_timestamp()
+    """,
+    "owner_of": "SELECT owner FROM {s}.run_leases WHERE state_id = %(id)s",
+    "renew": """
+        UPDATE {s}.run_leases SET until = clock_timestamp() + make_interval(secs => %(seconds)s)
+        WHERE owner = %(owner)s AND state_id = ANY(%(ids)s)
+    """,
+    "held": "SELECT state_id, owner, cancel FROM {s}.run_leases WHERE state_id = ANY(%(ids)s)",
+    "release": "DELETE FROM {s}.run_leases WHERE state_id = %(id)s AND owner = %(owner)s",
+    "cancel": """
+        UPDATE {s}.run_leases SET cancel = true
+        WHERE state_id = %(id)s AND until > clock_timestamp()
+    """,
+    "owners": """
+        SELECT state_id, owner FROM {s}.run_leases
+        WHERE state_id = ANY(%(ids)s) AND until > clock_timestamp()
+    """,
+}
+
+
+def postgres_leases(schema: str) -> LeaseSql:
+    """The statements of run leases in the (quoted) PostgreSQL schema `schema`."""
+    statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_LEASES.items()}
+    return LeaseSql(**statements, commit=None, ids=list)

@@ -48,6 +48,7 @@ Every other write runs after an explicit ``BEGIN``, so the setting changes nothi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sqlite3
 from collections.abc import Iterable, Sequence
@@ -68,6 +69,7 @@ from ._codec import (
     first_digest,
     listing_seal,
 )
+from ._lease_sql import LeaseSql
 from ._plan import (
     EPOCH,
     HEAVY_ENTRIES,
@@ -119,6 +121,8 @@ __all__ = (
     "BUSY_TIMEOUT_MS",
     "ISOLATION_LEVEL",
     "ROLLBACK",
+    "SQLITE_LEASES",
+    "SQLITE_LEASE_TABLE",
     "backend_error",
     "count_plan",
     "create_private",
@@ -386,7 +390,7 @@ def open_plan(where: str) -> Plan[None]:
         )
         if version == FORMAT_V1:
             yield from _migrate_v1(where)
-        if version == FORMAT_V2:
+        else:
             yield from _add_seals()
         if version != FORMAT_VERSION:
             yield from _migrate_v2(where)
@@ -402,6 +406,7 @@ def open_plan(where: str) -> Plan[None]:
         yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
     for statement in MEMORY_SCHEMA:
         yield Query(statement)
+    yield Query(SQLITE_LEASE_TABLE)
     yield Query(COMMIT)
 
 
@@ -1116,3 +1121,43 @@ def backend_error(where: str, error: Exception, state_id: str | None = None) -> 
             " keeps the file locked."
         )
     return StoreError(f"{where} failed{about}: {text} ({type(error).__name__}).")
+
+
+# -- run leases (`stores._lease_sql`) --------------------------------------------------------
+
+SQLITE_LEASE_TABLE = """
+    CREATE TABLE IF NOT EXISTS run_leases (
+        state_id TEXT PRIMARY KEY NOT NULL,
+        owner TEXT NOT NULL,
+        until REAL NOT NULL,
+        cancel INTEGER NOT NULL DEFAULT 0
+    ) WITHOUT ROWID
+"""
+"""Made when a store opens, in any file of format 3 (a table older versions never read)."""
+
+SQLITE_LEASES = LeaseSql(
+    claim="""
+        INSERT INTO run_leases (state_id, owner, until, cancel)
+        VALUES (:id, :owner, :now + :seconds, 0)
+        ON CONFLICT (state_id) DO UPDATE SET
+            owner = excluded.owner, until = excluded.until, cancel = 0
+        WHERE run_leases.owner = excluded.owner OR run_leases.until <= :now
+    """,
+    owner_of="SELECT owner FROM run_leases WHERE state_id = :id",
+    renew="""
+        UPDATE run_leases SET until = :now + :seconds
+        WHERE owner = :owner AND state_id IN (SELECT value FROM json_each(:ids))
+    """,
+    held="""
+        SELECT state_id, owner, cancel FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids))
+    """,
+    release="DELETE FROM run_leases WHERE state_id = :id AND owner = :owner",
+    cancel="UPDATE run_leases SET cancel = 1 WHERE state_id = :id AND until > :now",
+    owners="""
+        SELECT state_id, owner FROM run_leases
+        WHERE state_id IN (SELECT value FROM json_each(:ids)) AND until > :now
+    """,
+    commit="COMMIT",
+    ids=json.dumps,
+)

@@ -13,13 +13,14 @@ import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Sequence
+from typing import Any, TypeVar
 
 import anyio
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import OneAtATime, ThreadedClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
 from ._sql import (
@@ -27,6 +28,7 @@ from ._sql import (
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SQLITE_LEASES,
     backend_error,
     count_plan,
     create_private,
@@ -55,10 +57,12 @@ from .backend import (
     validate_id,
 )
 
+_T = TypeVar("_T")
+
 __all__ = ("SQLiteStore", "refuse_folder")
 
 
-class SQLiteStore(ThreadedClosing):
+class SQLiteStore(ThreadedClosing, SqlLeases):
     """States kept in one SQLite file: safe for many threads and several processes.
 
     Each save appends only the entries not stored yet, in one ``BEGIN IMMEDIATE`` transaction,
@@ -299,6 +303,12 @@ class SQLiteStore(ThreadedClosing):
                 raise backend_error(self._where, error, state_id) from error
             finally:
                 plan.close()
+
+    def _lease_statements(self) -> LeaseSql:
+        return SQLITE_LEASES
+
+    def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
+        return self._offload(self._run, plan)
 
     def _connect(self) -> sqlite3.Connection:
         if self._connection is not None:

@@ -68,6 +68,7 @@ from orchestrator import (
 from orchestrator.testing import FakeModel, tool_call
 
 from ._contract_follow import FollowContract
+from ._contract_leases import LeaseContract
 from ._contract_support import (
     Colour,
     Loop,
@@ -88,6 +89,7 @@ from .backend import storage_view
 
 __all__ = (
     "FollowContract",
+    "LeaseContract",
     "StoreClient",
     "StoreContract",
     "TreeFollowContract",

@@ -371,7 +371,9 @@ def test_bench_follow() -> None:
     from benchmarks.follow_bench import bench_follow
 
     metrics = {metric.key: metric for metric in bench_follow(count=3, gap=0.01)}
-    for key in ("follow.sqlite.p50_ms", "follow.sqlite.floor.p99_ms"):
+    for key in ("follow.sqlite.p50_ms", "follow.sqlite.floor.p99_ms", "follow.tree.sqlite.p99_ms"):
         assert metrics[key].unit == "ms"
         assert metrics[key].value > 0
     assert metrics["follow.sqlite.p50.ratio"].value > 0
+    assert metrics["follow.tree.sqlite.p50.ratio"].value > 0
+    assert metrics["follow.tree.sqlite.probe_us"].value > 0

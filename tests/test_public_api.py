@@ -192,6 +192,9 @@ def test_orchestrator_exports_the_store_protocols() -> None:
         "AsyncBatchStore",
         "Followable",
         "AsyncFollowable",
+        "TreeFollowable",
+        "AsyncTreeFollowable",
+        "TreeEntry",
         "MemoryBackend",
         "AsyncMemoryBackend",
     } <= names

@@ -291,7 +291,7 @@ def test_the_viewer_shows_a_store_name_without_its_secrets(tmp_path: Path) -> No
     from orchestrator import Message, State
 
     # Private: the viewer's server, driven directly.
-    from orchestrator._cli._viewer import Viewer, running
+    from orchestrator._viewing._viewer import Viewer, running
     from stores import SQLiteStore
 
     state = State(id="one", messages=[Message.user("hi")])

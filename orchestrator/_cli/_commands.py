@@ -33,13 +33,13 @@ from stores import (
 )
 from stores.backend import validate_id
 
-from ._jsontext import dumps
+from .._viewing._jsontext import dumps
+from .._viewing._reading import Readable, agent_of, read_tree
+from .._viewing._viewer import HOST, Viewer, serve
+from .._viewing._views import info_data, state_data, status_kind
 from ._open import open_existing
-from ._reading import Readable, agent_of, read_tree
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
-from ._viewer import HOST, Viewer, serve
-from ._views import info_data, state_data, status_kind
 
 __all__ = ("cli",)
 
@@ -376,6 +376,14 @@ def view(store: str, port: int) -> None:
     show_default=True,
     help="How many runs run at once; more are refused (429) until one ends.",
 )
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    help="Seconds after this process dies before another may take its runs over (a store"
+    " with run leases: SQLite, PostgreSQL); cancels from elsewhere are seen within a fifth.",
+)
 def serve_command(
     factory: str,
     target: str,
@@ -385,6 +393,7 @@ def serve_command(
     hosts: tuple[str, ...],
     origins: tuple[str, ...],
     max_runs: int,
+    lease: float,
 ) -> None:
     """Serve agents over HTTP: start, follow, approve and cancel runs (REST, SSE, AG-UI, Vercel).
 
@@ -423,6 +432,7 @@ def serve_command(
                 hosts=allowed,
                 origins=origins,
                 max_runs=max_runs,
+                lease=lease,
                 ready=ready,
             )
     finally:

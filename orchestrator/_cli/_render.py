@@ -7,9 +7,8 @@ so a ``[bracket]`` in a message is shown as written.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
 import pydantic_core
 from rich.console import Group, RenderableType
@@ -40,9 +39,10 @@ from orchestrator import (
     UserEntry,
 )
 
-from ._views import info_data, model_calls, run_of, seconds, status, tool_runs
+from .._viewing._tree import TreeNode
+from .._viewing._views import model_calls, run_of, seconds, status, tool_runs
 
-__all__ = ("TreeNode", "history_table", "runs_table", "show_view", "state_header", "tree_view")
+__all__ = ("history_table", "node_label", "runs_table", "show_view", "state_header", "tree_view")
 
 _STATUS_STYLE = {"answered": "green", "finished": "green", "open": "yellow", "damaged": "red"}
 
@@ -318,67 +318,22 @@ def show_view(state: State, limit: int | None) -> RenderableType:
     return Group(*parts)
 
 
-class TreeNode:
-    """One State of a tree, read from the store: its info, its agent, its children."""
-
-    def __init__(
-        self,
-        info: StateInfo,
-        agent: str | None = None,
-        call: ToolCall | None = None,
-        damage: str | None = None,
-        state: State | None = None,
-    ) -> None:
-        self.info = info
-        self.agent = agent
-        self.call = call
-        self.damage = damage or info.damage
-        self.state = state  # the State read, None when it could not be
-        self.children: list[TreeNode] = []
-
-    def walk(self) -> Iterator[TreeNode]:
-        """This node and every node under it, each before its children, in order.
-
-        Walked with a list, not by recursion: a chain of subagents may be deeper than
-        Python's recursion limit.
-        """
-        pending: list[TreeNode] = [self]
-        while pending:
-            node = pending.pop()
-            yield node
-            pending.extend(reversed(node.children))
-
-    def data(self) -> dict[str, Any]:
-        """The node as JSON, its children nested."""
-        nodes = list(self.walk())
-        found: dict[int, dict[str, Any]] = {}
-        for node in reversed(nodes):  # children first: each one's data is ready for its parent
-            data = info_data(node.info, agent=node.agent)
-            if node.damage is not None:
-                data["damage"] = node.damage
-                data["status"] = "damaged"
-            call = node.call
-            data["call"] = None if call is None else {"id": call.id, "name": call.name}
-            data["children"] = [found.pop(id(child)) for child in node.children]
-            found[id(node)] = data
-        return found[id(self)]
-
-    def label(self) -> Text:
-        """The node's line in the tree."""
-        info = self.info
-        text = Text(f"{self.agent or '(unnamed agent)'} ", style="bold")
-        text.append(f"{info.id[:12]} ", style="dim")
-        word = "damaged" if self.damage else status(info.stopped, info.finished)
-        text.append(word, style=_STATUS_STYLE.get(word, "magenta"))
-        text.append(
-            f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req"
-            f" · {cost(info.usage)}"
-        )
-        if self.call is not None:
-            text.append(f"  ← {self.call.name} {self.call.id}", style="dim")
-        if self.damage:
-            text.append(f"\n{self.damage}", style="red")
-        return text
+def node_label(node: TreeNode) -> Text:
+    """The line of `node` in a drawn tree."""
+    info = node.info
+    text = Text(f"{node.agent or '(unnamed agent)'} ", style="bold")
+    text.append(f"{info.id[:12]} ", style="dim")
+    word = "damaged" if node.damage else status(info.stopped, info.finished)
+    text.append(word, style=_STATUS_STYLE.get(word, "magenta"))
+    text.append(
+        f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req"
+        f" · {cost(info.usage)}"
+    )
+    if node.call is not None:
+        text.append(f"  ← {node.call.name} {node.call.id}", style="dim")
+    if node.damage:
+        text.append(f"\n{node.damage}", style="red")
+    return text
 
 
 DEEPEST_DRAWN = 12
@@ -392,17 +347,17 @@ def tree_view(root: TreeNode) -> Tree:
     four columns): the States below that level are listed, in order, under the one at that
     level, each line starting with its level.
     """
-    tree = Tree(root.label())
+    tree = Tree(node_label(root))
     pending: list[tuple[Tree, TreeNode, int]] = [
         (tree, child, 1) for child in reversed(root.children)
     ]
     while pending:
         branch, node, level = pending.pop()
         if level <= DEEPEST_DRAWN:
-            twig = branch.add(node.label())
+            twig = branch.add(node_label(node))
         else:
             label = Text(f"level {level}: ", style="dim")
-            label.append(node.label())
+            label.append(node_label(node))
             twig = branch
             branch.add(label)
         pending.extend((twig, child, level + 1) for child in reversed(node.children))

@@ -8,6 +8,7 @@ needs a token: an open port must not let anyone run agents.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import socket
 from collections.abc import Callable, Mapping, Sequence
@@ -67,6 +68,7 @@ def serve_runs(
     hosts: Sequence[str],
     origins: Sequence[str],
     max_runs: int,
+    lease: float,
     ready: Callable[[str], None],
 ) -> None:
     """Serve `agents` over HTTP on `host`:`port` until interrupted; `ready(url)` once listening."""
@@ -82,16 +84,14 @@ def serve_runs(
         bound = listener.getsockname()[1]
 
         async def main() -> None:
-            async with Runs(agents, store, max_runs=max_runs) as runs:
+            async with Runs(agents, store, max_runs=max_runs, lease=lease) as runs:
                 app = asgi_app(runs, token=token, hosts=hosts, origins=origins)
                 config = uvicorn.Config(app, log_level="warning", lifespan="off")
                 server = uvicorn.Server(config)
                 ready(f"http://{host}:{bound}")
                 await server.serve(sockets=[listener])
 
-        try:
+        with contextlib.suppress(KeyboardInterrupt):  # uvicorn stops on Ctrl+C, then raises it
             anyio.run(main)
-        except KeyboardInterrupt:  # uvicorn stops on Ctrl+C, then raises it again: a normal stop
-            pass
     finally:
         listener.close()

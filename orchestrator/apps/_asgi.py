@@ -35,14 +35,15 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .._base._errors import StoreConflictError
 from .._base._json import thaw
 from .._base._stopped import StoppedByApproval
 from .._record._recording import validate_id
+from .._record._store_client import client_of
 from . import agui, vercel
 from ._runs import Followed, Following, RunInfo, Runs, TooManyRunsError
 
@@ -338,6 +339,53 @@ async def _with_keepalive(
             yield data
 
 
+def _viewer_mount(runs: Runs, keepalive: float) -> tuple[BaseRoute, BaseRoute]:
+    """The run viewer's page under ``/viewer/``, read-only, following the run it shows."""
+    from .._viewing._viewer import SECURITY_HEADERS, Viewer, viewer_answer
+
+    client = client_of(runs.store)
+    if client.is_async:
+        raise ValueError(
+            f"The viewer reads the store from a worker thread, which {type(runs.store).__name__}"
+            " cannot be used from: make the app with asgi_app(..., viewer=False)."
+        )
+    page = Viewer(client.sync_store("unreachable: checked above"), runs.store_name)
+
+    async def answer(request: Request) -> Response:
+        path = "/" + request.path_params.get("path", "")
+        status, kind, body = await anyio.to_thread.run_sync(
+            lambda: viewer_answer(page, path, request.url.query, live=True)
+        )
+        return Response(body, status, headers=SECURITY_HEADERS, media_type=kind)
+
+    async def events(request: Request) -> Response:
+        following = runs.follow(request.path_params["run_id"])
+        try:
+            await following.ready()
+        except (ValueError, LookupError) as error:
+            raise _BadRequest(str(error), 404) from None
+
+        def encode(item: Followed) -> Sequence[bytes]:
+            return (_sse(item.id, item.event.kind, "{}"),)
+
+        return StreamingResponse(
+            _with_keepalive(following, encode, keepalive),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def slash(request: Request) -> Response:
+        return RedirectResponse(request.url.path + "/", 308)
+
+    return Mount(
+        "/viewer",
+        routes=[
+            Route("/events/{run_id}", _answering(events), methods=["GET"]),
+            Route("/{path:path}", answer, methods=["GET"]),
+        ],
+    ), Route("/viewer", slash, methods=["GET"])
+
+
 def asgi_app(
     runs: Runs,
     *,
@@ -346,13 +394,16 @@ def asgi_app(
     origins: Sequence[str] = (),
     max_body: int = DEFAULT_MAX_BODY,
     keepalive: float = _KEEPALIVE,
+    viewer: bool = True,
 ) -> Starlette:
     """The HTTP app of `runs` (see the module's docstring for the routes and the checks).
 
     `runs` is entered by the caller (an app's lifespan, or ``orchestrator serve``). `hosts` are
     the Host names served (``"*"`` serves any: only behind a proxy that checks them);
     `origins` the browser origins besides the app's own that may change runs; `keepalive` the
-    seconds between comment lines on a quiet event stream.
+    seconds between comment lines on a quiet event stream. With `viewer` (and a store with a
+    sync API), the read-only run viewer of ``orchestrator view`` is at ``/viewer/``, live: it
+    follows the run it shows and redraws it as events come.
     """
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         raise ValueError(
@@ -474,6 +525,9 @@ def asgi_app(
         info = await decide(run_id, call_id, by=_text(body, "by"), reason=_text(body, "reason"))
         return JSONResponse(run_json(info))
 
+    routes: list[BaseRoute] = []
+    if viewer:
+        routes.extend(_viewer_mount(runs, keepalive))
     return Starlette(
         routes=[
             Route("/runs", _answering(start), methods=["POST"]),
@@ -484,6 +538,7 @@ def asgi_app(
             Route("/runs/{run_id}/calls/{call_id}/{verdict}", _answering(decide), methods=["POST"]),
             Route("/agents/{agent}/agui", _answering(agui_run), methods=["POST"]),
             Route("/agents/{agent}/vercel", _answering(vercel_run), methods=["POST"]),
+            *routes,
         ],
         middleware=[
             Middleware(_Guard, token=token, origins=frozenset(origins), hosts=frozenset(hosts))

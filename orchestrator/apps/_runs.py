@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import builtins
 import math
+import os
 import secrets
+import socket
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,6 +39,7 @@ from .._base._errors import OrchestratorError
 from .._base._messages import Message
 from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
+from .._record._leases import AsyncRunLeases
 from .._record._state import State
 from .._record._storage import AsyncTreeFollowable, StateInfo, TreeEntry, title_of
 from .._record._store_client import AnyStore, StoreClient, client_of
@@ -47,6 +50,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
 __all__ = (
+    "DEFAULT_LEASE",
     "DEFAULT_MAX_RUNS",
     "Followed",
     "Following",
@@ -56,6 +60,12 @@ __all__ = (
     "Runs",
     "TooManyRunsError",
 )
+
+DEFAULT_LEASE = 10.0
+"""Seconds a service's lease on a run it runs lasts unless renewed (`Runs(lease=...)`): how
+long after its process dies another process may take the run over."""
+
+_RENEWALS = 5  # a lease is renewed five times over its length: cancels are seen that often
 
 DEFAULT_MAX_RUNS = 100
 """How many runs one `Runs` service runs at once unless `max_runs` is set."""
@@ -237,9 +247,12 @@ class Runs:
         store: AnyStore,
         *,
         max_runs: int = DEFAULT_MAX_RUNS,
+        lease: float = DEFAULT_LEASE,
     ) -> None:
         if isinstance(max_runs, bool) or not isinstance(max_runs, int) or max_runs < 1:
             raise ValueError(f"max_runs must be an integer >= 1, got {max_runs!r}.")
+        if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+            raise ValueError(f"lease must be a positive number of seconds, got {lease!r}.")
         self._agents = _agents_by_name(agents)
         for name, agent in self._agents.items():
             if agent.store is not None and agent.store is not store:
@@ -254,8 +267,21 @@ class Runs:
         self._deciding = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
         self._boot = secrets.token_hex(4)
+        self._owner = f"{socket.gethostname()}/{os.getpid()}/{self._boot}"
+        self._leases = store if isinstance(store, AsyncRunLeases) else None
+        self._lease = float(lease)
         """Names this service's live text in event ids (another service's seq means nothing)."""
         self._stack: AsyncExitStack | None = None
+
+    @property
+    def store(self) -> AnyStore:
+        """The store every run is saved to."""
+        return self._client.store
+
+    @property
+    def store_name(self) -> str:
+        """The store as people name it: its URL (without passwords), else its kind."""
+        return self._client.url or type(self._client.store).__name__
 
     @property
     def agents(self) -> Mapping[str, Agent]:
@@ -273,7 +299,56 @@ class Runs:
         stack = AsyncExitStack()
         self._group = await stack.enter_async_context(anyio.create_task_group())
         self._stack = stack
+        if self._leases is not None:
+            self._group.start_soon(self._renew, self._leases, name="renew run leases")
         return self
+
+    @property
+    def owner(self) -> str:
+        """Who this service is in the store's run leases: host, process id and a random token."""
+        return self._owner
+
+    async def _renew(self, leases: AsyncRunLeases) -> None:
+        """Renew the leases of the runs running here; stop those another process cancelled."""
+        while True:
+            await anyio.sleep(self._lease / _RENEWALS)
+            ids = builtins.list(self._running)
+            if not ids:
+                continue
+            for state_id in await leases.arenew_runs(self._owner, ids, seconds=self._lease):
+                running = self._running.get(state_id)
+                if running is not None:
+                    running.scope.cancel()
+
+    async def _claim(self, state_id: str) -> None:
+        """Take the lease of `state_id` (a store without leases has none to take).
+
+        Raises:
+            ValueError: Another process runs it.
+        """
+        if self._leases is None:
+            return
+        holder = await self._leases.aclaim_run(state_id, self._owner, seconds=self._lease)
+        if holder is not None:
+            raise ValueError(
+                f"Run {state_id} is running in another process ({holder}): follow it, or"
+                " cancel it first (runs.cancel works from any process sharing the store)."
+            )
+
+    async def _release(self, state_id: str) -> None:
+        if self._leases is not None:
+            with anyio.CancelScope(shield=True):
+                await self._leases.arelease_run(state_id, self._owner)
+
+    async def _runs_elsewhere(self, state_id: str) -> bool:
+        return bool(await self._elsewhere([state_id]))
+
+    async def _elsewhere(self, state_ids: Sequence[str]) -> dict[str, str]:
+        """The other processes running `state_ids`, by id (none without leases)."""
+        if self._leases is None or not state_ids:
+            return {}
+        owners = await self._leases.arun_owners(state_ids)
+        return {key: owner for key, owner in owners.items() if owner != self._owner}
 
     async def __aexit__(
         self,
@@ -333,8 +408,25 @@ class Runs:
             )
         self._check_room()
         message = _message(input)
-        if state_id is None:
-            state = State(id=uuid.uuid4().hex)
+        new_id = uuid.uuid4().hex if state_id is None else state_id
+        await self._claim(new_id)
+        try:
+            state, since = await self._prepare(new_id, state_id is None, message)
+            if state.id in self._running:  # started by another request while this one saved
+                raise ValueError(f"Run {state.id} is running already: follow it, or cancel it.")
+            self._check_room()
+        except BaseException:
+            if new_id not in self._running:
+                await self._release(new_id)
+            raise
+        return self._launch(group, chosen, state, since)
+
+    async def _prepare(
+        self, state_id: str, new: bool, message: Message | None
+    ) -> tuple[State, int]:
+        """The State a run starts on, with the input added and saved; where the run begins."""
+        if new:
+            state = State(id=state_id)
         else:
             try:
                 state = await self._client.load(state_id)
@@ -351,10 +443,7 @@ class Runs:
         elif not state.messages:
             raise ValueError(f"Run {state.id} is new: give the input the agent should answer.")
         await self._client.save(state)  # listed, and bound: the run saves there as it goes
-        if state.id in self._running:  # started by another request while this one saved
-            raise ValueError(f"Run {state.id} is running already: follow it, or cancel it.")
-        self._check_room()
-        return self._launch(group, chosen, state, since)
+        return state, since
 
     def _check_room(self) -> None:
         if len(self._running) >= self._max_runs:
@@ -382,6 +471,7 @@ class Runs:
             running.error = error
         finally:
             del self._running[running.state.id]
+            await self._release(running.state.id)
             running.done.set()
             running.wake()
 
@@ -402,18 +492,28 @@ class Runs:
         The run records the interruption and closes its pending calls (their tools may have
         run: they are closed as interrupted, never re-run), as any cancelled run does.
 
+        A run another process runs (sharing the store's run leases) is asked to cancel: its
+        process sees the request within a fifth of the lease, cancels and saves it; this
+        returns once it did (or its process died and the lease ran out).
+
         Raises:
-            LookupError: The run is not running in this service.
+            LookupError: The run is not running.
         """
         running = self._running.get(state_id)
-        if running is None:
+        if running is not None:
+            running.scope.cancel()
+            await running.done.wait()
+            return await self.get(state_id)
+        owner = None if self._leases is None else await self._leases.arequest_cancel(state_id)
+        if owner is None:
             raise LookupError(
-                f"Run {state_id} is not running in this service, so there is nothing to"
-                " cancel: see its status with runs.get(state_id)."
+                f"Run {state_id} is not running, so there is nothing to cancel: see its"
+                " status with runs.get(state_id)."
             )
-        running.scope.cancel()
-        await running.done.wait()
-        return await self.get(state_id)
+        while True:  # the owner sees the request when it next renews its leases
+            if not await self._elsewhere([state_id]):
+                return await self.get(state_id)
+            await anyio.sleep(self._lease / _RENEWALS)
 
     async def approve(
         self, state_id: str, call_id: str, *, by: str | None = None, reason: str | None = None
@@ -448,14 +548,21 @@ class Runs:
                     f"Run {state_id} is running: a call can be decided once the run stops to"
                     " wait for it."
                 )
-            state = await self._client.load(state_id)
-            decide = aapprove if approved else adeny
-            await decide(state, call_id, by=by, reason=reason)
-            if awaiting(state):
-                return _info_of_state(state, running=False)
-            self._check_room()
-            self._launch(group, self._agent_of(state), state, len(state.history))
-            return _info_of_state(state, running=True)
+            await self._claim(state_id)  # no other process runs or decides it meanwhile
+            launched = False
+            try:
+                state = await self._client.load(state_id)
+                decide = aapprove if approved else adeny
+                await decide(state, call_id, by=by, reason=reason)
+                if awaiting(state):
+                    return _info_of_state(state, running=False)
+                self._check_room()
+                self._launch(group, self._agent_of(state), state, len(state.history))
+                launched = True
+                return _info_of_state(state, running=True)
+            finally:
+                if not launched:
+                    await self._release(state_id)
 
     def _agent_of(self, state: State) -> Agent:
         """The agent the last run of `state` ran with, found by the name it recorded."""
@@ -480,7 +587,8 @@ class Runs:
         follows a run the same way, also after a restart. Text as it streams (`TextDelta`) comes
         only from the service running the run, while the reply streams; the reply's whole text
         always comes in its `ModelReplied`. Iteration ends once the run has ended and is not
-        running in this service; a run running elsewhere is followed until its end is stored.
+        running in this service; a run another process runs is followed while that process holds
+        its lease (a store with run leases), or until its end is stored.
 
         `since` leaves out the events of the run's State before that entry index (and of
         subagents that ran before it): ``since=info.entries`` before a decision, or
@@ -498,7 +606,16 @@ class Runs:
         """
         if isinstance(since, bool) or not isinstance(since, int) or since < 0:
             raise ValueError(f"since must be an entry index (an int >= 0), got {since!r}.")
-        return Following(self._tree_feed, self._running.get, self._boot, state_id, after, since)
+        return Following(
+            self._tree_feed,
+            self._running.get,
+            self._boot,
+            state_id,
+            after,
+            since,
+            None if self._leases is None else self._runs_elsewhere,
+            self._lease / _RENEWALS,
+        )
 
     def _tree_feed(self) -> AsyncTreeFollowable:
         """The store, as a feed of trees of States."""
@@ -521,20 +638,25 @@ class Runs:
         if running is not None:
             return _info_of_state(running.state, running=True)
         state = await self._client.load(state_id)
-        return _info_of_state(state, running=state_id in self._running)
+        elsewhere = await self._elsewhere([state_id])
+        return _info_of_state(state, running=state_id in self._running or bool(elsewhere))
 
     async def list(self, *, limit: int | None = None) -> builtins.list[RunInfo]:
         """The stored runs (root States, not subagents), most recently updated first."""
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
             raise TypeError(f"limit must be an int or None, got {limit!r}.")
         wanted = math.inf if limit is None else limit
-        found: builtins.list[RunInfo] = []
+        roots: builtins.list[StateInfo] = []
         for info in await self._client.list():
-            if len(found) >= wanted:
+            if len(roots) >= wanted:
                 break
             if info.parent_id is None and info.damage is None:
-                found.append(_info_of(info, running=info.id in self._running))
-        return found
+                roots.append(info)
+        elsewhere = await self._elsewhere([info.id for info in roots])
+        return [
+            _info_of(info, running=info.id in self._running or info.id in elsewhere)
+            for info in roots
+        ]
 
 
 _PAGE = 500  # entries read at once when a follower catches up
@@ -665,8 +787,12 @@ class Following:
         state_id: str,
         after: str | None,
         since: int,
+        elsewhere: Callable[[str], Awaitable[bool]] | None = None,
+        recheck: float = 1.0,
     ) -> None:
         self._since = since
+        self._elsewhere = elsewhere
+        self._recheck = recheck
         self._tree_feed = tree_feed
         self._run_here = run_here
         self._boot = boot
@@ -736,7 +862,21 @@ class Following:
         if changed is None and follower.ended:
             self._ended = True
             return
-        await _either(_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
+        if changed is None and self._elsewhere is not None and not await self._elsewhere(root):
+            # Nothing runs it anywhere. Its owner saves before it gives the lease back, so one
+            # more read has all there is (a process that died left what it had saved).
+            page = await feed.atree_entries(root, after=self._cursor, limit=_PAGE)
+            for item in page:
+                self._pending.extend(follower.read(item))
+                self._cursor = item.cursor
+            self._ended = not page
+            return
+        waits = (_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
+        if self._elsewhere is None:
+            await _either(*waits)
+        else:
+            with anyio.move_on_after(self._recheck):  # a process that dies saves nothing more
+                await _either(*waits)
 
 
 def _awaiter(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from orchestrator import (
     ModelReplied,
     Reply,
     State,
+    StateInfo,
     StoppedByApproval,
     TextBlock,
     TextDelta,
@@ -26,7 +28,7 @@ from orchestrator.apps import Followed, Runs, TooManyRunsError
 from orchestrator.models import Request, TextCallback
 from orchestrator.permissions import AllowByName, ApproveLater
 from orchestrator.testing import FakeModel, tool_call
-from stores import FileStore, MemoryStore, SQLiteStore
+from stores import MemoryStore, SQLiteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -157,7 +159,7 @@ async def test_cancel_stops_the_run_and_returns_once_it_is_saved() -> None:
         assert [e.outcome for e in loaded.history if isinstance(e, ToolResultEntry)] == [
             "interrupted"
         ]
-        with pytest.raises(LookupError, match="not running in this service"):
+        with pytest.raises(LookupError, match="is not running"):
             await runs.cancel(handle.state_id)
 
 
@@ -378,6 +380,25 @@ class StreamingModel:
         return Reply(message=Message.assistant("Hello, world."), usage=Usage(requests=1))
 
 
+class StatesOnly:
+    """A store that keeps States and nothing more: no tree feed, no run leases."""
+
+    def __init__(self) -> None:
+        self.inner = MemoryStore()
+
+    def save(self, state: State) -> None:
+        self.inner.save(state)
+
+    def load(self, state_id: str) -> State:
+        return self.inner.load(state_id)
+
+    def list(self, *, parent_id: str | None = None, limit: int | None = None) -> list[StateInfo]:
+        return self.inner.list(parent_id=parent_id, limit=limit)
+
+    def delete(self, state_id: str) -> None:
+        self.inner.delete(state_id)
+
+
 async def _all(runs: Runs, state_id: str, after: str | None = None) -> list[Followed]:
     return [item async for item in runs.follow(state_id, after=after)]
 
@@ -498,10 +519,9 @@ async def test_follow_refuses_bad_ids_subagents_and_stores_that_cannot_follow(
             await _all(runs, handle.state_id, after="sqlite:1/0")
         with pytest.raises(LookupError):
             await _all(runs, "no-such-run")
-    with FileStore(tmp_path / "files") as files:
-        async with Runs([helper_agent()], files) as runs:
-            with pytest.raises(TypeError, match="cannot follow a tree"):
-                await _all(runs, "anything")
+    async with Runs([helper_agent()], StatesOnly()) as runs:
+        with pytest.raises(TypeError, match="cannot follow a tree"):
+            await _all(runs, "anything")
 
 
 async def test_a_handle_follows_its_own_run_and_since_skips_what_came_before() -> None:
@@ -534,3 +554,72 @@ async def test_since_a_decision_gives_the_run_that_carries_it_out() -> None:
     assert kinds == ["run_start", "tool_end", "model_reply", "run_end"]
     with pytest.raises(ValueError, match="since must be"):
         runs.follow(handle.state_id, since=-1)
+
+
+async def test_two_hundred_followers_of_one_run_see_the_same_stored_events(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "followed.db") as store:
+        async with Runs([tree_agent(), helper_agent()], store) as runs:
+            handle = await runs.start("parent", "go")
+            seen: list[list[str]] = [[] for _ in range(200)]
+
+            async def follow(into: list[str]) -> None:
+                async for item in runs.follow(handle.state_id):
+                    if item.event.kind != "text":  # live text is not stored: followers differ
+                        into.append(item.id)
+
+            with anyio.fail_after(120):
+                async with anyio.create_task_group() as group:
+                    for into in seen:
+                        group.start_soon(follow, into)
+            stored = [item.id for item in await _all(runs, handle.state_id)]
+    assert all(ids == stored for ids in seen)
+    assert len(stored) >= 8
+
+
+async def test_reconnecting_at_random_points_while_the_tree_runs_loses_and_repeats_nothing() -> (
+    None
+):
+    store = MemoryStore()
+    children = [
+        Agent(
+            FakeModel([tool_call("hold", key=f"kid{n}"), f"kid {n} done"]),
+            name=f"kid{n}",
+            tools=[hold],
+            permissions=[AllowByName("hold")],
+        )
+        for n in range(3)
+    ]
+    parent = Agent(
+        FakeModel([[tool_call(f"kid{n}", task="go") for n in range(3)], "all done"]),
+        name="boss",
+        tools=[kid.as_tool(description=f"Kid {n}") for n, kid in enumerate(children)],
+    )
+    chooser = random.Random(7)
+    async with Runs([parent], store) as runs:
+        handle = await runs.start("boss", "go")
+        seen: list[Followed] = []
+        last: str | None = None
+        released = 0
+        with anyio.fail_after(60):
+            for _ in range(200):  # bounded: each round reads a few events, then drops
+                wanted = chooser.randint(1, 3)
+                got = 0
+                ended = False
+                async for item in runs.follow(handle.state_id, after=last):
+                    seen.append(item)
+                    last = item.id
+                    got += 1
+                    if got == wanted:
+                        break
+                else:
+                    ended = True
+                if ended:
+                    break
+                if released < 3 and chooser.random() < 0.5:
+                    await gate(f"kid{released}").entered.wait()
+                    gate(f"kid{released}").release.set()
+                    released += 1
+        stored = [item.id for item in await _all(runs, handle.state_id)]
+    durable = [item.id for item in seen if item.event.kind != "text"]
+    assert durable == stored
+    assert len(set(item.id for item in seen)) == len(seen)  # nothing twice

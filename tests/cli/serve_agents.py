@@ -8,7 +8,7 @@ import anyio
 
 from orchestrator import Agent, tool
 from orchestrator.models import Request
-from orchestrator.permissions import AllowByName
+from orchestrator.permissions import AllowByName, ApproveLater
 from orchestrator.testing import FakeModel, tool_call
 
 
@@ -19,9 +19,21 @@ async def wait_forever() -> str:
     return "never"
 
 
+@tool
+def send(to: str) -> str:
+    """Send a message (a person approves it first)."""
+    return f"sent to {to}"
+
+
 def _reply(request: Request) -> Any:
-    text = request.messages[-1].text
-    return tool_call("wait_forever") if text == "wait" else f"echo: {text}"
+    last = request.messages[-1]
+    if last.role == "user" and last.text == "wait":
+        return tool_call("wait_forever")
+    if last.role == "user" and last.text.startswith("mail "):
+        return tool_call("send", to=last.text.removeprefix("mail "))
+    if last.role == "user" and not last.text:  # a tool's result
+        return "done"
+    return f"echo: {last.text}"
 
 
 def build() -> list[Agent]:
@@ -30,8 +42,8 @@ def build() -> list[Agent]:
         Agent(
             FakeModel([_reply] * 100),
             name="echo",
-            tools=[wait_forever],
-            permissions=[AllowByName("wait_forever")],
+            tools=[wait_forever, send],
+            permissions=[AllowByName("wait_forever"), ApproveLater("send")],
         )
     ]
 

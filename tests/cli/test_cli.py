@@ -437,8 +437,8 @@ def test_tree_of_a_chain_deeper_than_the_recursion_limit(tmp_path: Path) -> None
 
 def test_json_text_is_what_json_dumps_writes(recorded: Recorded) -> None:
     # Private: the CLI's JSON writer, which writes the deep tree above without recursion.
-    from orchestrator._cli._jsontext import dumps
-    from orchestrator._cli._views import state_data
+    from orchestrator._viewing._jsontext import dumps
+    from orchestrator._viewing._views import state_data
 
     data: dict[str, Any] = {
         **state_data(recorded.lead),
@@ -640,7 +640,7 @@ def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
 
 def test_status_words() -> None:
     from orchestrator import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
-    from orchestrator._cli._views import status  # private: the view under test
+    from orchestrator._viewing._views import status  # private: the view under test
 
     call = tool_call("rm", path="/")
     assert status(None, False) == "open"

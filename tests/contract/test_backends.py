@@ -18,7 +18,7 @@ import pytest
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore, ThreadedAsync
 from stores.backend import bind_state, recover_state, storage_view
-from stores.contract import FollowContract, StoreContract, TreeFollowContract
+from stores.contract import FollowContract, LeaseContract, StoreContract, TreeFollowContract
 
 
 def _damaged(data: bytes, seq: int) -> bytes:
@@ -27,7 +27,7 @@ def _damaged(data: bytes, seq: int) -> bytes:
     return data.replace(f"text-{seq}".encode(), b"text-X")
 
 
-class TestMemoryStore(TreeFollowContract, FollowContract, StoreContract):
+class TestMemoryStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     @pytest.fixture
     def store(self) -> MemoryStore:
         return MemoryStore()
@@ -52,7 +52,7 @@ class TestStoreWithoutMemory(StoreContract):
         return StatesOnly()
 
 
-class TestFileStore(FollowContract, StoreContract):
+class TestFileStore(TreeFollowContract, FollowContract, StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> FileStore:
         return FileStore(tmp_path / "states")
@@ -81,7 +81,7 @@ def _damage_sqlite(path: str, state_id: str, seq: int) -> None:
         db.close()
 
 
-class TestSQLiteStore(TreeFollowContract, FollowContract, StoreContract):
+class TestSQLiteStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     @pytest.fixture
     def store(self, tmp_path: Path) -> Iterator[SQLiteStore]:
         with SQLiteStore(tmp_path / "states.db") as store:
@@ -94,7 +94,7 @@ class TestSQLiteStore(TreeFollowContract, FollowContract, StoreContract):
         return store.url
 
 
-class TestAioSQLiteStore(TreeFollowContract, FollowContract, StoreContract):
+class TestAioSQLiteStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     colours = ("async",)
     asyncio_only = True
 

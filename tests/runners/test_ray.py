@@ -338,3 +338,25 @@ async def test_a_remote_child_run_span_hangs_under_the_parent_call_span(
     )
     assert remote["execute_tool note"]["parent_id"] == run["span_id"]
     assert remote["execute_tool note"]["trace_id"] == run["trace_id"]
+
+
+async def test_remote_childrens_events_reach_the_roots_stream(
+    runner: RayRunner, tmp_path: Path
+) -> None:
+    from orchestrator.apps import Runs
+
+    store = SQLiteStore(tmp_path / "runs.db")
+    async with Runs([lead(store, runner, "turns 2", "turns 1")], store) as runs:
+        handle = await runs.start("lead", "go")
+        followed = [item async for item in handle.follow()]
+    root = handle.state_id
+    children = {item.event.state_id for item in followed} - {root}
+    assert len(children) == 2
+    for child in children:
+        kinds = [item.event.kind for item in followed if item.event.state_id == child]
+        assert kinds[:2] == ["child_start", "run_start"]
+        assert kinds[-1] == "run_end"
+        assert {item.event.parent_id for item in followed if item.event.state_id == child} == {root}
+    assert followed[-1].event.kind == "run_end"
+    assert followed[-1].event.state_id == root
+    store.close()

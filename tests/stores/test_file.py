@@ -77,7 +77,7 @@ def test_a_state_is_a_folder_with_a_log_and_an_info_file(store: FileStore, root:
     state = rich_state()
     store.save(state)
     assert sorted(os.listdir(root)) == ["rich"]
-    assert sorted(os.listdir(root / "rich")) == [INFO, LOG]
+    assert sorted(os.listdir(root / "rich")) == [INFO, LOG, "tree.jsonl"]  # a root: its feed
     log = lines_of(root / "rich" / LOG)
     assert log[-1] == b""  # every line ends with a newline
     assert len(log) - 1 == len(state.history)
@@ -86,7 +86,8 @@ def test_a_state_is_a_folder_with_a_log_and_an_info_file(store: FileStore, root:
     digests = chain_digests(first_digest("rich"), entries_of(root, "rich"))
     assert [line["d"] for line in sealed] == [digest.hex() for digest in digests]
     info = json.loads((root / "rich" / INFO).read_bytes())
-    assert info["format"] == FORMAT_VERSION == 2
+    assert info["format"] == FORMAT_VERSION == 3
+    assert (info["root"], info["fed"]) == ("rich", len(state.history))
     assert (info["id"], info["entries"], info["finished"]) == ("rich", len(state.history), True)
     assert info["head"] == digests[-1].hex()
 
@@ -299,7 +300,7 @@ def test_a_missing_log_is_a_clear_error(store: FileStore, root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("found", "words"),
-    [(0, "older"), (3, "newer orchestrator: upgrade"), (None, "older or unknown"), ("1", "older")],
+    [(0, "older"), (4, "newer orchestrator: upgrade"), (None, "older or unknown"), ("1", "older")],
 )
 def test_another_format_version_is_refused_naming_both(
     store: FileStore, root: Path, found: object, words: str
@@ -314,7 +315,7 @@ def test_another_format_version_is_refused_naming_both(
         info["format"] = found
     (root / "versioned" / INFO).write_text(json.dumps(info))
     before = files_under(root)
-    pattern = rf"State 'versioned'.*format version {found!r}.*reads version 2; .*{words}"
+    pattern = rf"State 'versioned'.*format version {found!r}.*reads version 3; .*{words}"
     with pytest.raises(ValueError, match=pattern):
         FileStore(root).load("versioned")
     state.add_message(Message.user("more"))

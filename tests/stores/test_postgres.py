@@ -40,14 +40,14 @@ from stores._postgres import _execute  # pyright: ignore[reportPrivateUsage]
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
 from stores.backend import Tail, TailCache, continuation, storage_view
-from stores.contract import FollowContract, StoreContract, TreeFollowContract
+from stores.contract import FollowContract, LeaseContract, StoreContract, TreeFollowContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states
 
 _TABLES = "SELECT tablename FROM pg_tables WHERE schemaname = %s"
 
 
-class TestPostgresStore(TreeFollowContract, FollowContract, StoreContract):
+class TestPostgresStore(LeaseContract, TreeFollowContract, FollowContract, StoreContract):
     colours = ("sync", "async")
     asyncio_only = False  # the async twins run the sync driver in a worker thread
     dsn = ""
@@ -120,7 +120,7 @@ def test_the_schema_is_made_on_first_use_with_its_versions(
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert meta == {"schema_version": SCHEMA_VERSION, "format_version": FORMAT_VERSION}
     tables = {row[0] for row in sql(dsn, _TABLES, schema)}
-    assert tables == {"meta", "states", "entries", "memory", "memory_effects"}
+    assert tables == {"meta", "states", "entries", "memory", "memory_effects", "run_leases"}
 
 
 def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]) -> None:
@@ -167,7 +167,8 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
 
 
 def _set_back_to_3(dsn: str, schema: str) -> None:
-    """Make the tables what schema version 3 made (no roots, no transaction ids)."""
+    """Make the tables what schema version 3 made (no roots, no transaction ids, no leases)."""
+    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases')
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN root_id')
     sql(dsn, f'ALTER TABLE "{schema}".entries DROP COLUMN root_id, DROP COLUMN xid')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 3 WHERE key = 'schema_version'")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import Agent, Message, State, ToolError, tool
+from orchestrator._cli._render import TreeNode
 
 # Private: the CLI's modules (the viewer reads runs through them); the CLI is its public face.
-from orchestrator._cli._reading import read_tree
-from orchestrator._cli._render import TreeNode
-from orchestrator._cli._timeline import timeline_data
+from orchestrator._viewing._reading import read_tree
+from orchestrator._viewing._timeline import timeline_data
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 # Private: the viewer server of the CLI, started in the test's process.
-from orchestrator._cli._viewer import Viewer, ViewerServer, running
+from orchestrator._viewing._viewer import Viewer, ViewerServer, running
 from stores import SQLiteStore
 from tests.viewer.cdp import Browser
 from tests.viewer.conftest import ARTIFACTS, Research

@@ -22,7 +22,7 @@ from orchestrator import State
 
 # Private: the CLI's modules (the viewer server and its entry point), driven directly.
 from orchestrator._cli import cli
-from orchestrator._cli._viewer import Viewer, ViewerServer, running
+from orchestrator._viewing._viewer import Viewer, ViewerServer, running
 from stores import FileStore, PostgresStore, SQLiteStore
 from tests.cli.team import DEEP, deep_json, record, save_chain
 from tests.postgres import fresh_schema
@@ -87,8 +87,8 @@ def test_the_page_its_script_and_style_are_served(server: ViewerServer) -> None:
 
     assert page.status == script.status == style.status == 200
     assert page.headers["content-type"] == "text/html; charset=utf-8"
-    assert b'<script src="/static/viewer.js" defer></script>' in page.body
-    assert b'<link rel="stylesheet" href="/static/viewer.css">' in page.body
+    assert b'<script src="static/viewer.js" defer></script>' in page.body
+    assert b'<link rel="stylesheet" href="static/viewer.css">' in page.body
     assert script.headers["content-type"] == "text/javascript; charset=utf-8"
     assert b"async function getJSON(path)" in script.body
     assert style.headers["content-type"] == "text/css; charset=utf-8"

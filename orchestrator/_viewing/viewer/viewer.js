@@ -86,13 +86,14 @@ async function route() {
   if (!runId) return;
   await busy(async () => {
     if (runId !== view.runId || !view.run) {
-      view.run = await getJSON(`/api/runs/${runId}`);
+      view.run = await getJSON(`api/runs/${runId}`);
       view.runId = runId;
       drawRun(view.run);
+      follow(runId);
     }
     view.stateId = state || runId;
     markSelected();
-    drawState(await getJSON(`/api/states/${view.stateId}`));
+    drawState(await getJSON(`api/states/${view.stateId}`));
   });
 }
 
@@ -121,7 +122,7 @@ function hideError() {
 // -- the runs ----------------------------------------------------------------------------------
 
 async function loadRuns() {
-  const data = await getJSON("/api/runs");
+  const data = await getJSON("api/runs");
   view.runs = data.runs;
   document.getElementById("store").textContent = `${data.store} · ${data.states} States`;
   document.getElementById("run-count").textContent =
@@ -304,9 +305,57 @@ function drawBlock(block, children, timing, state) {
   return el("div", { class: "dim" }, `(${block.kind} block)`, block.text ? el("div", { class: "text" }, block.text) : null);
 }
 
+// -- live: served by an app that runs the agents, the page follows the run shown -----------------
+
+let live = false;
+let following = null;
+let redraw = null;
+
+// Each event of the run (or its subagents) redraws it, at most every 300 ms; the stream ends with
+// the run, and the page then shows it as stored.
+function follow(runId) {
+  if (following) following.close();
+  following = null;
+  if (!live) return;
+  following = new EventSource(`events/${runId}`);
+  following.onmessage = following.onerror = null;
+  const again = () => {
+    if (redraw) return;
+    redraw = setTimeout(async () => {
+      redraw = null;
+      await refresh();
+    }, 300);
+  };
+  for (const kind of ["run_start", "run_end", "model_reply", "tool_end", "child_start",
+    "approval_needed", "tool_deferred"]) following.addEventListener(kind, again);
+  following.addEventListener("error", () => {
+    if (following && following.readyState === EventSource.CLOSED) following = null;
+  });
+}
+
+async function refresh() {
+  const { state } = parseHash();
+  await busy(async () => {
+    await loadRuns();
+    if (!view.runId) return;
+    view.run = await getJSON(`api/runs/${view.runId}`);
+    drawRun(view.run);
+    view.stateId = state || view.runId;
+    markSelected();
+    drawState(await getJSON(`api/states/${view.stateId}`));
+  });
+}
+
 // -- start -------------------------------------------------------------------------------------
 
 async function start() {
+  try {
+    live = Boolean((await getJSON("api/config")).live);
+  } catch (error) {
+    live = false;
+  }
+  document.getElementById("reload").hidden = live;
+  document.body.dataset.live = live ? "yes" : "no";
   await busy(loadRuns);
   if (document.body.dataset.state === "ready") await route();
 }

@@ -11,7 +11,7 @@ from typing import Protocol
 from orchestrator import OrchestratorError, State, StateInfo, ToolCall
 
 from ..testing._replay import agent_name
-from ._render import TreeNode
+from ._tree import TreeNode
 
 __all__ = ("Readable", "agent_of", "read_tree")
 

@@ -40,16 +40,25 @@ from ._reading import Readable, agent_of, read_tree
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
 
-__all__ = ("HOST", "Viewer", "ViewerServer", "running", "serve")
+__all__ = (
+    "HOST",
+    "SECURITY_HEADERS",
+    "STATIC_TYPES",
+    "Viewer",
+    "ViewerServer",
+    "running",
+    "serve",
+    "viewer_answer",
+)
 
 HOST = "127.0.0.1"
 _RUNS_SHOWN = 200  # the page lists this many runs unless it asks for more
-_STATIC = {
+STATIC_TYPES = {
     "index.html": "text/html; charset=utf-8",
     "viewer.js": "text/javascript; charset=utf-8",
     "viewer.css": "text/css; charset=utf-8",
 }
-_SECURITY_HEADERS = {
+SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self';"
         " img-src 'self' data:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -170,60 +179,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(HTTPStatus.FORBIDDEN, {"error": f"Unknown host {host!r}."}, body)
             return
         parts = urlsplit(self.path)
-        path = parts.path
-        if path in ("/", "/index.html"):
-            self._static("index.html", body)
-            return
-        if path.startswith("/static/"):
-            self._static(path.removeprefix("/static/"), body)
-            return
-        route = _ROUTE.fullmatch(path)
-        if route is None:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"Nothing at {path}."}, body)
-            return
-        what, state_id = route.groups()
-        self._api(what, state_id, parse_qs(parts.query), body)
+        status, kind, data = viewer_answer(self._server.viewer, parts.path, parts.query)
+        self._send(status, kind, data, body)
 
     @property
     def _server(self) -> ViewerServer:
         server = self.server
         assert isinstance(server, ViewerServer)
         return server
-
-    def _api(
-        self, what: str, state_id: str | None, query: dict[str, list[str]], body: bool
-    ) -> None:
-        viewer = self._server.viewer
-        try:
-            if what == "runs" and state_id is None:
-                limit = query.get("limit", [str(_RUNS_SHOWN)])[-1]
-                if not limit.isdigit():
-                    raise ValueError(f"limit must be a whole number, got {limit!r}.")
-                data = viewer.runs(int(limit))
-            elif state_id is None:
-                raise NotFound("Give a State id: /api/states/ID.")
-            elif what == "runs":
-                data = viewer.run(state_id)
-            else:
-                data = viewer.state(state_id)
-        except LookupError as error:
-            self._json(HTTPStatus.NOT_FOUND, {"error": _line(error)}, body)
-        except (OrchestratorError, ValueError) as error:
-            # A bad id, or a State or store that cannot be read (damage): said, not crashed on.
-            self._json(HTTPStatus.UNPROCESSABLE_ENTITY, {"error": _line(error)}, body)
-        except Exception as error:  # one request fails; the viewer goes on serving
-            message = f"{type(error).__name__}: {_line(error)}"
-            self._json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": message}, body)
-        else:
-            self._json(HTTPStatus.OK, data, body)
-
-    def _static(self, name: str, body: bool) -> None:
-        kind = _STATIC.get(name)
-        if kind is None:
-            self._json(HTTPStatus.NOT_FOUND, {"error": f"No file {name!r}."}, body)
-            return
-        data = resources.files(__package__ or "orchestrator._cli").joinpath("viewer", name)
-        self._send(HTTPStatus.OK, kind, data.read_bytes(), body)
 
     def _json(self, status: HTTPStatus, data: Any, body: bool) -> None:
         text = dumps(data)
@@ -233,11 +196,67 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
-        for name, value in _SECURITY_HEADERS.items():
+        for name, value in SECURITY_HEADERS.items():
             self.send_header(name, value)
         self.end_headers()
         if body:
             self.wfile.write(data)
+
+
+_JSON = "application/json; charset=utf-8"
+
+
+def viewer_answer(
+    viewer: Viewer, path: str, query: str = "", *, live: bool = False
+) -> tuple[HTTPStatus, str, bytes]:
+    """The answer to a GET of `path` (from the page's root) of the viewer: status, type, body.
+
+    Whatever serves the page calls this (the command's own server, or `orchestrator.apps`'s
+    app, where the page is `live`: it follows each run's events instead of a Reload button) and
+    adds `SECURITY_HEADERS`. It reads the store, so call it off the event loop.
+    """
+    if path in ("/", "/index.html"):
+        return _file("index.html")
+    if path.startswith("/static/"):
+        return _file(path.removeprefix("/static/"))
+    if path == "/api/config":
+        return HTTPStatus.OK, _JSON, dumps({"live": live}).encode()
+    route = _ROUTE.fullmatch(path)
+    if route is None:
+        return _error(HTTPStatus.NOT_FOUND, f"Nothing at {path}.")
+    what, state_id = route.groups()
+    try:
+        if what == "runs" and state_id is None:
+            limit = parse_qs(query).get("limit", [str(_RUNS_SHOWN)])[-1]
+            if not limit.isdigit():
+                raise ValueError(f"limit must be a whole number, got {limit!r}.")
+            data = viewer.runs(int(limit))
+        elif state_id is None:
+            raise NotFound("Give a State id: /api/states/ID.")
+        elif what == "runs":
+            data = viewer.run(state_id)
+        else:
+            data = viewer.state(state_id)
+    except LookupError as error:
+        return _error(HTTPStatus.NOT_FOUND, _line(error))
+    except (OrchestratorError, ValueError) as error:
+        # A bad id, or a State or store that cannot be read (damage): said, not crashed on.
+        return _error(HTTPStatus.UNPROCESSABLE_ENTITY, _line(error))
+    except Exception as error:  # one request fails; the viewer goes on serving
+        return _error(HTTPStatus.INTERNAL_SERVER_ERROR, f"{type(error).__name__}: {_line(error)}")
+    return HTTPStatus.OK, _JSON, dumps(data).encode()
+
+
+def _file(name: str) -> tuple[HTTPStatus, str, bytes]:
+    kind = STATIC_TYPES.get(name)
+    if kind is None:
+        return _error(HTTPStatus.NOT_FOUND, f"No file {name!r}.")
+    data = resources.files(__package__ or "orchestrator._viewing").joinpath("viewer", name)
+    return HTTPStatus.OK, kind, data.read_bytes()
+
+
+def _error(status: HTTPStatus, message: str) -> tuple[HTTPStatus, str, bytes]:
+    return status, _JSON, dumps({"error": message}).encode()
 
 
 def _line(error: BaseException) -> str:

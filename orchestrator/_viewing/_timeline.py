@@ -20,7 +20,7 @@ import pydantic_core
 
 from orchestrator import State
 
-from ._render import TreeNode
+from ._tree import TreeNode
 from ._views import model_calls, status, tool_runs, usage_data
 
 __all__ = ("timeline_data",)

@@ -1,0 +1,125 @@
+"""The run viewer mounted in `asgi_app` at /viewer/: read-only, and live (it follows the run).
+
+Over HTTP first (the page, its API, its event stream), then in headless chromium served by
+uvicorn: the page shows a run holding in a tool, and redraws it when the run goes on, without
+a reload. Screenshots at 1400 and 800 px land in the artifacts folder.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+import uvicorn
+
+from orchestrator.apps import Runs, asgi_app
+from stores import SQLiteStore
+from tests.apps.test_runs import GATES, SENT, gate, helper_agent
+from tests.viewer.cdp import Browser
+from tests.viewer.conftest import ARTIFACTS
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    SENT.clear()
+    GATES.clear()
+
+
+async def test_the_viewer_is_mounted_read_only_and_follows_runs(tmp_path: Path) -> None:
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        async with Runs([helper_agent()], store) as runs:
+            transport = httpx.ASGITransport(app=asgi_app(runs))
+            async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as web:
+                handle = await runs.start("helper", "say hi")
+                await handle.wait()
+                moved = await web.get("/viewer")
+                assert moved.status_code == 308
+                assert moved.headers["location"].endswith("/viewer/")
+                page = await web.get("/viewer/")
+                assert page.status_code == 200
+                assert "default-src 'none'" in page.headers["content-security-policy"]
+                assert b'src="static/viewer.js"' in page.content
+                assert (await web.get("/viewer/static/viewer.js")).status_code == 200
+                assert (await web.get("/viewer/api/config")).json() == {"live": True}
+                listed = (await web.get("/viewer/api/runs")).json()
+                assert [run["id"] for run in listed["runs"]] == [handle.state_id]
+                tree = (await web.get(f"/viewer/api/runs/{handle.state_id}")).json()
+                assert tree["id"] == handle.state_id
+                events = await web.get(f"/viewer/events/{handle.state_id}")
+                assert events.text.count("event: ") == 3
+                assert (await web.get("/viewer/events/absent")).status_code == 404
+                assert (await web.get("/viewer/api/states/absent")).status_code == 404
+                assert (await web.post("/viewer/api/runs", json={})).status_code == 405
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
+async def test_the_page_redraws_a_run_as_it_goes_on_without_a_reload(tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        async with Runs([helper_agent()], store) as runs:
+            port = _free_port()
+            server = uvicorn.Server(
+                uvicorn.Config(asgi_app(runs), host="127.0.0.1", port=port, log_level="error")
+            )
+            async with anyio.create_task_group() as group:
+                group.start_soon(server.serve)
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as web:
+                    with anyio.fail_after(10):  # the server binds in its own task
+                        while True:
+                            try:
+                                await web.get("/runs")
+                                break
+                            except httpx.ConnectError:
+                                await anyio.sleep(0.02)
+                handle = await runs.start("helper", "hold page")
+                await gate("page").entered.wait()
+                url = f"http://127.0.0.1:{port}/viewer/#/run/{handle.state_id}"
+                try:
+                    await anyio.to_thread.run_sync(_watch, url, handle.state_id, _release)
+                finally:
+                    server.should_exit = True
+
+
+def _release() -> None:
+    anyio.from_thread.run_sync(gate("page").release.set)
+
+
+def _watch(url: str, run_id: str, release: object) -> None:
+    """In a worker thread: the page shows the run open, then answered, with no reload."""
+    assert callable(release)
+    ready = "document.body.dataset.state === 'ready'"
+    with Browser(width=1400, height=1000) as browser:
+        browser.open(url, ready)
+        assert browser.evaluate("document.body.dataset.live") == "yes"
+        assert browser.evaluate("document.getElementById('reload').hidden") is True
+        badge = "document.querySelector('#run-list .run .badge, #run-list .run [class*=status]')"
+        first = browser.evaluate(f"{badge} && {badge}.textContent")
+        assert first == "open"
+        browser.evaluate("window.stillHere = true")
+        browser.screenshot(ARTIFACTS / "live-open.png")
+        release()
+        browser.wait_for(f"{badge} && {badge}.textContent === 'answered'", timeout=20)
+        assert browser.evaluate("window.stillHere") is True  # redrawn, not reloaded
+        browser.screenshot(ARTIFACTS / "live-answered-1400.png")
+        browser.send(
+            "Emulation.setDeviceMetricsOverride",
+            width=800,
+            height=1000,
+            deviceScaleFactor=1,
+            mobile=False,
+        )
+        browser.screenshot(ARTIFACTS / "live-answered-800.png")
+        assert all(url.startswith("http://127.0.0.1:") for url in browser.requested())
+        assert browser.problems() == []
+        assert run_id
