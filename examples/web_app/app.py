@@ -12,6 +12,7 @@ serves them (see `orchestrator.apps.asgi_app` for every route and its checks):
     POST /runs/{id}/calls/{call}/approve     {"by": ..., "reason": ...}
     POST /runs/{id}/calls/{call}/deny        {"by": ..., "reason": ...}
     POST /runs/{id}/cancel                   {}
+    GET  /viewer/                            the read-only run viewer, live
 
 The page sends JSON from its own origin, so the app's CSRF checks (JSON content type, allowed
 Origin) let it through; another site's page cannot start, decide or cancel runs.

@@ -61,6 +61,7 @@ async def test_concurrent_runs_stream_events_and_wait_for_approval(app: App) -> 
         page = await client.get(server.url + "/")
         assert page.status_code == 200
         assert "EventSource" in page.text
+        assert (await client.get(server.url + "/viewer/")).status_code == 200  # asgi_app's
         results: dict[int, tuple[str, list[Any]]] = {}
 
         async def one(index: int) -> None:
