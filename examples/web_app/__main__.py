@@ -19,7 +19,7 @@ def main() -> None:
     parser.add_argument("--outbox", default="outbox.tsv", help="where sent mail is written")
     args = parser.parse_args()
     outbox = Path(args.outbox)
-    app = create_app(args.store, lambda: build_agent(outbox, args.latency))
+    app = create_app(args.store, [build_agent(outbox, args.latency)])
     # Open event streams end within 2 s of a stop, then the lifespan cancels and saves the runs.
     uvicorn.run(app, host="127.0.0.1", port=args.port, timeout_graceful_shutdown=2)
 

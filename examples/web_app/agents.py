@@ -51,7 +51,7 @@ class DemoModel(Model):
 
 
 def build_agent(outbox: Path, latency: float = 0.05) -> Agent:
-    """A fresh desk agent (its mailer subagent inside): one per run, so runs share nothing."""
+    """The desk agent, named "desk" (its mailer subagent inside); runs share it, keeping nothing."""
 
     @tool
     async def lookup(topic: str) -> str:

@@ -42,6 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .._base._errors import StoreConflictError
 from .._base._json import thaw
 from .._base._stopped import StoppedByApproval
+from .._record._recording import validate_id
 from .._record._store_client import client_of
 from . import agui, vercel
 from ._runs import Followed, Following, RunInfo, Runs, TooManyRunsError
@@ -181,6 +182,8 @@ async def _body(request: Request, limit: int) -> dict[str, Any]:
         value: Any = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as error:
         raise _BadRequest(f"The body is not valid JSON ({error}): send a JSON object.") from None
+    except RecursionError:  # a small body can nest deeper than the parser goes
+        raise _BadRequest("The body's JSON nests too deeply: send a flatter JSON object.") from None
     if not isinstance(value, dict):
         raise _BadRequest(f"Send a JSON object, not {type(value).__name__}.")
     return cast("dict[str, Any]", value)
@@ -194,6 +197,18 @@ def _text(body: dict[str, Any], key: str) -> str | None:
     if not isinstance(value, str):
         raise _BadRequest(f'"{key}" must be a string, got {json.dumps(value)}.')
     return value
+
+
+def _run_id(value: str, what: str = "run id") -> str:
+    """`value` if it can name a run (a State id), else a 400 that says what an id looks like."""
+    try:
+        return validate_id(value, what)
+    except (TypeError, ValueError) as error:
+        raise _BadRequest(str(error)) from None
+
+
+def _path_run_id(request: Request) -> str:
+    return _run_id(request.path_params["run_id"])
 
 
 def _required_text(body: dict[str, Any], key: str) -> str:
@@ -402,7 +417,12 @@ def asgi_app(
         body = await _body(request, max_body)
         agent = _required_text(body, "agent")
         state_id = _text(body, "state_id")
-        handle = await runs.start(agent, _text(body, "input"), state_id=state_id)
+        if state_id is not None:
+            _run_id(state_id, '"state_id"')
+        text = _text(body, "input")
+        if text is not None and not text.strip():
+            raise _BadRequest('"input" is empty: send the text the agent should answer.')
+        handle = await runs.start(agent, text, state_id=state_id)
         info = await runs.get(handle.state_id)
         return JSONResponse(run_json(info), 201, headers={"Location": f"/runs/{handle.state_id}"})
 
@@ -414,11 +434,11 @@ def asgi_app(
         return JSONResponse([run_json(info) for info in found])
 
     async def show(request: Request) -> Response:
-        return JSONResponse(run_json(await runs.get(request.path_params["run_id"])))
+        return JSONResponse(run_json(await runs.get(_path_run_id(request))))
 
     async def events(request: Request) -> Response:
         after = request.headers.get("last-event-id") or request.query_params.get("after")
-        following = runs.follow(request.path_params["run_id"], after=after or None)
+        following = runs.follow(_path_run_id(request), after=after or None)
         try:
             await following.ready()
         except ValueError as error:  # a bad event id, or a subagent's id
@@ -437,7 +457,7 @@ def asgi_app(
         body = await _body(request, max_body)
         agent = request.path_params["agent"]
         run_input = _agui_input(body)
-        thread = run_input.thread_id
+        thread = _run_id(run_input.thread_id, "threadId")
         if run_input.resume:
             since = (await runs.get(thread)).entries
             for answer in run_input.resume:
@@ -461,7 +481,7 @@ def asgi_app(
     async def vercel_run(request: Request) -> Response:
         body = await _body(request, max_body)
         agent = request.path_params["agent"]
-        chat = _required_text(body, "id")
+        chat = _run_id(_required_text(body, "id"), '"id"')
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _BadRequest('Send "messages": the chat\'s UI messages, the newest last.')
@@ -493,11 +513,11 @@ def asgi_app(
 
     async def cancel(request: Request) -> Response:
         await _body(request, max_body)
-        return JSONResponse(run_json(await runs.cancel(request.path_params["run_id"])))
+        return JSONResponse(run_json(await runs.cancel(_path_run_id(request))))
 
     async def decide(request: Request) -> Response:
         body = await _body(request, max_body)
-        run_id, call_id = request.path_params["run_id"], request.path_params["call_id"]
+        run_id, call_id = _path_run_id(request), request.path_params["call_id"]
         verdict = request.path_params["verdict"]
         if verdict not in ("approve", "deny"):
             raise _BadRequest(f"Decide with .../approve or .../deny, not {verdict!r}.", 404)

@@ -167,6 +167,90 @@ async def test_bad_requests_get_4xx_that_say_what_to_send() -> None:
         gate("r").release.set()
 
 
+async def test_bad_ids_and_empty_input_are_400_naming_what_an_id_is() -> None:
+    agui_input: dict[str, Any] = {"threadId": "a b", "runId": "r1", "state": {}, "tools": []}
+    agui_input |= {"context": [], "forwardedProps": {}}
+    agui_input["messages"] = [{"id": "m1", "role": "user", "content": "hi"}]
+    vercel_input: dict[str, Any] = {"id": "a/b", "messages": [{"role": "user", "parts": []}]}
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
+        long = "x" * 129
+        for response in (
+            await client.get("/runs/a%20b"),
+            await client.get(f"/runs/{long}"),
+            await client.get("/runs/a%20b/events"),
+            await client.post("/runs/a%20b/cancel", json={}),
+            await client.post("/runs/a%20b/calls/c1/approve", json={}),
+            await client.post("/runs/a%20b/calls/c1/deny", json={}),
+            await client.post("/runs", json={"agent": "helper", "input": "x", "state_id": ""}),
+            await client.post("/runs", json={"agent": "helper", "input": "x", "state_id": ".."}),
+            await client.post("/agents/helper/agui", json=agui_input),
+            await client.post("/agents/helper/vercel", json=vercel_input),
+        ):
+            assert response.status_code == 400, response.text
+            assert "1 to 128 ASCII letters, digits" in response.json()["error"]
+        empty = await client.post("/runs", json={"agent": "helper", "input": "  "})
+        assert empty.status_code == 400
+        assert '"input" is empty' in empty.json()["error"]
+        assert await runs.list() == []  # nothing was started or saved
+
+
+ROUTES_THAT_CHANGE = (
+    "/runs",
+    "/runs/r1/cancel",
+    "/runs/r1/calls/c1/approve",
+    "/runs/r1/calls/c1/deny",
+    "/agents/helper/agui",
+    "/agents/helper/vercel",
+)
+
+
+async def test_malformed_bodies_to_every_route_are_4xx_never_500() -> None:
+    bodies = [
+        b"",
+        b"{",
+        b"[]",
+        b'"text"',
+        b"null",
+        b"1e999999",
+        b"\xff\xfe",
+        b"[" * 100_000,  # deeper than the JSON parser goes
+        b'{"a":' * 50_000,
+        b'{"agent": null, "input": 5, "state_id": [], "by": 3, "reason": {}}',
+        b'{"id": "c1", "messages": "x"}',
+        b'{"id": "c1", "messages": [1, {"role": "assistant", "parts": [{"state": 1}]}]}',
+    ]
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
+        for path in ROUTES_THAT_CHANGE:
+            for body in bodies:
+                response = await client.post(path, content=body, headers=JSON)
+                assert 400 <= response.status_code < 500, (path, body[:40], response.text)
+                assert response.json()["error"]
+        deep = await client.post("/runs", content=b"[" * 100_000, headers=JSON)
+        assert "nests too deeply" in deep.json()["error"]
+        assert await runs.list() == []
+
+
+async def test_every_route_that_changes_runs_checks_origin_json_and_token() -> None:
+    store = MemoryStore()
+    async with Runs([helper_agent()], store) as runs, _client(runs, token=TOKEN) as client:
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        for path in ROUTES_THAT_CHANGE:
+            foreign = await client.post(
+                path, json={}, headers=bearer | {"Origin": "http://evil.example"}
+            )
+            assert foreign.status_code == 403, path
+            form = await client.post(
+                path,
+                content=b"agent=helper",
+                headers=bearer | {"Content-Type": "application/x-www-form-urlencoded"},
+            )
+            assert form.status_code == 415, path
+            assert (await client.post(path, json={})).status_code == 401, path
+        for path in ("/runs", "/runs/r1", "/runs/r1/events"):
+            assert (await client.get(path)).status_code == 401, path
+    assert store.list() == []  # nothing was started, decided or cancelled
+
+
 async def test_the_safe_defaults_refuse_other_hosts_origins_and_bodies() -> None:
     async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs, max_body=64) as client:
         other_host = await client.get("/runs", headers={"Host": "evil.example"})
