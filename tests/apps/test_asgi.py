@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
 import httpx
 import pytest
-import uvicorn
 
 from orchestrator import Agent
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
+from tests.apps.serving import serving
 from tests.apps.test_runs import GATES, SENT, gate, helper_agent, tree_agent
 
 pytestmark = pytest.mark.anyio
@@ -297,61 +295,34 @@ async def test_a_token_guards_every_route() -> None:
         asgi_app(runs, token="short")
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-async def _until_serving(client: httpx.AsyncClient) -> None:
-    """Wait until the server answers (it binds in its own task), at most 10 s."""
-    with anyio.fail_after(10):
-        while True:
-            try:
-                await client.get("/runs")
-            except httpx.ConnectError:
-                await anyio.sleep(0.02)
-            else:
-                return
-
-
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
 async def test_a_client_that_drops_never_stops_the_run_and_reconnects_exactly() -> None:
     store = MemoryStore()
-    async with Runs([helper_agent()], store) as runs:
-        port = _free_port()
-        config = uvicorn.Config(
-            asgi_app(runs, keepalive=0.05), host="127.0.0.1", port=port, log_level="error"
-        )
-        server = uvicorn.Server(config)
-        async with anyio.create_task_group() as group:
-            group.start_soon(server.serve)
-            base = f"http://127.0.0.1:{port}"
-            async with httpx.AsyncClient(base_url=base) as client:
-                await _until_serving(client)
-                run_id = (
-                    await client.post("/runs", json={"agent": "helper", "input": "hold w"})
-                ).json()["id"]
-                await gate("w").entered.wait()
-                seen: list[dict[str, Any]] = []
-                keepalives = 0
-                async with client.stream("GET", f"/runs/{run_id}/events") as response:
-                    async for line in response.aiter_lines():
-                        if line == ": keepalive":
-                            keepalives += 1
-                        if line.startswith("id: "):
-                            seen.append({"id": line[4:]})
-                        if len(seen) == 2 and keepalives:
-                            break  # the client goes away mid-run
-                assert runs.running == (run_id,)
-                gate("w").release.set()
-                rest = await client.get(
-                    f"/runs/{run_id}/events", headers={"Last-Event-ID": seen[-1]["id"]}
-                )
-                kinds = [event["event"] for event in _events(rest.text)]
-                assert kinds == ["tool_end", "model_reply", "run_end"]
-                assert store.load(run_id).answer == "done: released w"
-            server.should_exit = True
+    async with (
+        Runs([helper_agent()], store) as runs,
+        serving(asgi_app(runs, keepalive=0.05)) as base,
+        httpx.AsyncClient(base_url=base) as client,
+    ):
+        run_id = (await client.post("/runs", json={"agent": "helper", "input": "hold w"})).json()[
+            "id"
+        ]
+        await gate("w").entered.wait()
+        seen: list[dict[str, Any]] = []
+        keepalives = 0
+        async with client.stream("GET", f"/runs/{run_id}/events") as response:
+            async for line in response.aiter_lines():
+                if line == ": keepalive":
+                    keepalives += 1
+                if line.startswith("id: "):
+                    seen.append({"id": line[4:]})
+                if len(seen) == 2 and keepalives:
+                    break  # the client goes away mid-run
+        assert runs.running == (run_id,)
+        gate("w").release.set()
+        rest = await client.get(f"/runs/{run_id}/events", headers={"Last-Event-ID": seen[-1]["id"]})
+        kinds = [event["event"] for event in _events(rest.text)]
+        assert kinds == ["tool_end", "model_reply", "run_end"]
+        assert store.load(run_id).answer == "done: released w"
 
 
 def test_the_app_is_built_without_entering_the_service() -> None:

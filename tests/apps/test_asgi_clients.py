@@ -8,15 +8,9 @@ run that carries it out.
 
 from __future__ import annotations
 
-import socket
-from collections.abc import AsyncGenerator
-from contextlib import asynccontextmanager
 from typing import Any
 
-import anyio
-import httpx
 import pytest
-import uvicorn
 
 from orchestrator import Agent
 from orchestrator.apps import Runs, asgi_app
@@ -24,6 +18,7 @@ from orchestrator.permissions import ApproveLater
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
 from tests.apps.nodejs import run_client
+from tests.apps.serving import serving
 from tests.apps.test_runs import SENT, send, tree_agent
 
 pytestmark = [pytest.mark.anyio, pytest.mark.parametrize("anyio_backend", ["asyncio"])]
@@ -43,39 +38,9 @@ def _mailer() -> Agent:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@asynccontextmanager
-async def _serving(runs: Runs) -> AsyncGenerator[str]:
-    """`asgi_app(runs)` served by uvicorn on 127.0.0.1; its base URL."""
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(asgi_app(runs), host="127.0.0.1", port=port, log_level="error")
-    )
-    base = f"http://127.0.0.1:{port}"
-    async with anyio.create_task_group() as group:
-        group.start_soon(server.serve)
-        async with httpx.AsyncClient(base_url=base) as client:
-            with anyio.fail_after(10):
-                while True:
-                    try:
-                        await client.get("/runs")
-                        break
-                    except httpx.ConnectError:
-                        await anyio.sleep(0.02)
-        try:
-            yield base
-        finally:
-            server.should_exit = True
-
-
 async def test_agui_client_runs_an_agent_and_answers_its_interrupt() -> None:
     store = MemoryStore()
-    async with Runs([_mailer()], store) as runs, _serving(runs) as base:
+    async with Runs([_mailer()], store) as runs, serving(asgi_app(runs)) as base:
         read = await run_client("agui_http.mjs", f"{base}/agents/mailer/agui", "thread-1", "mail")
     first, second = read["runs"]
     assert first["error"] is None, first["error"]
@@ -93,7 +58,7 @@ async def test_agui_client_runs_an_agent_and_answers_its_interrupt() -> None:
 
 
 async def test_agui_client_sees_subagents_of_the_run() -> None:
-    async with Runs([tree_agent()], MemoryStore()) as runs, _serving(runs) as base:
+    async with Runs([tree_agent()], MemoryStore()) as runs, serving(asgi_app(runs)) as base:
         read = await run_client("agui_http.mjs", f"{base}/agents/parent/agui", "thread-2", "go")
     (run,) = read["runs"]
     assert run["error"] is None, run["error"]
@@ -103,7 +68,7 @@ async def test_agui_client_sees_subagents_of_the_run() -> None:
 
 async def test_vercel_chat_transport_reads_the_run_and_sends_the_approval() -> None:
     store = MemoryStore()
-    async with Runs([_mailer()], store) as runs, _serving(runs) as base:
+    async with Runs([_mailer()], store) as runs, serving(asgi_app(runs)) as base:
         read = await run_client("vercel_http.mjs", f"{base}/agents/mailer/vercel", "chat-1", "mail")
     first, second = read["replies"]
     assert first["errors"] == []

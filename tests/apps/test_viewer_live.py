@@ -7,16 +7,15 @@ a reload. Screenshots at 1400 and 800 px land in the artifacts folder.
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 
 import anyio
 import httpx
 import pytest
-import uvicorn
 
 from orchestrator.apps import Runs, asgi_app
 from stores import SQLiteStore
+from tests.apps.serving import serving
 from tests.apps.test_runs import GATES, SENT, gate, helper_agent
 from tests.viewer.cdp import Browser
 from tests.viewer.conftest import ARTIFACTS
@@ -57,38 +56,15 @@ async def test_the_viewer_is_mounted_read_only_and_follows_runs(tmp_path: Path) 
                 assert (await web.post("/viewer/api/runs", json={})).status_code == 405
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
 async def test_the_page_redraws_a_run_as_it_goes_on_without_a_reload(tmp_path: Path) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with SQLiteStore(tmp_path / "runs.db") as store:
-        async with Runs([helper_agent()], store) as runs:
-            port = _free_port()
-            server = uvicorn.Server(
-                uvicorn.Config(asgi_app(runs), host="127.0.0.1", port=port, log_level="error")
-            )
-            async with anyio.create_task_group() as group:
-                group.start_soon(server.serve)
-                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as web:
-                    with anyio.fail_after(10):  # the server binds in its own task
-                        while True:
-                            try:
-                                await web.get("/runs")
-                                break
-                            except httpx.ConnectError:
-                                await anyio.sleep(0.02)
-                handle = await runs.start("helper", "hold page")
-                await gate("page").entered.wait()
-                url = f"http://127.0.0.1:{port}/viewer/#/run/{handle.state_id}"
-                try:
-                    await anyio.to_thread.run_sync(_watch, url, handle.state_id, _release)
-                finally:
-                    server.should_exit = True
+        async with Runs([helper_agent()], store) as runs, serving(asgi_app(runs)) as base:
+            handle = await runs.start("helper", "hold page")
+            await gate("page").entered.wait()
+            url = f"{base}/viewer/#/run/{handle.state_id}"
+            await anyio.to_thread.run_sync(_watch, url, handle.state_id, _release)
 
 
 def _release() -> None:
