@@ -30,6 +30,7 @@ from ._runs import TooManyRunsError as TooManyRunsError
 if _typing.TYPE_CHECKING:
     from ._asgi import DEFAULT_HOSTS as DEFAULT_HOSTS
     from ._asgi import DEFAULT_MAX_BODY as DEFAULT_MAX_BODY
+    from ._asgi import SESSION_COOKIE as SESSION_COOKIE
     from ._asgi import asgi_app as asgi_app
     from ._asgi import run_json as run_json
 
@@ -39,6 +40,7 @@ __getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(
     {
         "DEFAULT_HOSTS": "._asgi",
         "DEFAULT_MAX_BODY": "._asgi",
+        "SESSION_COOKIE": "._asgi",
         "asgi_app": "._asgi",
         "run_json": "._asgi",
     },
@@ -49,6 +51,7 @@ __all__ = (
     "DEFAULT_MAX_BODY",
     "DEFAULT_MAX_RUNS",
     "LIVE_ONLY",
+    "SESSION_COOKIE",
     "DurableEvent",
     "EventId",
     "Followed",

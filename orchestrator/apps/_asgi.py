@@ -11,9 +11,13 @@ Routes (JSON in and out; a run is its root State's id):
     POST /runs/{id}/calls/{call_id}/deny         {"by"?, "reason"?} -> the run
     POST /agents/{agent}/agui                    an AG-UI RunAgentInput -> the run as AG-UI SSE
     POST /agents/{agent}/vercel                  an AI SDK chat request -> a UI message stream
+    POST /session                                {"token"} -> 204, a cookie that holds it
 
 Safe by default: only the Host names given are served (127.0.0.1 and localhost unless told
-otherwise); with a `token`, every request needs ``Authorization: Bearer <token>``; a request
+otherwise); with a `token`, every request needs ``Authorization: Bearer <token>``, or the
+cookie ``POST /session`` sets (HttpOnly, SameSite=Strict, for this browser session): a page
+cannot put a header on an ``EventSource``, so the viewer signs in that way. The viewer's page
+and its scripts hold no run data and load without the token, to ask for it. A request
 that changes something must send JSON (``Content-Type: application/json``) and, when a
 browser sends an ``Origin``, one that is allowed (the app's own, or one listed), so another
 site's page cannot start or approve runs; a body larger than `max_body` is refused. Bad input
@@ -23,6 +27,7 @@ gets a 4xx with ``{"error": "..."}`` that says what to send, never a 500.
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -47,13 +52,19 @@ from .._record._store_client import client_of
 from . import agui, vercel
 from ._runs import Followed, Following, RunInfo, Runs, TooManyRunsError
 
-__all__ = ("DEFAULT_HOSTS", "DEFAULT_MAX_BODY", "asgi_app", "run_json")
+__all__ = ("DEFAULT_HOSTS", "DEFAULT_MAX_BODY", "SESSION_COOKIE", "asgi_app", "run_json")
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 """The Host names served unless `hosts` is given: this machine only."""
 
 DEFAULT_MAX_BODY = 1 << 20
 """The largest request body read (bytes) unless `max_body` is given."""
+
+SESSION_COOKIE = "orchestrator_token"
+"""The cookie ``POST /session`` sets: it holds the token, for pages that cannot send headers."""
+
+_SHELL = re.compile(r"/viewer/?|/viewer/index\.html|/viewer/static/[A-Za-z0-9_.-]+")
+"""The viewer's page and scripts: no run data, served without the token so it can ask for it."""
 
 _KEEPALIVE = 15.0
 
@@ -130,13 +141,11 @@ class _Guard:
                 "This app does not serve that Host name: reach it by a listed one, or list"
                 " it in asgi_app(..., hosts=[...])."
             )
-        if self.token is not None:
-            given = headers.get("authorization", "")
-            scheme, _, credential = given.partition(" ")
-            if scheme.lower() != "bearer" or not secrets.compare_digest(
-                credential.strip().encode(), self.token.encode()
-            ):
-                return 401, "Send the service's token: Authorization: Bearer <token>."
+        if self.token is not None and not self._signed_in(scope, headers):
+            return 401, (
+                "Send the service's token: Authorization: Bearer <token> (or sign in with"
+                ' POST /session {"token": ...}, which sets a cookie).'
+            )
         if scope["method"] in ("GET", "HEAD", "OPTIONS"):
             return None
         origin = headers.get("origin")
@@ -149,6 +158,25 @@ class _Guard:
         if kind != "application/json":
             return 415, "Send the body as JSON, with Content-Type: application/json."
         return None
+
+    def _signed_in(self, scope: Scope, headers: Headers) -> bool:
+        """Whether the request may pass without a token check, or carries the token."""
+        assert self.token is not None
+        path = scope["path"].removeprefix(scope.get("root_path", ""))
+        if scope["method"] == "GET" and _SHELL.fullmatch(path):
+            return True
+        if scope["method"] == "POST" and path == "/session":
+            return True  # the route checks the token it is given
+        scheme, _, credential = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            return _same(credential.strip(), self.token)
+        cookie = Request(scope).cookies.get(SESSION_COOKIE)
+        return cookie is not None and _same(cookie, self.token)
+
+
+def _same(given: str, token: str) -> bool:
+    """Whether `given` is `token`, compared in constant time."""
+    return secrets.compare_digest(given.encode(), token.encode())
 
 
 def _host_name(host: str) -> str:
@@ -525,7 +553,25 @@ def asgi_app(
         info = await decide(run_id, call_id, by=_text(body, "by"), reason=_text(body, "reason"))
         return JSONResponse(run_json(info))
 
-    routes: list[BaseRoute] = []
+    async def session(request: Request) -> Response:
+        body = await _body(request, max_body)
+        given = _required_text(body, "token")
+        if token is None:
+            return Response(status_code=204)  # nothing to sign in to
+        if not _same(given, token):
+            return JSONResponse({"error": "That is not the service's token."}, 401)
+        answer = Response(status_code=204)
+        answer.set_cookie(
+            SESSION_COOKIE,
+            token,
+            path=request.scope.get("root_path") or "/",
+            secure=request.url.scheme == "https",
+            httponly=True,
+            samesite="strict",
+        )
+        return answer
+
+    routes: list[BaseRoute] = [Route("/session", _answering(session), methods=["POST"])]
     if viewer:
         routes.extend(_viewer_mount(runs, keepalive))
     return Starlette(

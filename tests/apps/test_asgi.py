@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from orchestrator import Agent
-from orchestrator.apps import Runs, asgi_app
+from orchestrator.apps import SESSION_COOKIE, Runs, asgi_app
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
 from tests.apps.serving import serving
@@ -293,6 +293,47 @@ async def test_a_token_guards_every_route() -> None:
         assert right.status_code == 200
     with pytest.raises(ValueError, match="at least 16"):
         asgi_app(runs, token="short")
+
+
+async def test_a_page_signs_in_with_the_token_and_its_cookie_opens_every_route() -> None:
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs, token=TOKEN) as client:
+        handle = await runs.start("helper", "say hi")
+        await handle.wait()
+        shell = [await client.get(path) for path in ("/viewer/", "/viewer/static/viewer.js")]
+        assert [page.status_code for page in shell] == [200, 200]  # no run data: asks for it
+        for path in ("/viewer/api/runs", f"/viewer/events/{handle.state_id}", "/runs"):
+            assert (await client.get(path)).status_code == 401, path
+        wrong = await client.post("/session", json={"token": "not-the-token-at-all"})
+        assert wrong.status_code == 401
+        assert "set-cookie" not in wrong.headers
+        assert (await client.post("/session", json={})).status_code == 400
+        foreign = await client.post(
+            "/session", json={"token": TOKEN}, headers={"Origin": "http://evil.example"}
+        )
+        assert foreign.status_code == 403
+        signed = await client.post("/session", json={"token": TOKEN})
+        assert signed.status_code == 204
+        cookie = signed.headers["set-cookie"]
+        assert cookie.startswith(f"{SESSION_COOKIE}={TOKEN};")
+        assert {"HttpOnly", "Path=/", "SameSite=strict"} <= {
+            part.strip() for part in cookie.split(";")
+        }
+        assert "Secure" not in cookie
+        assert "Max-Age" not in cookie
+        assert (await client.get("/runs")).status_code == 200  # the client keeps the cookie
+        events = await client.get(f"/viewer/events/{handle.state_id}")
+        assert events.status_code == 200
+        assert "event: run_end" in events.text
+        client.cookies.set(SESSION_COOKIE, "a-forged-cookie-value-here")
+        assert (await client.get("/runs")).status_code == 401
+        assert (await client.get("/viewer/api/runs")).status_code == 401
+
+
+async def test_a_session_on_an_app_without_a_token_sets_nothing() -> None:
+    async with Runs([helper_agent()], MemoryStore()) as runs, _client(runs) as client:
+        answer = await client.post("/session", json={"token": "anything-at-all-here"})
+        assert answer.status_code == 204
+        assert "set-cookie" not in answer.headers
 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only

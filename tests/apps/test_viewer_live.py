@@ -99,3 +99,45 @@ def _watch(url: str, run_id: str, release: object) -> None:
         assert all(url.startswith("http://127.0.0.1:") for url in browser.requested())
         assert browser.problems() == []
         assert run_id
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
+async def test_with_a_token_the_page_asks_for_it_then_follows_the_run(tmp_path: Path) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    token = "a-token-for-the-viewer-page"
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        async with (
+            Runs([helper_agent()], store) as runs,
+            serving(asgi_app(runs, token=token)) as base,
+        ):
+            handle = await runs.start("helper", "hold signin")
+            await gate("signin").entered.wait()
+            url = f"{base}/viewer/#/run/{handle.state_id}"
+            await anyio.to_thread.run_sync(_sign_in, url, token, _release_sign_in)
+
+
+def _release_sign_in() -> None:
+    anyio.from_thread.run_sync(gate("signin").release.set)
+
+
+def _sign_in(url: str, token: str, release: object) -> None:
+    """In a worker thread: a wrong token is said, the right one shows the run, then it goes on."""
+    assert callable(release)
+    with Browser(width=1400, height=1000) as browser:
+        browser.open(url, "document.body.dataset.state === 'sign-in'")
+        assert browser.evaluate("document.getElementById('run-list').children.length") == 0
+        browser.screenshot(ARTIFACTS / "live-sign-in.png")
+        submit = "document.querySelector('#sign-in button').click()"
+        browser.evaluate(f"document.getElementById('token').value = 'wrong-token'; {submit}")
+        browser.wait_for("!document.getElementById('sign-in-error').hidden")
+        said = browser.evaluate("document.getElementById('sign-in-error').textContent")
+        assert said == "That is not the service's token."
+        browser.evaluate(f"document.getElementById('token').value = {token!r}; {submit}")
+        browser.wait_for("document.body.dataset.state === 'ready'", timeout=20)
+        assert browser.evaluate("document.getElementById('sign-in').hidden") is True
+        badge = "document.querySelector('#run-list .run [class*=status]')"
+        assert browser.evaluate(f"{badge} && {badge}.textContent") == "open"
+        release()  # the run goes on: the event stream, signed in by the cookie, redraws it
+        browser.wait_for(f"{badge} && {badge}.textContent === 'answered'", timeout=20)
+        assert browser.evaluate("document.cookie") == ""  # HttpOnly: no script reads it
+        browser.screenshot(ARTIFACTS / "live-signed-in.png")

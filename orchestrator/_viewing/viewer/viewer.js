@@ -27,10 +27,47 @@ function el(tag, attrs, ...children) {
 }
 
 async function getJSON(path) {
-  const response = await fetch(path, { cache: "no-store" });
+  let response = await fetch(path, { cache: "no-store" });
+  if (response.status === 401) {
+    await signIn();
+    response = await fetch(path, { cache: "no-store" });
+  }
   const body = await response.json();
   if (!response.ok) throw new Error(body.error || `${response.status} ${response.statusText}`);
   return body;
+}
+
+// An app served with a token answers 401 until the page signs in: the form asks for the token
+// and POSTs it to the app's /session, which sets a cookie (an EventSource cannot send a header).
+// Resolves once the app took the token.
+function signIn() {
+  const form = document.getElementById("sign-in");
+  const input = document.getElementById("token");
+  const said = document.getElementById("sign-in-error");
+  form.hidden = false;
+  document.body.dataset.state = "sign-in";
+  input.focus();
+  return new Promise((resolve) => {
+    form.onsubmit = async (submitted) => {
+      submitted.preventDefault();
+      const response = await fetch("../session", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ token: input.value }),
+      });
+      if (response.ok) {
+        form.hidden = true;
+        input.value = "";
+        said.hidden = true;
+        document.body.dataset.state = "loading";
+        resolve();
+        return;
+      }
+      const body = await response.json().catch(() => ({}));
+      said.textContent = body.error || `${response.status} ${response.statusText}`;
+      said.hidden = false;
+    };
+  });
 }
 
 // -- formatting --------------------------------------------------------------------------------
