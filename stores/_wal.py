@@ -41,8 +41,11 @@ class WalIndex:
         """Open the index of the SQLite file at `path`.
 
         Raises:
-            OSError: There is no index file (the file is not open in WAL mode).
+            OSError: There is no index file (the file is not open in WAL mode), or this system
+                has no ``os.pread`` (Windows).
         """
+        if not hasattr(os, "pread"):
+            raise OSError("os.pread is not available here")
         self._fd: int | None = os.open(path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
 
     def frames(self) -> tuple[int, int] | None:

@@ -10,6 +10,7 @@ follows it. Orderings are forced with pipes and events, never with timing.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from orchestrator import Agent, Message, State
 from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
+from stores._wal import WalIndex
 from stores.backend import NowaitBatchStore
 from tests.doubles import add
 
@@ -313,3 +315,46 @@ async def test_another_process_follows_what_the_loop_committed(tmp_path: Path, p
         )
         assert done.returncode == 0, done.stderr.decode()
         assert done.stdout.decode().split() == [str(len(state.history)), "True"]
+
+
+def test_the_wal_index_reads_what_sqlite_reports(path: Path) -> None:
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA wal_autocheckpoint = 0")
+        db.execute("CREATE TABLE t (x)")
+        wal = WalIndex(str(path))
+        for i in range(5):
+            db.execute("INSERT INTO t VALUES (?)", (i,))
+        frames = wal.frames()
+        busy, log, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        assert (busy, copied) == (0, log)
+        assert frames == (log, 0)  # before the checkpoint: none copied back
+        assert wal.frames() == (log, log)
+        db.execute("INSERT INTO t VALUES (5)")  # the log starts again
+        assert wal.frames() == (1, 0)
+        wal.close()
+        assert wal.frames() is None
+    finally:
+        db.close()
+
+
+def test_an_index_that_is_missing_is_refused(path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        WalIndex(str(path))  # no file open in WAL mode: no -shm
+
+
+@pytest.mark.anyio
+async def test_without_a_readable_index_every_save_goes_to_the_thread(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delattr(os, "pread")  # as on Windows
+    with WhereStore(path) as store:
+        store.list()
+        client = client_of(store)
+        state = State(id="s", messages=[Message.user("one")])
+        await client.save(state)
+        state.add_message(Message.user("two"))
+        await client.save(state)
+        assert store.where == ["thread", "thread"]
+        assert [m.text for m in store.load("s").messages] == ["one", "two"]
