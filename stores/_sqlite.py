@@ -348,7 +348,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
     def _drive(self, plan: Plan[_T], state_id: str | None, *, nowait: WalIndex | None) -> _T:
         """`_run`, the lock held; with `nowait`, `_WouldWait` where a step could wait.
 
-        A plan run in a worker thread (`nowait` None) then checkpoints the log if it is due.
+        A plan that wrote, run in a worker thread (`nowait` None), then checkpoints the log if
+        it is due: where SQLite's automatic checkpoint would run, after a commit.
         """
         try:
             connection = self._connect()
@@ -356,14 +357,16 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
                 execute: Callable[[Operation], Any] = functools.partial(_execute, connection)
             else:
                 execute = _Nowait(connection, nowait)
+            changes = connection.total_changes
             try:
                 result = run_plan(plan, execute)
             except BaseException:
                 if connection.in_transaction:
                     connection.execute(ROLLBACK)
                 raise
-            if nowait is None and self._wal is not None:
-                _checkpoint_if_due(connection, self._wal)
+            wal = self._wal
+            if nowait is None and wal is not None and connection.total_changes != changes:
+                _checkpoint_if_due(connection, wal)
             return result
         except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
             raise backend_error(self._where, error, state_id) from error

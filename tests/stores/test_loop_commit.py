@@ -358,3 +358,24 @@ async def test_without_a_readable_index_every_save_goes_to_the_thread(
         await client.save(state)
         assert store.where == ["thread", "thread"]
         assert [m.text for m in store.load("s").messages] == ["one", "two"]
+
+
+def test_only_a_write_checkpoints_a_long_log(path: Path) -> None:
+    with SQLiteStore(path) as store:
+        state = State(id="s", messages=[Message.user("one")])
+        store.save(state)
+        padding(path, 1200)
+        wal = WalIndex(str(path))
+        try:
+            store.load("s")
+            store.list()
+            frames, copied = wal.frames() or (0, 0)
+            assert frames >= 1000
+            assert copied == 0  # reads leave the log as it is
+            state.add_message(Message.user("two"))
+            store.save(state)  # a write, in this (the calling) thread: the checkpoint is due
+            frames, copied = wal.frames() or (0, 0)
+            assert frames >= 1000
+            assert copied == frames
+        finally:
+            wal.close()
