@@ -119,8 +119,14 @@ __all__ = (
     "BUSY_RETRY_PAUSE",
     "BUSY_RETRY_SECONDS",
     "BUSY_TIMEOUT_MS",
+    "CHECKPOINT",
+    "CHECKPOINT_FRAMES",
+    "COMMIT",
     "ISOLATION_LEVEL",
     "ROLLBACK",
+    "SET_BUSY_TIMEOUT",
+    "SET_NO_AUTOCHECKPOINT",
+    "SET_NO_BUSY_WAIT",
     "SQLITE_LEASES",
     "SQLITE_LEASE_TABLE",
     "backend_error",
@@ -165,6 +171,16 @@ SET_WAL = "PRAGMA journal_mode = WAL"
 # NORMAL in WAL mode: a committed save survives a crash of the process; a power cut may lose
 # the last saves but never damages the file.
 SET_SYNCHRONOUS = "PRAGMA synchronous = NORMAL"
+
+# A commit on the event loop (`SQLiteStore.save_many_nowait`) must never wait: it tries the
+# write lock once (no busy wait), and no checkpoint runs inside a commit (`SQLiteStore` turns
+# automatic checkpoints off and runs them itself, in its worker thread, once the log holds
+# `CHECKPOINT_FRAMES` frames: when SQLite's automatic one would).
+SET_NO_BUSY_WAIT = "PRAGMA busy_timeout = 0"
+SET_NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint = 0"
+CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
+CHECKPOINT_FRAMES = 1000
+"""SQLite's default automatic checkpoint: a log this long is copied back into the file."""
 
 # -- transactions ----------------------------------------------------------------------------
 

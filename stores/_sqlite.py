@@ -8,12 +8,13 @@ thread and so work on asyncio and trio. The SQL and the steps of each call are t
 from __future__ import annotations
 
 import builtins
+import functools
 import os
 import sqlite3
 import threading
 import time
 import urllib.parse
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import anyio
@@ -26,8 +27,14 @@ from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
+    CHECKPOINT,
+    CHECKPOINT_FRAMES,
+    COMMIT,
     ISOLATION_LEVEL,
     ROLLBACK,
+    SET_BUSY_TIMEOUT,
+    SET_NO_AUTOCHECKPOINT,
+    SET_NO_BUSY_WAIT,
     SQLITE_LEASES,
     backend_error,
     count_plan,
@@ -48,6 +55,7 @@ from ._sql import (
     tree_end_plan,
     tree_entries_plan,
 )
+from ._wal import WalIndex
 from .backend import (
     TailCache,
     check_after,
@@ -58,6 +66,9 @@ from .backend import (
 )
 
 _T = TypeVar("_T")
+
+NOWAIT_STATES = 16
+"""The most States `save_many_nowait` writes on the event loop; a larger batch goes to a thread."""
 
 __all__ = ("SQLiteStore", "refuse_folder")
 
@@ -97,6 +108,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         self._lock = threading.Lock()
         self._known = TailCache()  # what its connection stored
         self._connection: sqlite3.Connection | None = None
+        self._wal: WalIndex | None = None  # its log's index, once connected (None: unreadable)
         self._closed = False
         self._limiters = OneAtATime()  # its worker threads: one call at a time
 
@@ -140,6 +152,43 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
     async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """`save_many` in a worker thread (`orchestrator.AsyncBatchStore`)."""
         return await self._offload(self.save_many, states)
+
+    def save_many_nowait(self, states: Sequence[State]) -> dict[int, ValueError] | None:
+        """`save_many`, if it can run now without waiting; None, with nothing written, if not.
+
+        The core tries it on the event loop before it sends the batch to a worker thread
+        (`stores.backend.NowaitBatchStore`). It writes only when nothing can make it wait: the
+        batch is small (at most `NOWAIT_STATES` States, few entries), no thread of this store
+        is using the connection, the file's write lock is free at once (another process
+        holding it gives None, never a busy wait), and the commit only appends to the
+        write-ahead log, which ``synchronous = NORMAL`` does not fsync (no checkpoint is due,
+        and the log is not starting again, which syncs its header).
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved).
+            StoreError: SQLite failed: none of the States is saved.
+        """
+        if len(states) > NOWAIT_STATES or not self._lock.acquire(blocking=False):
+            return None
+        try:
+            connection, wal = self._connection, self._wal
+            if connection is None or wal is None or not _appends(wal):
+                return None
+            plan = save_many_plan(states, self, self._where, self._known)
+            try:
+                connection.execute(SET_NO_BUSY_WAIT)
+                try:
+                    return self._drive(plan, None, nowait=wal)
+                finally:
+                    connection.execute(SET_BUSY_TIMEOUT)
+            except _WouldWait:
+                return None
+            except sqlite3.Error as error:
+                raise backend_error(self._where, error, None) from error
+            finally:
+                plan.close()
+        finally:
+            self._lock.release()
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
@@ -278,6 +327,9 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
+            if self._wal is not None:
+                self._wal.close()
+                self._wal = None
 
     # -- running plans ------------------------------------------------------------------------
 
@@ -291,18 +343,35 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         `state_id` if the call is about one State.
         """
         with self._lock:
+            return self._drive(plan, state_id, nowait=None)
+
+    def _drive(self, plan: Plan[_T], state_id: str | None, *, nowait: WalIndex | None) -> _T:
+        """`_run`, the lock held; with `nowait`, `_WouldWait` where a step could wait.
+
+        A plan that wrote, run in a worker thread (`nowait` None), then checkpoints the log if
+        it is due: where SQLite's automatic checkpoint would run, after a commit.
+        """
+        try:
+            connection = self._connect()
+            if nowait is None:
+                execute: Callable[[Operation], Any] = functools.partial(_execute, connection)
+            else:
+                execute = _Nowait(connection, nowait)
+            changes = connection.total_changes
             try:
-                connection = self._connect()
-                try:
-                    return run_plan(plan, lambda operation: _execute(connection, operation))
-                except BaseException:
-                    if connection.in_transaction:
-                        connection.execute(ROLLBACK)
-                    raise
-            except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
-                raise backend_error(self._where, error, state_id) from error
-            finally:
-                plan.close()
+                result = run_plan(plan, execute)
+            except BaseException:
+                if connection.in_transaction:
+                    connection.execute(ROLLBACK)
+                raise
+            wal = self._wal
+            if nowait is None and wal is not None and connection.total_changes != changes:
+                _checkpoint_if_due(connection, wal)
+            return result
+        except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
+            raise backend_error(self._where, error, state_id) from error
+        finally:
+            plan.close()
 
     def _lease_statements(self) -> LeaseSql:
         return SQLITE_LEASES
@@ -321,6 +390,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         )
         try:
             run_plan(open_plan(self._where), lambda operation: _execute(connection, operation))
+            self._wal = _wal_index(connection, self._path)
         except BaseException:
             connection.close()
             raise
@@ -358,3 +428,74 @@ def _execute(connection: sqlite3.Connection, operation: Operation) -> Any:
         return connection.executemany(operation.sql, operation.rows).rowcount
     assert isinstance(operation, Work)
     return operation.func()
+
+
+def _wal_index(connection: sqlite3.Connection, path: str) -> WalIndex | None:
+    """The index of the file's log, with automatic checkpoints off; None if it cannot be read.
+
+    Without a readable index nothing can tell that a commit will not sync, so no save runs on
+    the event loop and SQLite keeps checkpointing by itself.
+    """
+    try:
+        wal = WalIndex(path)
+    except OSError:
+        return None
+    if wal.frames() is None:
+        wal.close()
+        return None
+    connection.execute(SET_NO_AUTOCHECKPOINT)
+    return wal
+
+
+def _checkpoint_if_due(connection: sqlite3.Connection, wal: WalIndex) -> None:
+    """Copy the log back into the file (PASSIVE) once it is `CHECKPOINT_FRAMES` long.
+
+    It runs where SQLite's automatic checkpoint would, after a commit, but only in a worker
+    thread (or sync code): never inside a commit made on the event loop.
+    """
+    frames = wal.frames()
+    if frames is not None and frames[0] >= CHECKPOINT_FRAMES:
+        connection.execute(CHECKPOINT).fetchall()
+
+
+def _appends(wal: WalIndex) -> bool:
+    """Whether a commit now only appends to the log, with no sync.
+
+    The log must hold frames not all copied back (else it starts again, and syncs its header)
+    and fewer than `CHECKPOINT_FRAMES` (else a checkpoint is due).
+    """
+    frames = wal.frames()
+    return frames is not None and frames[1] < frames[0] < CHECKPOINT_FRAMES
+
+
+class _WouldWait(Exception):
+    """A save on the event loop would have to wait: it is rolled back and goes to a thread."""
+
+
+class _Nowait:
+    """`_execute` for a save on the event loop: any step that could wait raises `_WouldWait`.
+
+    Those are: SQLite answering "database is locked" (another connection holds the write lock;
+    the busy timeout is 0), heavy work meant for a thread, and a commit that would not only
+    append to the log (checked with the write lock held, so no other writer moves the log).
+    """
+
+    __slots__ = ("_connection", "_wal")
+
+    def __init__(self, connection: sqlite3.Connection, wal: WalIndex) -> None:
+        self._connection = connection
+        self._wal = wal
+
+    def __call__(self, operation: Operation) -> Any:
+        if isinstance(operation, Work) and operation.heavy:
+            raise _WouldWait
+        if isinstance(operation, Query) and (
+            operation.retry_busy or (operation.sql == COMMIT and not _appends(self._wal))
+        ):
+            raise _WouldWait
+        try:
+            return _execute(self._connection, operation)
+        except sqlite3.OperationalError as error:
+            if is_busy(error):
+                raise _WouldWait from None
+            raise

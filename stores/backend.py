@@ -9,6 +9,9 @@ A backend (ours, or yours: see the stores guide) implements `orchestrator.Store`
 - `recover_state`: close a turn a crash cut off, when a State is loaded;
 - `validate_id`: check an id (of a State, a parent, an agent) before any I/O.
 
+A batch store (`orchestrator.BatchStore`) may also be a `NowaitBatchStore`: the core then tries
+each batch on the event loop first, and the store declines (None) whenever it would wait.
+
 And it keeps the rules every backend keeps with these:
 
 - `continuation`: what a save may write after the stored `Tail` (new entries, encoded, with
@@ -49,7 +52,7 @@ import anyio
 
 from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from orchestrator._record._state import bind_state, recover_state, storage_view, validate_id
-from orchestrator._record._storage import StorageView
+from orchestrator._record._storage import NowaitBatchStore, StorageView
 from orchestrator._tooling._memory import validate_key, validate_space
 
 from ._codec import (
@@ -66,6 +69,7 @@ _E = TypeVar("_E")
 
 __all__ = (
     "Continuation",
+    "NowaitBatchStore",
     "StorageView",
     "Tail",
     "TailCache",

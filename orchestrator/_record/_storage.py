@@ -56,6 +56,7 @@ __all__ = (
     "BatchStore",
     "Followable",
     "MemoryBackend",
+    "NowaitBatchStore",
     "StateInfo",
     "StorageView",
     "Store",
@@ -298,6 +299,29 @@ class BatchStore(Protocol):
         A State the store refuses (it does not continue the history stored under its id) is
         left out, and its `ValueError` is returned under its position in `states`; the others
         are saved and bound. So one bad State does not sink the others.
+
+        Raises:
+            TypeError: An item is not a State (nothing is saved).
+            StoreError: The store failed: none of the States is saved.
+        """
+        ...
+
+
+@runtime_checkable
+class NowaitBatchStore(Protocol):
+    """A batch store that can save on the event loop when the save would not wait (optional).
+
+    The core tries `save_many_nowait` on the event loop first and, when it returns None, saves
+    the batch in a worker thread as it would without it. A thread hop costs more than a small
+    commit that blocks on nothing (`stores.SQLiteStore`: the write lock free, no fsync).
+    """
+
+    def save_many_nowait(self, states: Sequence[State]) -> dict[int, ValueError] | None:
+        """`BatchStore.save_many` if nothing makes it wait; else None, and nothing is written.
+
+        It must return None, at once and with nothing written, whenever the save would have to
+        wait: on a lock another thread or process holds, on the disk (an fsync), or on work
+        too long for the event loop. Returning the refused States' errors means it saved.
 
         Raises:
             TypeError: An item is not a State (nothing is saved).

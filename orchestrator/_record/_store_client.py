@@ -13,7 +13,9 @@ raises `TypeError` naming the method.
 
 A store that saves several States in one transaction (`BatchStore`, `AsyncBatchStore`) is
 saved through a group commit (`_group_commit`): the saves made at once on an event loop go out
-together. One without it is saved one State at a time. A store has one client while
+together. One without it is saved one State at a time. A store that can also save a batch on
+the event loop when nothing would wait there (`NowaitBatchStore`) is asked that first; when it
+declines, the batch goes to its usual flush (a worker thread). A store has one client while
 anything holds it, so all its saves share one group commit per event loop.
 """
 
@@ -36,6 +38,7 @@ from ._storage import (
     AsyncStore,
     BatchStore,
     MemoryBackend,
+    NowaitBatchStore,
     StateInfo,
     Store,
 )
@@ -199,6 +202,8 @@ def _resolve(store: AnyStore) -> StoreClient:
         batch = store.asave_many
     elif isinstance(store, BatchStore) and not declared:
         batch = _threaded(store.save_many)
+    if batch is not None and isinstance(store, NowaitBatchStore) and not declared:
+        batch = _nowait_first(store.save_many_nowait, batch)
     if batch is not None:
         save_many = batch
         save = GroupCommits(batch).save
@@ -235,6 +240,20 @@ def _resolve(store: AnyStore) -> StoreClient:
         memory_scan=_pick_memory(store, "memory_scan"),
         memory_put=_pick_memory(store, "memory_put"),
     )
+
+
+def _nowait_first(
+    nowait: Callable[[Sequence[State]], dict[int, ValueError] | None], flush: Flush
+) -> Flush:
+    """Save a batch with `nowait` on the event loop; if it declines (None), with `flush`."""
+
+    async def save_many(states: Sequence[State]) -> dict[int, ValueError]:
+        refused = nowait(states)
+        if refused is None:
+            return await flush(states)
+        return refused
+
+    return save_many
 
 
 async def _one_by_one(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from orchestrator import Agent, Message, State
 from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
+from stores.backend import NowaitBatchStore
 from tests.doubles import AsyncOnlyStore, ThreadCheckedStore
 
 
@@ -18,11 +20,12 @@ def test_an_async_store_is_called_directly_with_no_wrapper_per_call(tmp_path: Pa
     store = SQLiteStore(tmp_path / "runs.db")
     client = client_of(store)
     # The resolved call is the store's own async twin: a call is one call and one await.
-    assert client.batches
-    assert client.save_many == store.asave_many  # its saves go out in batches
+    assert client.batches  # its saves go out in batches (tried on the loop first: below)
     assert client.load == store.aload
     assert client.memory_put == store.amemory_put
     store.close()
+    aio = AioSQLiteStore(tmp_path / "aio.db")
+    assert client_of(aio).save_many == aio.asave_many
     plain = MemoryStore()  # no batch save: a save is the store's own
     assert not client_of(plain).batches
     assert client_of(plain).save == plain.asave
@@ -64,6 +67,45 @@ def test_async_only_stores_are_known_by_their_declaration_or_their_methods(
     assert not sync.is_async
     assert not sync.keeps_memory
     assert isinstance(sync.sync_store("unused"), ThreadCheckedStore)
+
+
+class NowaitStore(MemoryStore):
+    """A batch store that saves on the loop (`save_many_nowait`) unless told to decline."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.decline = False
+        self.calls: list[tuple[str, int, int]] = []  # (where, States, thread id)
+
+    def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
+        self.calls.append(("thread", len(states), threading.get_ident()))
+        for state in states:
+            self.save(state)
+        return {}
+
+    def save_many_nowait(self, states: Sequence[State]) -> dict[int, ValueError] | None:
+        self.calls.append(("loop", len(states), threading.get_ident()))
+        if self.decline:
+            return None
+        return self.save_many(states)
+
+
+@pytest.mark.anyio
+async def test_a_nowait_batch_store_is_tried_on_the_loop_then_in_a_thread() -> None:
+    store = NowaitStore()
+    assert isinstance(store, NowaitBatchStore)
+    client = client_of(store)
+    here = threading.get_ident()
+    await client.save(State(id="a"))  # saved on the loop: no thread
+    assert [(where, n) for where, n, _ in store.calls] == [("loop", 1), ("thread", 1)]
+    assert {ident for _, _, ident in store.calls} == {here}
+    store.calls.clear()
+    store.decline = True  # it would wait: the batch goes to save_many in a worker thread
+    assert await client.save_many([State(id="b"), State(id="c")]) == {}
+    assert [(where, n) for where, n, _ in store.calls] == [("loop", 2), ("thread", 2)]
+    assert store.calls[0][2] == here
+    assert store.calls[1][2] != here
+    assert {info.id for info in store.list()} == {"a", "b", "c"}
 
 
 @pytest.mark.anyio
