@@ -50,6 +50,7 @@ from ._sql import (
 )
 from .backend import (
     TailCache,
+    Wakeups,
     check_after,
     check_limit,
     check_state,
@@ -96,6 +97,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
         self._known = TailCache()  # what its connection stored
+        self._wakeups = Wakeups()  # its followers, woken by its own saves
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         self._limiters = OneAtATime()  # its worker threads: one call at a time
@@ -124,6 +126,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
                 or the file has another format version.
         """
         self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
+        self._wakeups.saved(((state.id, state.parent_id),))
 
     def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """Save each of `states` as `save` does, in one transaction; the refused, by position.
@@ -135,7 +138,9 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
             TypeError: An item is not a State (nothing is saved).
             StoreError: SQLite failed: none of the States is saved.
         """
-        return self._run(save_many_plan(states, self, self._where, self._known))
+        refused = self._run(save_many_plan(states, self, self._where, self._known))
+        self._wakeups.saved((state.id, state.parent_id) for state in states)
+        return refused
 
     async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """`save_many` in a worker thread (`orchestrator.AsyncBatchStore`)."""
@@ -193,6 +198,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         return await poll_entries(
             lambda: self.aentries(state_id, after=after),
             lambda: self._offload(self._run, count_plan(state_id)),
+            watching=self._wakeups.watching(state_id),
         )
 
     # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
@@ -251,6 +257,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         return await poll_entries(
             lambda: self.atree_entries(root_id, after=after, limit=limit),
             lambda: self._offload(self._run, tree_end_plan(root_id)),
+            watching=self._wakeups.watching(root_id),
         )
 
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------

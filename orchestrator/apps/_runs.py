@@ -872,7 +872,7 @@ class Following:
             self._ended = not page
             return
         waits = (_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
-        if self._elsewhere is None:
+        if self._elsewhere is None or changed is not None:  # its end here wakes the wait
             await _either(*waits)
         else:
             with anyio.move_on_after(self._recheck):  # a process that dies saves nothing more
