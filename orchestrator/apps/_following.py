@@ -28,8 +28,8 @@ __all__ = ("Followed", "Following", "Live")
 class Live(Protocol):
     """What a follower reads of a run running in this service (`Runs`' own record of it).
 
-    `deltas` are the text deltas of replies still streaming, each numbered; `changed` is set
-    (and replaced) on each new delta and at the run's end; `done` is set once it ended.
+    `deltas` are the text deltas of replies still streaming, each numbered; each of
+    `watchers` is called on each new delta and at the run's end; `done` is set once it ended.
     """
 
     @property
@@ -38,8 +38,8 @@ class Live(Protocol):
         ...
 
     @property
-    def changed(self) -> anyio.Event:
-        """Set (and replaced) on each new delta and at the run's end."""
+    def watchers(self) -> set[Callable[[], object]]:
+        """Called on each new delta and at the run's end (on the service's event loop)."""
         ...
 
     @property
@@ -364,55 +364,41 @@ class Following:
             return
         follower.check_found(self._after)
         running = self._run_here(root)
-        changed: anyio.Event | None = None
         if running is not None:
             if follower.partial:
                 await self._learn_live(feed, follower, running)
             self._pending.extend(follower.live(running, self._boot))
-            if not running.done.is_set():
-                changed = running.changed
+            if running.done.is_set():
+                running = None
         if self._pending:
             return
-        if changed is None and follower.ended is None:
+        if running is not None:
+            # Wait in this task for the next save of the tree, or the run's next delta or end
+            # (which cancels the wait): no task of its own for either.
+            with anyio.CancelScope() as scope:
+                running.watchers.add(scope.cancel)
+                try:
+                    await feed.await_tree_entries(root, after=self._cursor, limit=1)
+                finally:
+                    running.watchers.discard(scope.cancel)
+            return
+        if follower.ended is None:
             # Resumed, and the root not met since: its history says. Its entries read may be
             # past the cursor, so the feed is read once more before anything ends.
             follower.ended = await self._root_ended(feed, root)
             return
-        if changed is None and follower.ended:
+        if follower.ended:
             self._ended = True
             return
-        if changed is None and self._elsewhere is not None and not await self._elsewhere(root):
+        if self._elsewhere is not None and not await self._elsewhere(root):
             # Nothing runs it anywhere. Its owner saves before it gives the lease back, so one
             # more read has all there is (a process that died left what it had saved).
             page = await feed.atree_entries(root, after=self._cursor, limit=_PAGE)
             await self._read(feed, follower, page)
             self._ended = not page
             return
-        waits = (_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
-        if self._elsewhere is None or changed is not None:  # its end here wakes the wait
-            await _either(*waits)
+        if self._elsewhere is None:
+            await feed.await_tree_entries(root, after=self._cursor, limit=1)
         else:
             with anyio.move_on_after(self._recheck):  # a process that dies saves nothing more
-                await _either(*waits)
-
-
-def _awaiter(
-    feed: AsyncTreeFollowable, root: str, cursor: str | None
-) -> Callable[[], Awaitable[object]]:
-    """A wait for the tree of `root` to have entries after `cursor`."""
-    return lambda: feed.await_tree_entries(root, after=cursor, limit=1)
-
-
-async def _either(
-    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]] | None
-) -> None:
-    """Wait until `first()` or `second()` (if any) returns; the other is cancelled."""
-    async with anyio.create_task_group() as group:
-
-        async def wait(function: Callable[[], Awaitable[object]]) -> None:
-            await function()
-            group.cancel_scope.cancel()
-
-        group.start_soon(wait, first)
-        if second is not None:
-            group.start_soon(wait, second)
+                await feed.await_tree_entries(root, after=self._cursor, limit=1)

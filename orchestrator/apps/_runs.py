@@ -22,7 +22,7 @@ import os
 import secrets
 import socket
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -141,11 +141,11 @@ class _Running:
 
     It keeps the text deltas of its tree's replies still streaming (`deltas`, each numbered by
     `seq`), the live part a follower adds to the stored events; a reply's deltas go once the
-    reply is recorded, as it is then stored whole. `changed` is set (and replaced) on each new
-    delta and at the run's end, to wake followers.
+    reply is recorded, as it is then stored whole. Each of `watchers` (a waiting follower's
+    wake-up) is called on each new delta and at the run's end.
     """
 
-    __slots__ = ("agent", "changed", "deltas", "done", "error", "scope", "seq", "state")
+    __slots__ = ("agent", "deltas", "done", "error", "scope", "seq", "state", "watchers")
 
     def __init__(self, agent: Agent, state: State) -> None:
         self.agent = agent
@@ -155,7 +155,7 @@ class _Running:
         self.error: BaseException | None = None
         self.deltas: builtins.list[tuple[int, TextDelta]] = []
         self.seq = 0
-        self.changed = anyio.Event()
+        self.watchers: set[Callable[[], object]] = set()
 
     def take(self, event: Event) -> None:
         """Keep what followers need of a live event of the run."""
@@ -168,8 +168,9 @@ class _Running:
             self.deltas = [item for item in self.deltas if item[1].state_id != replied]
 
     def wake(self) -> None:
-        changed, self.changed = self.changed, anyio.Event()
-        changed.set()
+        """Wake the followers waiting for this run (on the service's event loop)."""
+        for watcher in tuple(self.watchers):
+            watcher()
 
 
 @dataclass(frozen=True, slots=True)
