@@ -11,13 +11,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
 
-from .._apps._durable import DurableEvent, EventId, HistoryEvents
+from .._apps._durable import DurableEvent, EventId, HistoryEvents, progress_after
 from .._apps._events import Event, TextDelta
 from .._record._history import HistoryEntry
 from .._record._storage import AsyncFollowable, AsyncTreeFollowable, TreeEntry
@@ -151,10 +151,27 @@ class _Follower:
                     self.ended = durable.event.kind == "run_end"
         return events
 
-    def resume(self, state_id: str, entries: Iterable[HistoryEntry]) -> None:
-        """Read the entries of `state_id` a resumed client saw before, giving nothing."""
+    def resume(self, state_id: str, entries: Sequence[HistoryEntry]) -> None:
+        """Read the first entries of `state_id`, the ones a resumed client saw: no event made.
+
+        The State's reader takes the progress after them (`progress_after`); its link, last
+        reply and (for the root) whether its last run ended come from the same entries.
+        """
+        reader = self.readers.get(state_id)
+        if reader is None:
+            reader = self.readers[state_id] = HistoryEvents(state_id)
+        reader.progress = progress_after(entries, reader.progress)
+        started = False
         for entry in entries:
-            self.learn(state_id, entry)
+            if entry.kind == "run_start":
+                started = True
+                if reader.parent_id is None:
+                    reader.parent_id = entry.content.parent_id
+                    reader.parent_call_id = entry.content.parent_call_id
+            elif entry.kind == "model_reply":
+                self.replied[state_id] = max(self.replied.get(state_id, 0), entry.turn)
+        if state_id == self.root and started:
+            self.ended = not reader.progress.running
 
     def unknown(self, page: Sequence[TreeEntry]) -> dict[str, int]:
         """The States of `page` met past their first entry with nothing of them read yet.
@@ -341,13 +358,9 @@ class Following:
 
     async def _root_ended(self, feed: AsyncTreeFollowable, root: str) -> bool:
         """Whether the root's last run has ended, from its own history (a resumed follower)."""
-        reader = HistoryEvents(root)
-        ended = False
-        for entry in await self._entries(feed, root):
-            for durable in reader.read(entry):
-                if durable.event.kind in ("run_start", "run_end"):
-                    ended = durable.event.kind == "run_end"
-        return ended
+        entries = await self._entries(feed, root)
+        started = any(entry.kind == "run_start" for entry in entries)
+        return started and not progress_after(entries).running
 
     async def _step(self) -> None:
         """Add what comes next to `_pending`, waiting for it if need be; or end."""

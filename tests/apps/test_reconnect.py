@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator import TreeEntry
+from orchestrator import StoppedByApproval, TreeEntry
+from orchestrator._apps._durable import HistoryEvents, progress_after
 from orchestrator.apps import Followed, Runs
 from stores import MemoryStore, SQLiteStore
-from tests.apps.test_runs import tree_agent
+from tests.apps.test_runs import helper_agent, tree_agent
 
 pytestmark = pytest.mark.anyio
 
@@ -100,3 +101,27 @@ async def test_an_id_naming_another_run_or_a_missing_entry_is_refused() -> None:
             await _all(runs, first.state_id, after=f"{cursor}/{state_id}:{int(index) + 9}:0")
         with pytest.raises(ValueError, match="not an event id of run"):
             await _all(runs, first.state_id, after=f"{cursor}/nobody:{index}:{ordinal}")
+
+
+async def test_progress_after_entries_is_what_reading_their_events_leaves() -> None:
+    store = MemoryStore()
+    async with Runs([tree_agent(), helper_agent()], store) as runs:
+        await (await runs.start("parent", "go")).wait()
+        mail = await runs.start("helper", "mail kim")  # stops for an approval, then goes on
+        stopped = (await mail.wait()).stopped
+        assert isinstance(stopped, StoppedByApproval)
+        await runs.approve(mail.state_id, stopped.calls[0].call.id)
+        assert (await mail.wait()).status == "answered"
+    states = [info.id for info in store.list()]
+    assert len(states) >= 3
+    for state_id in states:
+        entries = store.entries(state_id)
+        reader = HistoryEvents(state_id)
+        for at, entry in enumerate(entries):
+            reader.read(entry)
+            resumed = progress_after(entries[: at + 1])
+            assert (resumed.running, resumed.ending) == (
+                reader.progress.running,
+                reader.progress.ending,
+            )
+            assert resumed.value.entries == reader.progress.value.entries
