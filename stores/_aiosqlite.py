@@ -104,7 +104,8 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
         # is free: from `_run` to the plan's first statement, 30-45 against 12-13 us (medians).
         self._lock = anyio.Lock(fast_acquire=True)
         self._known = TailCache()  # what its connection stored
-        self._wakeups = Wakeups()  # its followers, woken by its own saves
+        # the followers in this process of any store on this file, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
         self._on_collect: weakref.finalize[[aiosqlite.Connection], Any] | None = None

@@ -226,7 +226,8 @@ class FileStore(ThreadedClosing):
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
         self._tails = TailCache()  # the ends of the logs this store wrote or read
         self._logs: dict[str, _MemoryLog] = {}  # agent: what was read of its memory log
-        self._wakeups = Wakeups()  # its followers, woken by its own saves
+        # the followers in this process of any store on this folder, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self._root)!r})"

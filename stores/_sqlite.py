@@ -97,7 +97,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
         self._known = TailCache()  # what its connection stored
-        self._wakeups = Wakeups()  # its followers, woken by its own saves
+        # the followers in this process of any store on this file, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
         self._connection: sqlite3.Connection | None = None
         self._closed = False
         self._limiters = OneAtATime()  # its worker threads: one call at a time

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import math
 import threading
+import weakref
 from collections.abc import Callable, Generator, Hashable, Iterable
 from contextlib import contextmanager
 from typing import Any, cast
@@ -99,7 +100,7 @@ class Wakeups:
         ```
     """
 
-    __slots__ = ("_links", "_lock", "_most_links", "_waiters")
+    __slots__ = ("__weakref__", "_links", "_lock", "_most_links", "_waiters")
 
     def __init__(self, links: int = 16_384) -> None:
         self._lock = threading.Lock()
@@ -109,6 +110,20 @@ class Wakeups:
 
     def __repr__(self) -> str:
         return f"<Wakeups keys={len(self._waiters)}>"
+
+    @classmethod
+    def shared(cls, place: str) -> Wakeups:
+        """The `Wakeups` of every store of this process that keeps its data at `place`.
+
+        `place` names the storage (a store's `url`: an SQLite file, a folder): two store
+        objects opened on the same file then wake each other's followers. It lives while a
+        store holds it.
+        """
+        with _SHARED_LOCK:
+            found = _SHARED.get(place)
+            if found is None:
+                found = _SHARED[place] = cls()
+            return found
 
     @contextmanager
     def watching(self, *keys: Hashable) -> Generator[Waiter, None, None]:
@@ -168,3 +183,7 @@ class Wakeups:
             for key in keys:
                 for waiter in self._waiters.get(key, ()):
                     waiter.wake()
+
+
+_SHARED: weakref.WeakValueDictionary[str, Wakeups] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()

@@ -212,3 +212,20 @@ async def test_a_file_store_wakes_a_follower_of_the_tree(
 
     found = await _follow_then_save(monkeypatch, store, run, save)
     assert [(item.state_id, item.index) for item in found] == [("run", 1)]
+
+
+@pytest.mark.usefixtures("no_poll")
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])
+async def test_a_save_through_another_store_object_on_the_file_wakes_the_follower(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with AioSQLiteStore(path) as followed:
+        root = State(id="root", messages=[Message.user("go")])
+        await followed.asave(root)
+        with SQLiteStore(path) as other:
+
+            async def save() -> None:
+                await other.asave(linked("kid", "root"))  # another connection, a worker thread
+
+            found = await _follow_then_save(monkeypatch, followed, root, save)
+    assert _states(found) == {"kid"}
