@@ -22,6 +22,7 @@ from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
 from .ray_bench import bench_ray
+from .reconnect_bench import bench_reconnect
 from .report import Metric, load_previous, render, save
 from .runs_bench import bench_runs
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
@@ -155,6 +156,13 @@ def run(config: Config) -> list[Metric]:
     # Each run: a tool waiting at a gate, 3 tools of 50 ms, an answer; its SSE client reads
     # about 11 events.
     metrics += bench_runs(count=config.runs, turns=3, gap=0.05, progress=_progress)
+    # A client reconnecting 10 events before the end of a stored tree of ~10,000 entries.
+    metrics += bench_reconnect(
+        turns=2 if quick else 20,
+        fan=5 if quick else 80,
+        repeats=2 if quick else 5,
+        progress=_progress,
+    )
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics

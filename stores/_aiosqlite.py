@@ -55,6 +55,7 @@ from ._sql import (
 from ._sqlite import refuse_folder
 from .backend import (
     TailCache,
+    Wakeups,
     check_after,
     check_limit,
     check_state,
@@ -103,6 +104,8 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
         # is free: from `_run` to the plan's first statement, 30-45 against 12-13 us (medians).
         self._lock = anyio.Lock(fast_acquire=True)
         self._known = TailCache()  # what its connection stored
+        # the followers in this process of any store on this file, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
         self._connection: aiosqlite.Connection | None = None
         self._closed = False
         self._on_collect: weakref.finalize[[aiosqlite.Connection], Any] | None = None
@@ -132,6 +135,7 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
         """
         _require_asyncio("asave")
         await self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
+        self._wakeups.saved(((state.id, state.parent_id),))
 
     async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """Save each of `states` as `asave` does, in one transaction; the refused, by position.
@@ -144,7 +148,9 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
             StoreError: SQLite failed: none of the States is saved.
         """
         _require_asyncio("asave_many")
-        return await self._run(save_many_plan(states, self, self._where, self._known))
+        refused = await self._run(save_many_plan(states, self, self._where, self._known))
+        self._wakeups.saved((state.id, state.parent_id) for state in states)
+        return refused
 
     async def aload(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.
@@ -201,6 +207,7 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
         return await poll_entries(
             lambda: self.aentries(state_id, after=after),
             lambda: self._run(count_plan(state_id)),
+            watching=self._wakeups.watching(state_id),
         )
 
     # -- following a tree (`orchestrator.AsyncTreeFollowable`) ---------------------------------
@@ -241,6 +248,7 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
         return await poll_entries(
             lambda: self.atree_entries(root_id, after=after, limit=limit),
             lambda: self._run(tree_end_plan(root_id)),
+            watching=self._wakeups.watching(root_id),
         )
 
     # -- agent memory (`orchestrator.AsyncMemoryBackend`) ---------------------------------------

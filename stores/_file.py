@@ -87,6 +87,7 @@ from ._offload import ThreadedClosing
 from .backend import (
     Tail,
     TailCache,
+    Wakeups,
     adopted,
     bad_cursor,
     bind_state,
@@ -225,6 +226,8 @@ class FileStore(ThreadedClosing):
         self._locks = tuple(threading.Lock() for _ in range(_STRIPES))
         self._tails = TailCache()  # the ends of the logs this store wrote or read
         self._logs: dict[str, _MemoryLog] = {}  # agent: what was read of its memory log
+        # the followers in this process of any store on this folder, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
 
     def __repr__(self) -> str:
         return f"FileStore({str(self._root)!r})"
@@ -258,6 +261,10 @@ class FileStore(ThreadedClosing):
             StoreError: The files cannot be written (the `OSError` is the cause).
         """
         state = check_state(state)
+        self._save(state)
+        self._wakeups.saved(((state.id, state.parent_id),))
+
+    def _save(self, state: State) -> None:
         folder = self._root / state.id
         with self._lock_for(state.id), self._failures(state.id):
             try:
@@ -648,6 +655,7 @@ class FileStore(ThreadedClosing):
         return await poll_entries(
             lambda: self.aentries(state_id, after=after),
             lambda: self._offload(self._log_size, state_id),
+            watching=self._wakeups.watching(state_id),
         )
 
     # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
@@ -772,6 +780,7 @@ class FileStore(ThreadedClosing):
         return await poll_entries(
             lambda: self.atree_entries(root_id, after=after, limit=limit),
             lambda: self._offload(feed_size, self._root / root_id),
+            watching=self._wakeups.watching(root_id),
         )
 
     def _log_size(self, state_id: str) -> int:

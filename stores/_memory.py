@@ -18,6 +18,7 @@ from ._leases import MemoryLeases
 from ._offload import AsyncClosing, Closing
 from .backend import (
     Tail,
+    Wakeups,
     adopted,
     bad_cursor,
     bind_state,
@@ -75,7 +76,7 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
         ```
     """
 
-    __slots__ = ("_effects", "_feeds", "_lock", "_position", "_spaces", "_states")
+    __slots__ = ("_effects", "_feeds", "_lock", "_position", "_spaces", "_states", "_wakeups")
 
     def __init__(self) -> None:
         MemoryLeases.__init__(self)
@@ -88,6 +89,7 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
         self._position = 0
         self._spaces: dict[tuple[str, str], dict[str, str]] = {}  # (agent, space): key -> text
         self._effects: dict[str, set[str]] = {}  # agent: the effect keys applied
+        self._wakeups = Wakeups()  # every save is of this process: followers never poll
 
     def __repr__(self) -> str:
         return f"<MemoryStore states={len(self._states)}>"
@@ -132,7 +134,10 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
             for seq in range(first, new.tail.count):
                 self._position += 1
                 feed.append((self._position, state.id, seq, saved))
+            root_id = saved.root_id
         bind_state(state, self)
+        if new.lines:
+            self._wakeups.wake((state.id, root_id))
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, recovered if a turn was cut off, bound to this store.
@@ -271,22 +276,17 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
     ) -> tuple[TreeEntry, ...]:
         """Wait for entries of the tree of `root_id` after `after`; return them, in order.
 
-        The tree's last position is looked at `stores.backend.POLL_FIRST` to `POLL_MOST` apart,
-        from any thread or event loop of this process.
+        A save of the tree wakes the wait at once, from any thread or event loop of this
+        process; nothing is polled while no State of the tree is saved.
         """
         validate_id(root_id, "root_id")
         self._position_of(after)
         check_limit(limit)
         return await poll_entries(
             lambda: self.atree_entries(root_id, after=after, limit=limit),
-            lambda: self._tree_end(root_id),
+            None,
+            watching=self._wakeups.watching(root_id),
         )
-
-    async def _tree_end(self, root_id: str) -> int:
-        await anyio.lowlevel.checkpoint()
-        with self._lock:
-            feed = self._feeds.get(root_id)
-            return feed[-1][0] if feed else 0
 
     # -- following a State (`orchestrator.Followable`, `AsyncFollowable`) -----------------------
 
@@ -309,21 +309,16 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
     async def await_entries(self, state_id: str, *, after: int = -1) -> tuple[HistoryEntry, ...]:
         """Wait for entries of `state_id` after `after`, and return them (see `AsyncFollowable`).
 
-        The store's count of the State's entries is looked at `stores.backend.POLL_FIRST` to
-        `POLL_MOST` apart, from any thread or event loop of this process.
+        A save of the State wakes the wait at once, from any thread or event loop of this
+        process; nothing is polled meanwhile.
         """
         validate_id(state_id, "state_id")
         check_after(after)
         return await poll_entries(
-            lambda: self.aentries(state_id, after=after), lambda: self._count(state_id)
+            lambda: self.aentries(state_id, after=after),
+            None,
+            watching=self._wakeups.watching(state_id),
         )
-
-    async def _count(self, state_id: str) -> int:
-        """How many entries are stored under `state_id` (-1: none saved)."""
-        await anyio.lowlevel.checkpoint()
-        with self._lock:
-            saved = self._states.get(state_id)
-            return -1 if saved is None else len(saved.lines)
 
     async def asave(self, state: State) -> None:
         """The async twin of `save` (no thread: the work is in memory)."""

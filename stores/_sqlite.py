@@ -58,6 +58,7 @@ from ._sql import (
 from ._wal import WalIndex
 from .backend import (
     TailCache,
+    Wakeups,
     check_after,
     check_limit,
     check_state,
@@ -107,6 +108,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         self._where = f"SQLite store {self._path!r}"
         self._lock = threading.Lock()
         self._known = TailCache()  # what its connection stored
+        # the followers in this process of any store on this file, woken by saves here
+        self._wakeups = Wakeups.shared(self.url)
         self._connection: sqlite3.Connection | None = None
         self._wal: WalIndex | None = None  # its log's index, once connected (None: unreadable)
         self._closed = False
@@ -136,6 +139,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
                 or the file has another format version.
         """
         self._run(save_plan(state, self, self._where, self._known), check_state(state).id)
+        self._wakeups.saved(((state.id, state.parent_id),))
 
     def save_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """Save each of `states` as `save` does, in one transaction; the refused, by position.
@@ -147,7 +151,9 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
             TypeError: An item is not a State (nothing is saved).
             StoreError: SQLite failed: none of the States is saved.
         """
-        return self._run(save_many_plan(states, self, self._where, self._known))
+        refused = self._run(save_many_plan(states, self, self._where, self._known))
+        self._wakeups.saved((state.id, state.parent_id) for state in states)
+        return refused
 
     async def asave_many(self, states: Sequence[State]) -> dict[int, ValueError]:
         """`save_many` in a worker thread (`orchestrator.AsyncBatchStore`)."""
@@ -242,6 +248,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         return await poll_entries(
             lambda: self.aentries(state_id, after=after),
             lambda: self._offload(self._run, count_plan(state_id)),
+            watching=self._wakeups.watching(state_id),
         )
 
     # -- following a tree (`orchestrator.TreeFollowable`, `AsyncTreeFollowable`) ---------------
@@ -300,6 +307,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
         return await poll_entries(
             lambda: self.atree_entries(root_id, after=after, limit=limit),
             lambda: self._offload(self._run, tree_end_plan(root_id)),
+            watching=self._wakeups.watching(root_id),
         )
 
     # -- agent memory (`orchestrator.MemoryBackend`) --------------------------------------------

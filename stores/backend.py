@@ -27,6 +27,8 @@ And it keeps the rules every backend keeps with these:
 - `entries_after`, `check_after`, `poll_entries`: what `orchestrator.Followable` and
   `orchestrator.AsyncFollowable` need (the entries after a position, and a bounded poll that
   waits for new ones);
+- `Wakeups`, `Waiter`: the followers in this process, woken by the store's own saves at once
+  (from any thread or event loop), so they need not wait for the poll;
 - `make_cursor`, `cursor_parts`, `check_limit`, `check_link`, `root_from`: what
   `orchestrator.TreeFollowable` needs (cursors of a store kind, checked when they come back;
   a page size; a stored entry checked against the one before it; a new State's root).
@@ -64,6 +66,7 @@ from ._codec import (
     first_digest,
     listing_seal,
 )
+from ._wakeups import Waiter, Wakeups
 
 _E = TypeVar("_E")
 
@@ -73,6 +76,8 @@ __all__ = (
     "StorageView",
     "Tail",
     "TailCache",
+    "Waiter",
+    "Wakeups",
     "adopted",
     "bad_cursor",
     "bind_state",
@@ -275,7 +280,9 @@ POLL_MOST = 0.1
 
 async def poll_entries(
     read: Callable[[], Awaitable[tuple[_E, ...]]],
-    probe: Callable[[], Awaitable[Hashable]],
+    probe: Callable[[], Awaitable[Hashable]] | None,
+    *,
+    watching: contextlib.AbstractContextManager[Waiter] | None = None,
 ) -> tuple[_E, ...]:
     """Wait for `read()` to return entries, looking again each time `probe()` changes.
 
@@ -284,19 +291,32 @@ async def poll_entries(
     `POLL_FIRST` apart at first, then further apart up to `POLL_MOST`: no busy loop, and a new
     entry is seen at most `POLL_MOST` after it was stored. A cancellation ends it at once.
     `read` returns history entries or `TreeEntry` items alike.
+
+    `watching` is a `Wakeups.watching` of what a save of the entries read wakes: a save in
+    this process then ends the wait at once, and `read` looks without waiting for the next
+    probe. With `probe` None nothing is polled (no other process saves: a `MemoryStore`), and
+    only a wake makes `read` look again.
     """
-    interval = POLL_FIRST
-    seen: Hashable = object()  # equal to no probe: the first look reads
-    while True:
-        now = await probe()
-        if now != seen:
-            seen = now
-            new = await read()
-            if new:
-                return new
-            interval = POLL_FIRST
-        await anyio.sleep(interval)
-        interval = min(interval * 2, POLL_MOST)
+    if probe is None and watching is None:
+        raise TypeError("poll_entries needs a probe, a watching, or both.")
+    with contextlib.nullcontext(None) if watching is None else watching as waiter:
+        interval = POLL_FIRST
+        seen: Hashable = object()  # equal to no probe: the first look reads
+        while True:
+            now = None if probe is None else await probe()
+            if probe is None or now != seen:
+                seen = now
+                new = await read()
+                if new:
+                    return new
+                interval = POLL_FIRST
+            if waiter is None:
+                await anyio.sleep(interval)
+            elif await waiter.wait(None if probe is None else interval):
+                seen = object()  # woken by a save here: read, whatever the probe says
+                interval = POLL_FIRST
+                continue
+            interval = min(interval * 2, POLL_MOST)
 
 
 # -- the feed of a tree (`orchestrator.TreeFollowable`) --------------------------------------

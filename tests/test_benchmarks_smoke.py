@@ -406,3 +406,15 @@ def test_bench_runs() -> None:
     for side in ("runs", "runs.floor"):
         assert metrics[f"{side}.p50_ms"].value <= metrics[f"{side}.p99_ms"].value
         assert metrics[f"{side}.events_per_s"].value > 0
+
+
+def test_bench_reconnect() -> None:
+    """A reconnect near the end of a small stored tree, beside reading its tail, per store."""
+    from benchmarks.reconnect_bench import bench_reconnect
+
+    metrics = {metric.key: metric for metric in bench_reconnect(turns=2, fan=3, repeats=1)}
+    for name in ("memory", "sqlite"):
+        assert metrics[f"reconnect.{name}.ms"].value > 0
+        assert metrics[f"reconnect.{name}.floor.ms"].value > 0
+        assert metrics[f"reconnect.{name}.ratio"].unit == "x"
+    assert len(metrics) == 6

@@ -76,6 +76,7 @@ __all__ = (
     "Progress",
     "durable_events",
     "history_events",
+    "progress_after",
 )
 
 _EVENT_ID = re.compile(r"([A-Za-z0-9_-]{1,128}):([0-9]+):([0-9]+)")
@@ -221,6 +222,32 @@ def durable_events(
         events.append(place.ended(value))
         running = ending = False
     return place.number(events), Progress(value, running, ending)
+
+
+def progress_after(entries: Iterable[HistoryEntry], before: Progress = START) -> Progress:
+    """The progress after `entries` read from `before`: `durable_events`' without the events.
+
+    A follower that resumes in the middle of a State's history reads the entries before the
+    point this way: the same fold and run state, no event made and dropped.
+
+    Raises:
+        ValueError: An entry cannot follow the ones before it.
+    """
+    value, running, ending = before.value, before.running, before.ending
+    for entry in entries:
+        value = fold(value, entry, _Lookup(value))
+        kind = entry.kind
+        if kind == "run_start":
+            running, ending = True, False
+        elif kind == "stop" and running:
+            if isinstance(entry.content, StoppedByApproval):
+                running = False
+            ending = running
+        elif kind == "error" and running:
+            running = ending = False
+        if ending and not value.open_turn:
+            running = ending = False
+    return Progress(value, running, ending)
 
 
 class _Lookup:

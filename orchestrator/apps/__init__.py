@@ -18,9 +18,9 @@ from .._apps._durable import Progress as Progress
 from .._apps._durable import durable_events as durable_events
 from .._apps._durable import history_events as history_events
 from .._base._lazy import lazy_names as _lazy_names
+from ._following import Followed as Followed
+from ._following import Following as Following
 from ._runs import DEFAULT_MAX_RUNS as DEFAULT_MAX_RUNS
-from ._runs import Followed as Followed
-from ._runs import Following as Following
 from ._runs import RunHandle as RunHandle
 from ._runs import RunInfo as RunInfo
 from ._runs import Runs as Runs

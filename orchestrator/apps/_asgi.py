@@ -50,7 +50,8 @@ from .._base._stopped import StoppedByApproval
 from .._record._recording import validate_id
 from .._record._store_client import client_of
 from . import agui, vercel
-from ._runs import Followed, Following, RunInfo, Runs, TooManyRunsError
+from ._following import Followed, Following
+from ._runs import RunInfo, Runs, TooManyRunsError
 
 __all__ = ("DEFAULT_HOSTS", "DEFAULT_MAX_BODY", "SESSION_COOKIE", "asgi_app", "run_json")
 

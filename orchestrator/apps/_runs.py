@@ -22,8 +22,7 @@ import os
 import secrets
 import socket
 import uuid
-from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,7 +32,6 @@ import anyio
 import anyio.abc
 
 from .._apps._approvals import aapprove, adeny, awaiting
-from .._apps._durable import HistoryEvents
 from .._apps._events import Event, TextDelta
 from .._base._errors import OrchestratorError
 from .._base._messages import Message
@@ -41,10 +39,11 @@ from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
 from .._record._leases import AsyncRunLeases
 from .._record._state import State
-from .._record._storage import AsyncTreeFollowable, StateInfo, TreeEntry, title_of
+from .._record._storage import AsyncTreeFollowable, StateInfo, title_of
 from .._record._store_client import AnyStore, StoreClient, client_of
 from .._running._agent import Agent
 from .._running._loop import waiting_for_user
+from ._following import Following
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -52,8 +51,6 @@ if TYPE_CHECKING:
 __all__ = (
     "DEFAULT_LEASE",
     "DEFAULT_MAX_RUNS",
-    "Followed",
-    "Following",
     "RunHandle",
     "RunInfo",
     "RunStatus",
@@ -144,11 +141,11 @@ class _Running:
 
     It keeps the text deltas of its tree's replies still streaming (`deltas`, each numbered by
     `seq`), the live part a follower adds to the stored events; a reply's deltas go once the
-    reply is recorded, as it is then stored whole. `changed` is set (and replaced) on each new
-    delta and at the run's end, to wake followers.
+    reply is recorded, as it is then stored whole. Each of `watchers` (a waiting follower's
+    wake-up) is called on each new delta and at the run's end.
     """
 
-    __slots__ = ("agent", "changed", "deltas", "done", "error", "scope", "seq", "state")
+    __slots__ = ("agent", "deltas", "done", "error", "scope", "seq", "state", "watchers")
 
     def __init__(self, agent: Agent, state: State) -> None:
         self.agent = agent
@@ -158,7 +155,7 @@ class _Running:
         self.error: BaseException | None = None
         self.deltas: builtins.list[tuple[int, TextDelta]] = []
         self.seq = 0
-        self.changed = anyio.Event()
+        self.watchers: set[Callable[[], object]] = set()
 
     def take(self, event: Event) -> None:
         """Keep what followers need of a live event of the run."""
@@ -171,8 +168,9 @@ class _Running:
             self.deltas = [item for item in self.deltas if item[1].state_id != replied]
 
     def wake(self) -> None:
-        changed, self.changed = self.changed, anyio.Event()
-        changed.set()
+        """Wake the followers waiting for this run (on the service's event loop)."""
+        for watcher in tuple(self.watchers):
+            watcher()
 
 
 @dataclass(frozen=True, slots=True)
@@ -657,248 +655,6 @@ class Runs:
             _info_of(info, running=info.id in self._running or info.id in elsewhere)
             for info in roots
         ]
-
-
-_PAGE = 500  # entries read at once when a follower catches up
-
-
-@dataclass(frozen=True, slots=True)
-class Followed:
-    """One event of a followed run, with the id that continues after it (`Runs.follow`)."""
-
-    id: str
-    event: Event
-
-
-@dataclass(frozen=True, slots=True)
-class _Resume:
-    """Where a follower continues: after event `ordinal` of the entry at `cursor`.
-
-    And after the live text delta `seq`, when the id came from this service (`boot`).
-    """
-
-    cursor: str | None = None
-    ordinal: int = -1
-    seq: int = 0
-
-    @classmethod
-    def parse(cls, after: str | None, boot: str) -> _Resume:
-        """Read an event id `Runs.follow` gave (``cursor/ordinal``, then ``~boot.seq`` for text).
-
-        Raises:
-            ValueError: `after` is not such an id.
-        """
-        if after is None:
-            return cls()
-        if not isinstance(after, str):
-            raise TypeError(f"after must be an event id (str) or None, got {after!r}.")
-        durable, tilde, live = after.partition("~")
-        cursor, slash, ordinal = durable.rpartition("/")
-        seen_boot, dot, seq = live.partition(".")
-        durable_ok = durable == "" or (bool(cursor) and slash == "/" and ordinal.isdigit())
-        live_ok = not tilde or (dot == "." and seq.isdigit() and bool(seen_boot))
-        if not (durable_ok and live_ok and (durable or tilde)):
-            raise ValueError(
-                f"{after!r} is not an event id of Runs.follow: pass the `id` of an event it"
-                " gave (an SSE Last-Event-ID), or None to start at the beginning."
-            )
-        return cls(
-            cursor or None,
-            int(ordinal) if durable else -1,
-            int(seq) if tilde and seen_boot == boot else 0,
-        )
-
-
-class _Follower:
-    """One follower's reading of a tree's feed: each State's durable events, and where it is."""
-
-    def __init__(self, root: str, start: _Resume, since: int) -> None:
-        self.root = root
-        self.start = start
-        self.since = since
-        self.before = since > 0  # the root's entries before `since` are not read out yet
-        self.skipping = start.cursor is not None
-        self.readers: dict[str, HistoryEvents] = {}
-        self.replied: dict[str, int] = {}  # by State: the turn of the last reply read
-        self.last = ""  # the id of the last durable event given
-        self.seq = start.seq
-        self.ended = False  # the root's last run has ended
-
-    def read(self, item: TreeEntry) -> builtins.list[Followed]:
-        """The events of the feed's next entry a client has not seen yet."""
-        entry = item.entry
-        reader = self.readers.get(item.state_id)
-        if reader is None:
-            reader = self.readers[item.state_id] = HistoryEvents(item.state_id)
-        if entry.kind == "run_start" and reader.parent_id is None:
-            reader.parent_id = entry.content.parent_id
-            reader.parent_call_id = entry.content.parent_call_id
-        elif entry.kind == "model_reply":
-            self.replied[item.state_id] = entry.turn
-        if self.before and item.state_id == self.root and entry.seq >= self.since:
-            self.before = False
-        given: builtins.list[Followed] = []
-        for durable in reader.read(entry):
-            event = durable.event
-            if self.before:
-                continue
-            if item.state_id == self.root and event.kind in ("run_start", "run_end"):
-                self.ended = event.kind == "run_end"
-            if self.skipping:
-                if item.cursor == self.start.cursor and durable.id.ordinal >= self.start.ordinal:
-                    self.skipping = False
-                continue
-            self.last = f"{item.cursor}/{durable.id.ordinal}"
-            given.append(Followed(self.last, event))
-        if self.skipping and item.cursor == self.start.cursor:
-            self.skipping = False  # the client saw every event of its last entry
-        return given
-
-    def check_found(self, after: str | None) -> None:
-        if self.skipping:
-            raise ValueError(
-                f"{after!r} is not an event id of run {self.root}: pass the id of an event"
-                " this run's follow gave, or None to start at the beginning."
-            )
-
-    def live(self, running: _Running, boot: str) -> builtins.list[Followed]:
-        """The text deltas of replies still streaming that this client has not seen."""
-        given: builtins.list[Followed] = []
-        for seq, delta in running.deltas:
-            if seq <= self.seq or delta.turn <= self.replied.get(delta.state_id, 0):
-                continue
-            self.seq = seq
-            given.append(Followed(f"{self.last}~{boot}.{seq}", delta))
-        return given
-
-
-class Following:
-    """`Runs.follow`'s iterator: pages of the tree's feed, then live text, then a wait.
-
-    A plain iterator, not an async generator, so a client that stops early leaves nothing
-    to close: between steps it holds no task group and no open wait.
-    """
-
-    def __init__(
-        self,
-        tree_feed: Callable[[], AsyncTreeFollowable],
-        run_here: Callable[[str], _Running | None],
-        boot: str,
-        state_id: str,
-        after: str | None,
-        since: int,
-        elsewhere: Callable[[str], Awaitable[bool]] | None = None,
-        recheck: float = 1.0,
-    ) -> None:
-        self._since = since
-        self._elsewhere = elsewhere
-        self._recheck = recheck
-        self._tree_feed = tree_feed
-        self._run_here = run_here
-        self._boot = boot
-        self._state_id = state_id
-        self._after = after
-        self._feed: AsyncTreeFollowable | None = None
-        self._follower: _Follower | None = None
-        self._cursor: str | None = None
-        self._pending: deque[Followed] = deque()
-        self._ended = False
-
-    def __aiter__(self) -> Following:
-        return self
-
-    async def ready(self) -> None:
-        """Check what was asked (the run, `after`) before the first event; raise what is wrong.
-
-        Raises:
-            TypeError, LookupError, ValueError: As `Runs.follow` says.
-        """
-        if self._follower is None:
-            await self._begin()
-
-    async def __anext__(self) -> Followed:
-        while not self._pending:
-            if self._ended:
-                raise StopAsyncIteration
-            await self._step()
-        return self._pending.popleft()
-
-    async def _begin(self) -> tuple[AsyncTreeFollowable, _Follower]:
-        feed = self._tree_feed()
-        root = await feed.aroot_of(self._state_id)
-        if root != self._state_id:
-            raise ValueError(
-                f"State {self._state_id} is a subagent of run {root}: follow run {root}; its"
-                " events cover every subagent (each names its state_id and parent_id)."
-            )
-        start = _Resume.parse(self._after, self._boot)
-        if start.cursor is not None:
-            await feed.atree_entries(root, after=start.cursor, limit=1)  # refuses a bad cursor
-        self._feed, self._follower = feed, _Follower(root, start, self._since)
-        return feed, self._follower
-
-    async def _step(self) -> None:
-        """Add what comes next to `_pending`, waiting for it if need be; or end."""
-        if self._feed is None or self._follower is None:
-            feed, follower = await self._begin()
-        else:
-            feed, follower = self._feed, self._follower
-        root = follower.root
-        page = await feed.atree_entries(root, after=self._cursor, limit=_PAGE)
-        if page:
-            for item in page:
-                self._pending.extend(follower.read(item))
-                self._cursor = item.cursor
-            return
-        follower.check_found(self._after)
-        running = self._run_here(root)
-        changed: anyio.Event | None = None
-        if running is not None:
-            self._pending.extend(follower.live(running, self._boot))
-            if not running.done.is_set():
-                changed = running.changed
-        if self._pending:
-            return
-        if changed is None and follower.ended:
-            self._ended = True
-            return
-        if changed is None and self._elsewhere is not None and not await self._elsewhere(root):
-            # Nothing runs it anywhere. Its owner saves before it gives the lease back, so one
-            # more read has all there is (a process that died left what it had saved).
-            page = await feed.atree_entries(root, after=self._cursor, limit=_PAGE)
-            for item in page:
-                self._pending.extend(follower.read(item))
-                self._cursor = item.cursor
-            self._ended = not page
-            return
-        waits = (_awaiter(feed, root, self._cursor), None if changed is None else changed.wait)
-        if self._elsewhere is None:
-            await _either(*waits)
-        else:
-            with anyio.move_on_after(self._recheck):  # a process that dies saves nothing more
-                await _either(*waits)
-
-
-def _awaiter(
-    feed: AsyncTreeFollowable, root: str, cursor: str | None
-) -> Callable[[], Awaitable[object]]:
-    """A wait for the tree of `root` to have entries after `cursor`."""
-    return lambda: feed.await_tree_entries(root, after=cursor, limit=1)
-
-
-async def _either(
-    first: Callable[[], Awaitable[object]], second: Callable[[], Awaitable[object]] | None
-) -> None:
-    """Wait until `first()` or `second()` (if any) returns; the other is cancelled."""
-    async with anyio.create_task_group() as group:
-
-        async def wait(function: Callable[[], Awaitable[object]]) -> None:
-            await function()
-            group.cancel_scope.cancel()
-
-        group.start_soon(wait, first)
-        if second is not None:
-            group.start_soon(wait, second)
 
 
 def _message(input: str | Message | None) -> Message | None:
