@@ -24,6 +24,9 @@ And it keeps the rules every backend keeps with these:
 - `entries_after`, `check_after`, `poll_entries`: what `orchestrator.Followable` and
   `orchestrator.AsyncFollowable` need (the entries after a position, and a bounded poll that
   waits for new ones);
+- `AsyncRateLimits`, `RateAsk`, `RateTimes`, `next_times`: what a store that shares rate
+  limits across processes implements (`orchestrator.models.RateLimit(store=...)`): one row per
+  key, moved on atomically by each take;
 - `make_cursor`, `cursor_parts`, `check_limit`, `check_link`, `root_from`: what
   `orchestrator.TreeFollowable` needs (cursors of a store kind, checked when they come back;
   a page size; a stored entry checked against the one before it; a new State's root).
@@ -51,6 +54,7 @@ from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from orchestrator._record._state import bind_state, recover_state, storage_view, validate_id
 from orchestrator._record._storage import StorageView
 from orchestrator._tooling._memory import validate_key, validate_space
+from orchestrator.models._rate import AsyncRateLimits, RateAsk, RateTimes, next_times
 
 from ._codec import (
     chain_digests,
@@ -65,7 +69,10 @@ from ._codec import (
 _E = TypeVar("_E")
 
 __all__ = (
+    "AsyncRateLimits",
     "Continuation",
+    "RateAsk",
+    "RateTimes",
     "StorageView",
     "Tail",
     "TailCache",
@@ -83,6 +90,7 @@ __all__ = (
     "entries_after",
     "listing_seal",
     "make_cursor",
+    "next_times",
     "not_a_root",
     "poll_entries",
     "rebuild",
