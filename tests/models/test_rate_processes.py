@@ -1,0 +1,103 @@
+"""Processes sharing one `RateLimit` through a store stay under it, at its rate.
+
+Two and four processes (asyncio and trio ones side by side) ask a server that answers 429 above
+60 requests a second, through a limit of 50 a second kept in a SQLite file or a PostgreSQL
+schema: no request is refused, and the server sees them at the limit's rate (within 10%).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from collections.abc import Generator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stores import PostgresStore, SQLiteStore
+from tests.models._counting import counting_server
+from tests.postgres import fresh_schema
+
+ROOT = Path(__file__).resolve().parents[2]
+RPM = 3000  # 50 a second
+SERVER_LIMIT = 60  # a second
+REQUESTS = 100
+
+
+def run_workers(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Start a worker per spec, let them go together once all are ready, and read their counts."""
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "tests.models.rate_worker", json.dumps(spec)],
+            cwd=ROOT,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for spec in specs
+    ]
+    try:
+        for worker in workers:
+            assert worker.stdout is not None
+            assert worker.stdout.readline().strip() == "ready"
+        for worker in workers:
+            assert worker.stdin is not None
+            worker.stdin.write("go\n")
+            worker.stdin.flush()
+        results: list[dict[str, Any]] = []
+        for worker in workers:
+            out, _ = worker.communicate(timeout=60)
+            assert worker.returncode == 0
+            results.append(json.loads(out.strip().splitlines()[-1]))
+        return results
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+
+
+@contextmanager
+def shared_store(kind: str, tmp_path: Path) -> Generator[dict[str, Any]]:
+    """Where the workers' store is: a SQLite file, or a fresh PostgreSQL schema (made here)."""
+    if kind == "sqlite":
+        path = tmp_path / "rates.db"
+        SQLiteStore(path).close()
+        yield {"store": "sqlite", "where": str(path), "schema": None}
+        return
+    with fresh_schema("rates") as (dsn, schema):
+        with PostgresStore(dsn, schema=schema) as store:
+            store.list()  # made now, not by the workers at once
+        yield {"store": "postgres", "where": dsn, "schema": schema}
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_processes_sharing_a_limit_stay_under_it_at_its_rate(
+    kind: str, processes: int, tmp_path: Path
+) -> None:
+    with shared_store(kind, tmp_path) as where, counting_server(SERVER_LIMIT) as server:
+        key = f"openai-{uuid.uuid4().hex[:8]}"
+        specs = [
+            {
+                **where,
+                "key": key,
+                "rpm": RPM,
+                "base_url": server.url,
+                "requests": REQUESTS // processes,
+                "seconds": 0,
+                "tasks": 4,
+                "backend": ("asyncio", "trio")[number % 2],
+            }
+            for number in range(processes)
+        ]
+        results = run_workers(specs)
+    assert [result["limited"] for result in results] == [0] * processes
+    assert sum(result["ok"] for result in results) == REQUESTS
+    assert server.limited == []
+    assert len(server.served) == REQUESTS
+    assert server.rate() == pytest.approx(RPM / 60, rel=0.10)
