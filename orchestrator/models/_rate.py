@@ -17,8 +17,7 @@ import math
 import re
 import threading
 import time
-from collections.abc import AsyncGenerator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Protocol, runtime_checkable
@@ -28,6 +27,7 @@ import anyio.lowlevel
 
 from .._apps._reporting import report_rate_limit
 from .._base._errors import RateLimitError
+from .._base._messages import Image, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
 from .._base._reply import Reply, Usage
 from ._base import Model, Request, TextCallback, resolve_model
 
@@ -123,13 +123,17 @@ class LocalRates:
         self._rates: dict[str, tuple[float, float]] = {}
         self._rates_lock = threading.Lock()
 
-    async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
-        """Move `key`'s times on by `ask` and return them, with now."""
-        await anyio.lowlevel.checkpoint()
+    def take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` and return them, with now (no I/O: it never blocks)."""
         now = time.time()
         with self._rates_lock:
             times = self._rates[key] = next_times(self._rates.get(key), now, ask)
         return RateTimes(times[0], times[1], now)
+
+    async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` and return them, with now."""
+        await anyio.lowlevel.checkpoint()
+        return self.take(key, ask)
 
     async def arate_hold(self, key: str, seconds: float, tolerance: float) -> None:
         """Let no request of `key` go for `seconds` from now."""
@@ -197,7 +201,16 @@ class RateLimit:
         ```
     """
 
-    __slots__ = ("_ask", "_concurrent", "_key", "_rates", "_shared", "_tokens_step", "burst")
+    __slots__ = (
+        "_ask",
+        "_concurrent",
+        "_key",
+        "_local",
+        "_rates",
+        "_shared",
+        "_tokens_step",
+        "burst",
+    )
 
     def __init__(
         self,
@@ -239,6 +252,7 @@ class RateLimit:
         self._tokens_step = 0.0 if tokens is None else 60.0 / tokens
         self._concurrent = concurrent
         self._rates: AsyncRateLimits = _LOCAL if store is None else store
+        self._local = _LOCAL if store is None else None
         self._shared = store is not None
         self._key = key if key is not None else f"local-{id(self):x}"
         self.burst = burst
@@ -248,51 +262,68 @@ class RateLimit:
         """The limit's name, as events and reporters show it."""
         return self._key
 
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the limit paces tokens: a request then needs its tokens estimated."""
+        return bool(self._tokens_step)
+
     def __repr__(self) -> str:
         where = ", store=..." if self._shared else ""
         return f"RateLimit(key={self._key!r}{where})"
 
-    @asynccontextmanager
-    async def request(self, tokens: int = 0) -> AsyncGenerator[RateTicket]:
-        """Wait until a request with `tokens` input tokens may go; the block is the request.
+    def request(self, tokens: int = 0) -> RateTicket:
+        """Wait until a request with `tokens` input tokens may go: ``async with`` it.
 
-        The ticket corrects the tokens (`RateTicket.settle`) and holds the limit back
-        (`RateTicket.hold`) when the provider says so. Cancelled while it waits, nothing is
-        sent.
+        The block is the request. The ticket corrects the tokens (`RateTicket.settle`) and
+        holds the limit back (`RateTicket.hold`) when the provider says so. Cancelled while it
+        waits, nothing is sent.
         """
-        await self._pace(tokens)
-        if self._concurrent is not None:
-            await self._take_slot(self._concurrent)
-        try:
-            yield RateTicket(self, tokens)
-        finally:
-            if self._concurrent is not None:
-                with _slots_lock:
-                    _in_flight[self._key] -= 1
+        return RateTicket(self, tokens)
 
-    async def _pace(self, tokens: int) -> None:
-        if not self._ask.requests and not self._tokens_step:
-            await anyio.lowlevel.checkpoint()
-            return
-        ask = RateAsk(self._ask.requests, tokens * self._tokens_step, self._ask.tolerance)
-        delay = (await self._rates.arate_take(self._key, ask)).wait(ask)
+    async def acquire(self, tokens: int = 0) -> None:
+        """Wait for the pace, then take a concurrent slot: `release` gives it back.
+
+        ``async with limit.request(tokens)`` does both; use these where a block does not fit.
+        """
+        ask = self._ask
+        delay = 0.0
+        if ask.requests or self._tokens_step:
+            if tokens:
+                ask = RateAsk(ask.requests, tokens * self._tokens_step, ask.tolerance)
+            # This process's table needs no await: a request that need not wait costs a few µs.
+            local = self._local
+            if local is not None:
+                times = local.take(self._key, ask)
+            else:
+                times = await self._rates.arate_take(self._key, ask)
+            delay = times.wait(ask)
         if delay > 0:
             report_rate_limit(self._key, delay)
             await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        most = self._concurrent
+        if most is not None:
+            pause = _POLL_FIRST
+            while not self._try_slot(most):
+                if pause == _POLL_FIRST:
+                    report_rate_limit(self._key, 0.0)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, _POLL_MOST)
 
-    async def _take_slot(self, most: int) -> None:
-        pause = _POLL_FIRST
-        reported = False
-        while True:
+    def _try_slot(self, most: int) -> bool:
+        with _slots_lock:
+            running = _in_flight.get(self._key, 0)
+            if running >= most:
+                return False
+            _in_flight[self._key] = running + 1
+            return True
+
+    def release(self) -> None:
+        """Give back the concurrent slot `acquire` took."""
+        if self._concurrent is not None:
             with _slots_lock:
-                if _in_flight.get(self._key, 0) < most:
-                    _in_flight[self._key] = _in_flight.get(self._key, 0) + 1
-                    return
-            if not reported:
-                reported = True
-                report_rate_limit(self._key, 0.0)
-            await anyio.sleep(pause)
-            pause = min(pause * 2, _POLL_MOST)
+                _in_flight[self._key] -= 1
 
     async def hold(self, seconds: float) -> None:
         """Let no request of this limit go for `seconds` from now (a 429, or nothing left)."""
@@ -305,12 +336,25 @@ class RateLimit:
             await self._rates.arate_settle(self._key, tokens * self._tokens_step)
 
 
-@dataclass(slots=True)
 class RateTicket:
-    """One request let through a `RateLimit`: what it was taken with, to correct afterwards."""
+    """One request through a `RateLimit` (``async with limit.request(tokens) as ticket``).
 
-    limit: RateLimit
-    tokens: int
+    Entering waits for the limit; leaving gives back the concurrent slot.
+    """
+
+    __slots__ = ("limit", "tokens")
+
+    def __init__(self, limit: RateLimit, tokens: int) -> None:
+        self.limit = limit
+        self.tokens = tokens
+
+    async def __aenter__(self) -> RateTicket:
+        await self.limit.acquire(self.tokens)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Giving the slot back does no I/O and must happen even when cancelled: no checkpoint.
+        self.limit.release()
 
     async def settle(self, usage: Usage) -> None:
         """Count what the request really spent (its input and output tokens)."""
@@ -328,10 +372,22 @@ class RateTicket:
 
 
 def estimate_tokens(request: Request) -> int:
-    """A rough count of a request's input tokens (4 characters a token), to pace it by."""
+    """A rough count of a request's input tokens (4 characters a token), to pace it by.
+
+    Text, tool calls' arguments and tool results' text count; an image counts as 1,000.
+    """
     chars = len(request.system or "")
     for message in request.messages:
-        chars += len(message.text) + 16
+        chars += 16
+        for block in message.content:
+            if isinstance(block, TextBlock | ReasoningBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolCall):
+                chars += len(block.name) + len(str(block.args))
+            elif isinstance(block, ToolResultBlock):
+                chars += len(block.text) + 16
+            elif isinstance(block, Image):
+                chars += 4_000
     for spec in request.tools:
         chars += len(spec.name) + len(spec.description) + len(str(spec.input_schema))
     return chars // 4 + 1
@@ -431,11 +487,14 @@ class RateLimited:
 
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
         """Ask the wrapped model once the limit lets the request go."""
-        async with self._limit.request(estimate_tokens(request)) as ticket:
+        limit = self._limit
+        tokens = estimate_tokens(request) if limit.counts_tokens else 0
+        async with limit.request(tokens) as ticket:
             try:
                 reply = await self._model.respond(request, on_text=on_text)
             except RateLimitError:
                 await ticket.hold(self._backoff)
                 raise
-            await ticket.settle(reply.usage)
+            if tokens:
+                await ticket.settle(reply.usage)
             return reply

@@ -531,7 +531,7 @@ class SettingsModel:
             return stream.reply(settings.price)
 
         limit = settings.rate_limit
-        tokens = 0 if limit is None else estimate_tokens(request)
+        tokens = estimate_tokens(request) if limit is not None and limit.counts_tokens else 0
 
         async def send(progress: Progress) -> Reply:
             if limit is None:

@@ -7,9 +7,6 @@ schema: no request is refused, and the server sees them at the limit's rate (wit
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Generator
 from contextlib import contextmanager
@@ -18,47 +15,13 @@ from typing import Any
 
 import pytest
 
+from benchmarks.rate_load import counting_server, run_workers
 from stores import PostgresStore, SQLiteStore
-from tests.models._counting import counting_server
 from tests.postgres import fresh_schema
 
-ROOT = Path(__file__).resolve().parents[2]
 RPM = 3000  # 50 a second
 SERVER_LIMIT = 60  # a second
 REQUESTS = 100
-
-
-def run_workers(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Start a worker per spec, let them go together once all are ready, and read their counts."""
-    workers = [
-        subprocess.Popen(
-            [sys.executable, "-m", "tests.models.rate_worker", json.dumps(spec)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for spec in specs
-    ]
-    try:
-        for worker in workers:
-            assert worker.stdout is not None
-            assert worker.stdout.readline().strip() == "ready"
-        for worker in workers:
-            assert worker.stdin is not None
-            worker.stdin.write("go\n")
-            worker.stdin.flush()
-        results: list[dict[str, Any]] = []
-        for worker in workers:
-            out, _ = worker.communicate(timeout=60)
-            assert worker.returncode == 0
-            results.append(json.loads(out.strip().splitlines()[-1]))
-        return results
-    finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
 
 
 @contextmanager
