@@ -132,9 +132,18 @@ class CountingServer:
             return True
 
     def rate(self) -> float:
-        """Requests served per second, from the first to the last."""
+        """Requests served per second: the slope of the count over time (least squares).
+
+        A fit over every arrival, so one late first request or one early last one (a new
+        connection, the machine's jitter) does not move it as it moves first-to-last.
+        """
         served = sorted(self.served)
-        return (len(served) - 1) / (served[-1] - served[0])
+        count = len(served)
+        mean_t = sum(served) / count
+        mean_i = (count - 1) / 2
+        covariance = sum((t - mean_t) * (i - mean_i) for i, t in enumerate(served))
+        variance = sum((t - mean_t) ** 2 for t in served)
+        return covariance / variance
 
 
 @contextmanager

@@ -1,8 +1,12 @@
 """Processes sharing one `RateLimit` through a store stay under it, at its rate.
 
 Two and four processes (asyncio and trio ones side by side) ask a server that answers 429 above
-60 requests a second, through a limit of 50 a second kept in a SQLite file or a PostgreSQL
-schema: no request is refused, and the server sees them at the limit's rate (within 10%).
+130 requests in any second, through a limit of 100 a second kept in a SQLite file or a
+PostgreSQL schema: two processes with 4 senders each, four with 50 each (as 4 processes of 50
+subagents would). No request is refused, and the server sees them at the limit's rate (within
+10%). The server's margin is for this shared machine: a process whose event loop stalls sends
+the requests whose turn came meanwhile together when it wakes (a stall of 200 ms made 7 of 200
+refused above 120 a second once, in a few dozen runs).
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ from benchmarks.rate_load import counting_server, run_workers
 from stores import PostgresStore, SQLiteStore
 from tests.postgres import fresh_schema
 
-RPM = 3000  # 50 a second
-SERVER_LIMIT = 60  # a second
-REQUESTS = 100
+RPM = 6000  # 100 a second
+SERVER_LIMIT = 130  # in any second
+REQUESTS = 200
 
 
 @contextmanager
@@ -38,10 +42,10 @@ def shared_store(kind: str, tmp_path: Path) -> Generator[dict[str, Any]]:
         yield {"store": "postgres", "where": dsn, "schema": schema}
 
 
-@pytest.mark.parametrize("processes", [2, 4])
+@pytest.mark.parametrize(("processes", "senders"), [(2, 4), (4, 50)])
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_processes_sharing_a_limit_stay_under_it_at_its_rate(
-    kind: str, processes: int, tmp_path: Path
+    kind: str, processes: int, senders: int, tmp_path: Path
 ) -> None:
     with shared_store(kind, tmp_path) as where, counting_server(SERVER_LIMIT) as server:
         key = f"openai-{uuid.uuid4().hex[:8]}"
@@ -53,7 +57,7 @@ def test_processes_sharing_a_limit_stay_under_it_at_its_rate(
                 "base_url": server.url,
                 "requests": REQUESTS // processes,
                 "seconds": 0,
-                "tasks": 4,
+                "tasks": senders,
                 "backend": ("asyncio", "trio")[number % 2],
             }
             for number in range(processes)
