@@ -102,7 +102,12 @@ class CountingServer:
                 self.wfile.write(body)
                 self.wfile.flush()
 
-        self._http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            # Hundreds of senders connect at once (a client per request): the default backlog
+            # of 5 refuses connections under load.
+            request_queue_size = 1024
+
+        self._http = Server(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
         host, port = self._http.server_address[:2]
         self.url = f"http://{host!s}:{port}/v1"
@@ -253,6 +258,9 @@ def run_workers(specs: list[dict[str, Any]], *, timeout: float = 120) -> list[di
             if worker.poll() is None:
                 worker.kill()
                 worker.wait()
+            for pipe in (worker.stdin, worker.stdout):
+                if pipe is not None:
+                    pipe.close()
 
 
 if __name__ == "__main__":
