@@ -39,7 +39,7 @@ from orchestrator.models._rate import AsyncRateLimits, RateAsk
 from orchestrator.testing import FakeModel, tool_call
 from stores import PostgresStore, SQLiteStore
 from stores._postgres_sql import postgres_rates
-from stores._sql import SQLITE_RATES
+from stores._sql import SET_BUSY_TIMEOUT, SET_SYNCHRONOUS, SQLITE_RATES
 
 from .exchange import think_then_use_tools
 from .rate_load import counting_server, run_workers
@@ -168,6 +168,8 @@ def _sqlite_acquires(folder: Path, count: int) -> list[Metric]:
     connection = sqlite3.connect(
         folder / "rates.db", isolation_level="IMMEDIATE", check_same_thread=False
     )
+    connection.execute(SET_BUSY_TIMEOUT)
+    connection.execute(SET_SYNCHRONOUS)  # as the store has it (WAL: no fsync per commit)
     try:
 
         def execute(params: dict[str, Any]) -> None:

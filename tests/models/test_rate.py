@@ -123,6 +123,18 @@ async def test_settling_corrects_the_tokens(kind: str, tmp_path: Path) -> None:
     assert 1.0 < after.wait(ask) <= 2.0
 
 
+def test_the_process_table_waits_as_a_take_says() -> None:
+    table = LocalRates()
+    ask = RateAsk(requests=10.0, tokens=0.0, tolerance=10.0)
+    assert table.delay("k", ask) == 0.0
+    assert table.delay("k", ask) == 0.0  # the burst: two at once
+    assert 9.0 < table.delay("k", ask) <= 10.0
+    assert 19.0 < table.take("k", ask).wait(ask) <= 20.0
+    tokens = RateAsk(requests=0.0, tokens=3.0)
+    assert table.delay("t", tokens) == 0.0
+    assert 2.0 < table.delay("t", tokens) <= 3.0  # the first request's tokens, paid off
+
+
 def test_stores_that_share_limits_say_so() -> None:
     assert isinstance(MemoryStore(), AsyncRateLimits)
     assert issubclass(SQLiteStore, AsyncRateLimits)
