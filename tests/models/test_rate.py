@@ -26,6 +26,8 @@ from orchestrator import (
     Reply,
     Reporter,
     State,
+    TextBlock,
+    ToolResultBlock,
     Usage,
     tool,
 )
@@ -362,3 +364,19 @@ def test_a_sync_agent_shares_a_process_limit_across_its_runs() -> None:
     agent = Agent(RateLimited(FakeModel(["a", "b"]), limit))
     assert agent.run(State(messages=[Message.user("1")])) == "a"
     assert agent.run(State(messages=[Message.user("2")])) == "b"
+
+
+def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
+    call = tool_call("lookup", topic="x")
+    messages = (
+        Message.user("Find x"),
+        Message.assistant(tool_calls=[call]),
+        Message("user", (ToolResultBlock(call.id, (TextBlock("x: found"),)),)),
+    )
+    first = estimate_tokens(Request("Be brief.", messages, (lookup.spec,)))
+    again = estimate_tokens(Request("Be brief.", messages, (lookup.spec,)))
+    longer = estimate_tokens(
+        Request("Be brief.", (*messages, Message.user("y" * 400)), (lookup.spec,))
+    )
+    assert first == again
+    assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
