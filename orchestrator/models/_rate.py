@@ -428,7 +428,7 @@ def _spec_chars(spec: ToolSpec) -> tuple[int, bool]:
 def _size(
     item: _Item, measure: Callable[[_Item], tuple[int, bool]], fresh: list[tuple[object, int]]
 ) -> int:
-    """`item`'s characters: known, or measured now (and added to `fresh` when it may be kept)."""
+    """`item`'s characters: known, or counted now (and added to `fresh` when it may be kept)."""
     known = _sizes.get(id(item))
     if known is not None and known[0] is item:
         return known[1]
