@@ -380,3 +380,42 @@ def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
     )
     assert first == again
     assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
+
+
+class Counting:
+    """A model that notes how many of its requests are under way at once."""
+
+    name = "counting"
+    context_window = None
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.most = 0
+        self.asked = 0
+
+    async def respond(self, request: Request, *, on_text: Any = None) -> Reply:
+        self.asked += 1
+        self.running += 1
+        self.most = max(self.most, self.running)
+        try:
+            await anyio.sleep(0.01)
+        finally:
+            self.running -= 1
+        return Reply(Message.assistant("done"))
+
+
+@pytest.mark.anyio
+async def test_parallel_children_share_their_model_s_limit() -> None:
+    counting = Counting()
+    limit = RateLimit(requests_per_minute=60_000, concurrent=3, key=f"tree-{uuid.uuid4().hex}")
+    worker = Agent(RateLimited(counting, limit), name="worker", description="Does a task.")
+    calls = [tool_call("worker", task=f"task {i}") for i in range(20)]
+    recorder = WaitRecorder()
+    lead = Agent(FakeModel([calls, "All done."]), tools=[worker], reporter=recorder)
+    state = State(messages=[Message.user("Do twenty tasks")])
+    assert await lead.arun(state) == "All done."
+    assert counting.asked == 20
+    assert counting.most == 3
+    waited = {state_id for state_id, _, _ in recorder.waits}
+    assert waited  # children waited for a slot, and said so
+    assert all(state.child(state_id).parent_id == state.id for state_id in waited)
