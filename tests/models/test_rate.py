@@ -7,6 +7,7 @@ not by timing requests; the wall-clock rate across processes is in test_rate_pro
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import uuid
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -31,12 +32,20 @@ from orchestrator import (
     Usage,
     tool,
 )
-from orchestrator.models import OpenAIModel, RateLimit, RateLimited, Request, RetryPolicy
+from orchestrator.models import (
+    AnthropicModel,
+    OpenAIModel,
+    RateLimit,
+    RateLimited,
+    Request,
+    RetryPolicy,
+)
 from orchestrator.models._rate import LocalRates, estimate_tokens, header_hold
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, MemoryStore, PostgresStore, SQLiteStore
 from stores.backend import AsyncRateLimits, RateAsk, RateTimes, next_times
 from tests.models._server import ScriptedServer
+from tests.models.wire_anthropic import text_reply as anthropic_reply
 from tests.models.wire_openai import error, text_reply
 from tests.postgres import fresh_schema
 
@@ -250,9 +259,8 @@ def test_headers_hold_until_the_reset_of_what_is_used_up() -> None:
 async def test_a_provider_model_reads_the_headers_and_holds_the_limit(
     server: ScriptedServer,
 ) -> None:
-    exhausted = text_reply("ok")
-    exhausted = type(exhausted)(
-        events=exhausted.events,
+    exhausted = dataclasses.replace(
+        text_reply("ok"),
         headers={"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "30s"},
     )
     server.push(exhausted)
@@ -282,6 +290,28 @@ async def test_a_429_holds_the_whole_limit_back(server: ScriptedServer) -> None:
         await model.respond(Request(system=None, messages=(Message.user("Hi"),)))
     ask = RateAsk(requests=0.001, tokens=0.0)
     assert 19.0 < (await store.arate_take("openai", ask)).wait(ask) <= 20.0
+
+
+@pytest.mark.anyio
+async def test_anthropic_headers_hold_the_limit_too(server: ScriptedServer) -> None:
+    reset = (datetime.now(UTC) + timedelta(seconds=30)).isoformat().replace("+00:00", "Z")
+    reply = anthropic_reply("ok")
+    server.push(
+        dataclasses.replace(
+            reply,
+            headers={
+                "anthropic-ratelimit-tokens-remaining": "0",
+                "anthropic-ratelimit-tokens-reset": reset,
+            },
+        )
+    )
+    store = MemoryStore()
+    limit = RateLimit(tokens_per_minute=1_000_000, store=store, key="anthropic")
+    model = AnthropicModel("claude-test", base_url=server.url, api_key="k", rate_limit=limit)
+    answer = await model.respond(Request(system=None, messages=(Message.user("Hi"),)))
+    assert answer.message.text == "ok"
+    ask = RateAsk(requests=0.0, tokens=0.0)
+    assert 28.0 < (await store.arate_take("anthropic", ask)).wait(ask) <= 30.0
 
 
 def test_rate_limit_must_be_a_rate_limit() -> None:
