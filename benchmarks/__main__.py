@@ -21,6 +21,7 @@ from .follow_bench import bench_follow
 from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
+from .rate_bench import bench_rate
 from .ray_bench import bench_ray
 from .reconnect_bench import bench_reconnect
 from .report import Metric, load_previous, render, save
@@ -161,6 +162,14 @@ def run(config: Config) -> list[Metric]:
         turns=2 if quick else 20,
         fan=5 if quick else 80,
         repeats=2 if quick else 5,
+        progress=_progress,
+    )
+    # Issue 29: a rate limiter's cost per turn and per take of a store's row, and its fairness.
+    metrics += bench_rate(
+        turns=config.inside_turns // 2,
+        rounds=config.repeats * 2 + 1,
+        acquires=50 if quick else 1_000,
+        fair_seconds=0.5 if quick else 3.0,
         progress=_progress,
     )
     if config.ray:

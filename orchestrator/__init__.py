@@ -130,6 +130,7 @@ if _typing.TYPE_CHECKING:
     from ._apps._events import Event as Event
     from ._apps._events import Events as Events
     from ._apps._events import ModelReplied as ModelReplied
+    from ._apps._events import RateLimitWaited as RateLimitWaited
     from ._apps._events import Retrying as Retrying
     from ._apps._events import RunEnded as RunEnded
     from ._apps._events import RunStarted as RunStarted
@@ -152,6 +153,7 @@ _LAZY = {"ConsoleReporter": "._apps._console"} | dict.fromkeys(
         "Event",
         "Events",
         "ModelReplied",
+        "RateLimitWaited",
         "Retrying",
         "RunEnded",
         "RunStarted",
@@ -234,6 +236,7 @@ __all__ = (
     "OutputMapping",
     "ProviderError",
     "RateLimitError",
+    "RateLimitWaited",
     "RawBlock",
     "ReasoningBlock",
     "Reply",

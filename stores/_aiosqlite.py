@@ -27,12 +27,14 @@ from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import AsyncClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, arun_plan
+from ._rate_sql import RateSql, SqlRateLimits
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
     ISOLATION_LEVEL,
     ROLLBACK,
     SQLITE_LEASES,
+    SQLITE_RATES,
     backend_error,
     count_plan,
     create_private,
@@ -68,7 +70,7 @@ __all__ = ("AioSQLiteStore",)
 _T = TypeVar("_T")
 
 
-class AioSQLiteStore(AsyncClosing, SqlLeases):
+class AioSQLiteStore(AsyncClosing, SqlLeases, SqlRateLimits):
     """States kept in one SQLite file, used with ``await`` on asyncio.
 
     It has `asave`, `aload`, `alist` and `adelete` with the behaviour of `SQLiteStore` (the same
@@ -337,6 +339,9 @@ class AioSQLiteStore(AsyncClosing, SqlLeases):
 
     def _lease_statements(self) -> LeaseSql:
         return SQLITE_LEASES
+
+    def _rate_statements(self) -> RateSql:
+        return SQLITE_RATES
 
     def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
         return self._run(plan)

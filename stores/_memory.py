@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import anyio.lowlevel
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
+from orchestrator.models._rate import LocalRates, RateAsk, RateTimes
 
 from ._leases import MemoryLeases
 from ._offload import AsyncClosing, Closing
@@ -63,8 +64,9 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
 
     A loaded State is a new object rebuilt from the stored entries, as with every backend, so
     tests written against a `MemoryStore` hold for the others. It implements `Store` and
-    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`)
-    and run leases (`AsyncRunLeases`), and is thread-safe. Everything is lost when it is dropped.
+    `AsyncStore` without threads, keeps agent memory (`MemoryBackend`, `AsyncMemoryBackend`),
+    run leases (`AsyncRunLeases`) and rate limits (`RateLimit(store=...)`), and is
+    thread-safe. Everything is lost when it is dropped.
 
     Example:
         ```python
@@ -76,10 +78,20 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
         ```
     """
 
-    __slots__ = ("_effects", "_feeds", "_lock", "_position", "_spaces", "_states", "_wakeups")
+    __slots__ = (
+        "_effects",
+        "_feeds",
+        "_lock",
+        "_position",
+        "_rates",
+        "_spaces",
+        "_states",
+        "_wakeups",
+    )
 
     def __init__(self) -> None:
         MemoryLeases.__init__(self)
+        self._rates = LocalRates()
         self._lock = threading.Lock()
         self._states: dict[str, _Saved] = {}
         # The feed of each tree (`orchestrator.TreeFollowable`): by root, (position, State id,
@@ -98,6 +110,18 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
     def url(self) -> str | None:
         """None: no other process can open this store (``open_store("memory:")`` makes another)."""
         return None
+
+    async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` and return them, with now (`AsyncRateLimits`)."""
+        return await self._rates.arate_take(key, ask)
+
+    async def arate_hold(self, key: str, seconds: float, tolerance: float) -> None:
+        """Let no request of `key` go for `seconds` from now."""
+        await self._rates.arate_hold(key, seconds, tolerance)
+
+    async def arate_settle(self, key: str, tokens: float) -> None:
+        """Add `tokens` seconds to `key`'s tokens time."""
+        await self._rates.arate_settle(key, tokens)
 
     def close(self) -> None:
         """Nothing to release: so that every store `open_store` gives closes the same way."""

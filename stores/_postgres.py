@@ -40,6 +40,7 @@ from ._postgres_plans import (
     tree_plan,
 )
 from ._postgres_sql import DEFAULT_SCHEMA, open_plan, sql_for
+from ._rate_sql import RateSql, SqlRateLimits
 from ._redact import redact_url, url_secrets
 from .backend import (
     POLL_FIRST,
@@ -65,7 +66,7 @@ _LISTEN_SECONDS = 0.25
 """How long a follower's thread waits for a NOTIFY before it looks whether it was cancelled."""
 
 
-class PostgresStore(ThreadedClosing, SqlLeases):
+class PostgresStore(ThreadedClosing, SqlLeases, SqlRateLimits):
     """States kept in a PostgreSQL database: safe for many processes on many machines.
 
     Give it a DSN (``postgresql://user@host/db``, or libpq's ``key=value`` form) and it opens
@@ -437,6 +438,9 @@ class PostgresStore(ThreadedClosing, SqlLeases):
 
     def _lease_statements(self) -> LeaseSql:
         return self._sql.leases
+
+    def _rate_statements(self) -> RateSql:
+        return self._sql.rates
 
     def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
         return self._offload(self._run, plan)

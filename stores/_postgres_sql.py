@@ -72,6 +72,7 @@ from ._plan import (
     stopped_json,
     usage_json,
 )
+from ._rate_sql import RateSql
 from .backend import StorageView, Tail
 
 __all__ = (
@@ -86,6 +87,7 @@ __all__ = (
     "lock_key",
     "open_plan",
     "postgres_leases",
+    "postgres_rates",
     "sql_for",
     "state_row",
 )
@@ -93,7 +95,7 @@ __all__ = (
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -195,6 +197,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             owner text NOT NULL,
             until timestamptz NOT NULL,
             cancel boolean NOT NULL DEFAULT false
+        )
+        """,
+    ),
+    # 6: rate limits (`orchestrator.models.RateLimit`): when each key's requests and tokens
+    # are paid off, in seconds since the epoch on the server's clock.
+    (
+        """
+        CREATE TABLE {s}.rate_limits (
+            key text PRIMARY KEY,
+            requests_at double precision NOT NULL,
+            tokens_at double precision NOT NULL
         )
         """,
     ),
@@ -454,6 +467,7 @@ class Sql:
     memory_set_once: str = field(init=False)
     memory_delete_once: str = field(init=False)
     leases: LeaseSql = field(init=False)
+    rates: RateSql = field(init=False)
 
     def __post_init__(self) -> None:
         quoted = f'"{check_schema_name(self.schema)}"'
@@ -469,6 +483,7 @@ class Sql:
             object.__setattr__(self, name, text)
 
         object.__setattr__(self, "leases", postgres_leases(quoted))
+        object.__setattr__(self, "rates", postgres_rates(quoted))
         object.__setattr__(
             self,
             "migrations",
@@ -794,3 +809,38 @@ def postgres_leases(schema: str) -> LeaseSql:
     """The statements of run leases in the (quoted) PostgreSQL schema `schema`."""
     statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_LEASES.items()}
     return LeaseSql(**statements, commit=None, ids=list)
+
+
+# -- rate limits (`stores._rate_sql`) --------------------------------------------------------
+
+# The server's clock (seconds since the epoch), so machines agree.
+_NOW = "extract(epoch from clock_timestamp())::double precision"
+
+_POSTGRES_RATES = {
+    "take": f"""
+        WITH c AS (SELECT {_NOW} AS now)
+        INSERT INTO {{s}}.rate_limits AS r (key, requests_at, tokens_at)
+        SELECT %(key)s, c.now + %(requests)s, c.now + %(tokens)s FROM c
+        ON CONFLICT (key) DO UPDATE SET
+            requests_at = greatest(r.requests_at, EXCLUDED.requests_at - %(requests)s)
+                + %(requests)s,
+            tokens_at = greatest(r.tokens_at, EXCLUDED.tokens_at - %(tokens)s) + %(tokens)s
+        RETURNING r.requests_at, r.tokens_at, (SELECT now FROM c)
+    """,
+    "hold": f"""
+        INSERT INTO {{s}}.rate_limits AS r (key, requests_at, tokens_at)
+        VALUES (
+            %(key)s, {_NOW} + %(seconds)s + %(tolerance)s, {_NOW} + %(seconds)s
+        )
+        ON CONFLICT (key) DO UPDATE SET
+            requests_at = greatest(r.requests_at, EXCLUDED.requests_at),
+            tokens_at = greatest(r.tokens_at, EXCLUDED.tokens_at)
+    """,
+    "settle": "UPDATE {s}.rate_limits SET tokens_at = tokens_at + %(tokens)s WHERE key = %(key)s",
+}
+
+
+def postgres_rates(schema: str) -> RateSql:
+    """The statements of rate limits in the (quoted) PostgreSQL schema `schema`."""
+    statements = {name: text.replace("{s}", schema) for name, text in _POSTGRES_RATES.items()}
+    return RateSql(**statements, commit=None)

@@ -97,6 +97,7 @@ from ._plan import (
 )
 from ._plan import entries_plan as entries_of
 from ._plan import load_plan as load_state
+from ._rate_sql import RateSql
 from .backend import (
     StorageView,
     Tail,
@@ -129,6 +130,8 @@ __all__ = (
     "SET_NO_BUSY_WAIT",
     "SQLITE_LEASES",
     "SQLITE_LEASE_TABLE",
+    "SQLITE_RATES",
+    "SQLITE_RATE_TABLE",
     "backend_error",
     "count_plan",
     "create_private",
@@ -423,6 +426,7 @@ def open_plan(where: str) -> Plan[None]:
     for statement in MEMORY_SCHEMA:
         yield Query(statement)
     yield Query(SQLITE_LEASE_TABLE)
+    yield Query(SQLITE_RATE_TABLE)
     yield Query(COMMIT)
 
 
@@ -1176,4 +1180,36 @@ SQLITE_LEASES = LeaseSql(
     """,
     commit="COMMIT",
     ids=json.dumps,
+)
+
+
+# -- rate limits (`stores._rate_sql`) --------------------------------------------------------
+
+SQLITE_RATE_TABLE = """
+    CREATE TABLE IF NOT EXISTS rate_limits (
+        key TEXT PRIMARY KEY NOT NULL,
+        requests_at REAL NOT NULL,
+        tokens_at REAL NOT NULL
+    ) WITHOUT ROWID
+"""
+"""Made when a store opens, in any file of format 3 (a table older versions never read)."""
+
+SQLITE_RATES = RateSql(
+    take="""
+        INSERT INTO rate_limits (key, requests_at, tokens_at)
+        VALUES (:key, :now + :requests, :now + :tokens)
+        ON CONFLICT (key) DO UPDATE SET
+            requests_at = max(rate_limits.requests_at, :now) + :requests,
+            tokens_at = max(rate_limits.tokens_at, :now) + :tokens
+        RETURNING requests_at, tokens_at, :now
+    """,
+    hold="""
+        INSERT INTO rate_limits (key, requests_at, tokens_at)
+        VALUES (:key, :now + :seconds + :tolerance, :now + :seconds)
+        ON CONFLICT (key) DO UPDATE SET
+            requests_at = max(rate_limits.requests_at, excluded.requests_at),
+            tokens_at = max(rate_limits.tokens_at, excluded.tokens_at)
+    """,
+    settle="UPDATE rate_limits SET tokens_at = tokens_at + :tokens WHERE key = :key",
+    commit="COMMIT",
 )

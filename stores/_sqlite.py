@@ -24,6 +24,7 @@ from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import OneAtATime, ThreadedClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
+from ._rate_sql import RateSql, SqlRateLimits
 from ._sql import (
     BUSY_RETRY_PAUSE,
     BUSY_RETRY_SECONDS,
@@ -36,6 +37,7 @@ from ._sql import (
     SET_NO_AUTOCHECKPOINT,
     SET_NO_BUSY_WAIT,
     SQLITE_LEASES,
+    SQLITE_RATES,
     backend_error,
     count_plan,
     create_private,
@@ -74,7 +76,7 @@ NOWAIT_STATES = 16
 __all__ = ("SQLiteStore", "refuse_folder")
 
 
-class SQLiteStore(ThreadedClosing, SqlLeases):
+class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
     """States kept in one SQLite file: safe for many threads and several processes.
 
     Each save appends only the entries not stored yet, in one ``BEGIN IMMEDIATE`` transaction,
@@ -383,6 +385,9 @@ class SQLiteStore(ThreadedClosing, SqlLeases):
 
     def _lease_statements(self) -> LeaseSql:
         return SQLITE_LEASES
+
+    def _rate_statements(self) -> RateSql:
+        return SQLITE_RATES
 
     def _carry_out(self, plan: Plan[_T]) -> Awaitable[_T]:
         return self._offload(self._run, plan)

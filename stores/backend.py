@@ -29,6 +29,9 @@ And it keeps the rules every backend keeps with these:
   waits for new ones);
 - `Wakeups`, `Waiter`: the followers in this process, woken by the store's own saves at once
   (from any thread or event loop), so they need not wait for the poll;
+- `AsyncRateLimits`, `RateAsk`, `RateTimes`, `next_times`: what a store that shares rate
+  limits across processes implements (`orchestrator.models.RateLimit(store=...)`): one row per
+  key, moved on atomically by each take;
 - `make_cursor`, `cursor_parts`, `check_limit`, `check_link`, `root_from`: what
   `orchestrator.TreeFollowable` needs (cursors of a store kind, checked when they come back;
   a page size; a stored entry checked against the one before it; a new State's root).
@@ -56,6 +59,7 @@ from orchestrator import HistoryEntry, State, StateInfo, StoreConflictError
 from orchestrator._record._state import bind_state, recover_state, storage_view, validate_id
 from orchestrator._record._storage import NowaitBatchStore, StorageView
 from orchestrator._tooling._memory import validate_key, validate_space
+from orchestrator.models._rate import AsyncRateLimits, RateAsk, RateTimes, next_times
 
 from ._codec import (
     chain_digests,
@@ -71,8 +75,11 @@ from ._wakeups import Waiter, Wakeups
 _E = TypeVar("_E")
 
 __all__ = (
+    "AsyncRateLimits",
     "Continuation",
     "NowaitBatchStore",
+    "RateAsk",
+    "RateTimes",
     "StorageView",
     "Tail",
     "TailCache",
@@ -92,6 +99,7 @@ __all__ = (
     "entries_after",
     "listing_seal",
     "make_cursor",
+    "next_times",
     "not_a_root",
     "poll_entries",
     "rebuild",

@@ -418,3 +418,23 @@ def test_bench_reconnect() -> None:
         assert metrics[f"reconnect.{name}.floor.ms"].value > 0
         assert metrics[f"reconnect.{name}.ratio"].unit == "x"
     assert len(metrics) == 6
+
+
+def test_the_rate_benchmark_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    from benchmarks.rate_bench import bench_rate
+
+    monkeypatch.delenv("ORCHESTRATOR_TEST_POSTGRES_DSN", raising=False)
+    metrics = bench_rate(turns=3, rounds=1, acquires=5, fair_seconds=0.2, progress=lambda _: None)
+    by_key = {m.key: m for m in metrics}
+    assert {
+        "rate.turn.ratio",
+        "rate.turn.tokens.ratio",
+        "rate.take.sqlite.p50.us",
+        "rate.take.sqlite.floor.p50.us",
+        "rate.fair.sqlite.jain",
+        "rate.fair.sqlite.rate",
+    } <= set(by_key)
+    assert not any(key.startswith(("rate.take.postgres", "rate.fair.postgres")) for key in by_key)
+    for metric in metrics:
+        assert math.isfinite(metric.value)
+        assert metric.value > 0, metric

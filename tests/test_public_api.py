@@ -454,3 +454,34 @@ def test_the_measurement_check_finds_one() -> None:
         "x:2: Fast: 0.27 against 1.1 us (measured).",
         "x:4: Waits 10 s at most, for 100% of the calls.",
     ]
+
+
+def test_rate_limits_and_fallback_have_their_names_and_signatures() -> None:
+    # Issue 29 items 3 and 4: rate limits shared through a store, and models tried in order.
+    import orchestrator.models
+    import stores.backend
+
+    assert {"FallbackModel", "RateLimit", "RateLimited"} <= set(orchestrator.models.__all__)
+    assert "RateLimitWaited" in orchestrator.__all__
+    assert {"AsyncRateLimits", "RateAsk", "RateTimes", "next_times"} <= set(stores.backend.__all__)
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    assert [
+        (p.name, p.kind, p.default)
+        for p in inspect.signature(orchestrator.models.RateLimit).parameters.values()
+    ] == [
+        ("requests_per_minute", keyword, None),
+        ("tokens_per_minute", keyword, None),
+        ("concurrent", keyword, None),
+        ("burst", keyword, 1),
+        ("store", keyword, None),
+        ("key", keyword, None),
+    ]
+    for provider in ("OpenAIModel", "AnthropicModel"):
+        signature = inspect.signature(getattr(orchestrator.models, provider))
+        assert signature.parameters["rate_limit"].default is None
+    assert list(inspect.signature(orchestrator.models.FallbackModel).parameters) == ["models"]
+    assert list(inspect.signature(orchestrator.models.RateLimited).parameters) == [
+        "model",
+        "limit",
+        "backoff",
+    ]

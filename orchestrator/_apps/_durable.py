@@ -16,8 +16,9 @@ of the facts it records, with the same kind and payload as the live ones:
 
 Live only: `TextDelta` (a reply's text as it streams: the reply itself is stored, as
 `ModelReplied.text`), `Retrying` (a failed request tried again: only its final outcome is
-stored) and `ToolStarted` (the history records a call's request and its result, not the moment
-it began). Other entries (a request sent, messages, data, decisions, `ask`) give no event.
+stored), `RateLimitWaited` (a request waiting for a rate limit) and `ToolStarted` (the history
+records a call's request and its result, not the moment it began). Other entries (a request
+sent, messages, data, decisions, `ask`) give no event.
 
 Where the two streams differ, beside those kinds:
 

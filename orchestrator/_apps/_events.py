@@ -55,6 +55,7 @@ __all__ = (
     "Event",
     "Events",
     "ModelReplied",
+    "RateLimitWaited",
     "Retrying",
     "RunEnded",
     "RunStarted",
@@ -194,6 +195,17 @@ class Retrying(_EventBase):
     error: str
 
 
+class RateLimitWaited(_EventBase):
+    """The model request waits `delay` seconds for the rate limit `limit` before it is sent.
+
+    A `delay` of 0 is a wait for a free concurrent slot, whose length is not known.
+    """
+
+    kind: Literal["rate_limit"] = "rate_limit"
+    limit: str
+    delay: float
+
+
 Event: TypeAlias = Annotated[
     RunStarted
     | RunEnded
@@ -204,7 +216,8 @@ Event: TypeAlias = Annotated[
     | ToolEnded
     | ChildStarted
     | ApprovalNeeded
-    | Retrying,
+    | Retrying
+    | RateLimitWaited,
     pydantic.Field(discriminator="kind"),
 ]
 """One event of a run: check `kind` to know which."""
@@ -309,14 +322,14 @@ class Events:
     def push(self, event: Event) -> None:
         """Add `event` (its `seq` set here), after the events held for its State.
 
-        A text delta or retry notice that comes while the buffer is full is held instead: text
-        joined into the held text, a retry notice replacing the held one (retries come before
-        any text of a model request).
+        A text delta or a retry or rate-limit notice that comes while the buffer is full is held
+        instead: text joined into the held text, a notice replacing the held one (notices come
+        before any text of a model request).
         """
         if self._left:
             return  # nobody reads any more
         queue, state_id = self._queue, event.state_id
-        if isinstance(event, TextDelta | Retrying) and len(queue) >= self._limit:
+        if isinstance(event, TextDelta | Retrying | RateLimitWaited) and len(queue) >= self._limit:
             self._hold(event)
             return
         held = self._held.pop(state_id, None)
@@ -326,10 +339,12 @@ class Events:
         self._append(event)
         self._notify()
 
-    def _hold(self, event: TextDelta | Retrying) -> None:
+    def _hold(self, event: TextDelta | Retrying | RateLimitWaited) -> None:
         held = self._held.setdefault(event.state_id, [])
-        if isinstance(event, Retrying):
-            held[:] = [item for item in held if not isinstance(item, Retrying)] + [event]
+        if isinstance(event, Retrying | RateLimitWaited):
+            # One notice is held, the latest: the bound counts one.
+            notices = Retrying | RateLimitWaited
+            held[:] = [item for item in held if not isinstance(item, notices)] + [event]
         elif held and isinstance(last := held[-1], TextDelta):
             held[-1] = last.model_copy(update={"text": last.text + event.text})
         else:
@@ -460,6 +475,18 @@ class _Sink(Reporter):
                 attempt=attempt,
                 delay=delay,
                 error=f"{type(error).__name__}: {error}",
+            )
+        )
+
+    def on_rate_limit(self, state: State, limit: str, delay: float) -> None:
+        self.events.push(
+            RateLimitWaited(
+                at=_now(),
+                state_id=state.id,
+                parent_id=state.parent_id,
+                parent_call_id=state.parent_call_id,
+                limit=limit,
+                delay=delay,
             )
         )
 

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .._record._history import ToolResultEntry
     from .._record._state import State
 
-__all__ = ("DEFAULT_BUFFER", "Pacer", "Reporter", "report_retry")
+__all__ = ("DEFAULT_BUFFER", "Pacer", "Reporter", "report_rate_limit", "report_retry")
 
 DEFAULT_BUFFER = 256
 """Events a consumer of `Agent.events` may be behind before the run waits for it (`Pacer`)."""
@@ -36,6 +36,17 @@ def report_retry(attempt: int, delay: float, error: BaseException) -> None:
     place = _here.current()
     if place is not None:
         place.report_retry(attempt, delay, error)
+
+
+def report_rate_limit(limit: str, delay: float) -> None:
+    """Tell the reporters of the think in progress that its request waits for a rate limit.
+
+    `delay` is the wait in seconds (0: the wait is for a concurrent slot, its length unknown).
+    Outside a think it does nothing, like `report_retry`.
+    """
+    place = _here.current()
+    if place is not None:
+        place.report_rate_limit(limit, delay)
 
 
 @runtime_checkable
@@ -68,6 +79,9 @@ class Reporter:
 
     def on_retry(self, state: State, attempt: int, delay: float, error: BaseException) -> None:
         """The model request failed with `error` and is tried again (`attempt`) after `delay` s."""
+
+    def on_rate_limit(self, state: State, limit: str, delay: float) -> None:
+        """The model request waits `delay` s for the rate limit `limit` (0: for a free slot)."""
 
     def on_tool_start(self, state: State, call: ToolCall) -> None:
         """A tool call is about to run: its permissions allowed it (or it ends at once).

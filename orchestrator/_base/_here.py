@@ -3,8 +3,8 @@
 The run layer keeps its frame here (`orchestrator._running._frame`: the run in progress, and
 the tool call it is executing). This module sits at the bottom of the core, so the layers below
 the run reach the frame without importing the run: a memory write asks for its effect key, a
-provider reports a retry. They see the frame only through `Place`, the protocol this module
-owns.
+provider reports a retry or a wait for a rate limit. They see the frame only through `Place`,
+the protocol this module owns.
 
 Context variables follow tasks and worker threads, so the frame is right in each of them.
 """
@@ -26,6 +26,10 @@ class Place(Protocol):
 
     def report_retry(self, attempt: int, delay: float, error: BaseException) -> None:
         """Tell the reporters of the think in progress, if any, that the request is retried."""
+        ...
+
+    def report_rate_limit(self, limit: str, delay: float) -> None:
+        """Tell the reporters of the think in progress, if any, that it waits for a limit."""
         ...
 
 

@@ -67,6 +67,13 @@ class Frame:
             for reporter in run.reporters:
                 reporter.on_retry(run.state, attempt, delay, error)
 
+    def report_rate_limit(self, limit: str, delay: float) -> None:
+        """Tell the reporters of the think in progress that it waits for a rate limit."""
+        if self.thinking:
+            run = self.run
+            for reporter in run.reporters:
+                reporter.on_rate_limit(run.state, limit, delay)
+
 
 current_frame = cast("Callable[[], Frame | None]", _here.current)
 """The frame of the code calling it, or None outside any run."""

@@ -74,6 +74,7 @@ from .. import (
     ChildStarted,
     Event,
     ModelReplied,
+    RateLimitWaited,
     Retrying,
     RunEnded,
     RunStarted,
@@ -196,6 +197,15 @@ class AGUIStream:
                 CustomEvent(
                     name="orchestrator.retry",
                     value={"attempt": event.attempt, "delay": event.delay, "error": event.error},
+                    subagent_run_id=sub,
+                    timestamp=at,
+                )
+            )
+        elif isinstance(event, RateLimitWaited):
+            out.append(
+                CustomEvent(
+                    name="orchestrator.rate_limit",
+                    value={"limit": event.limit, "delay": event.delay},
                     subagent_run_id=sub,
                     timestamp=at,
                 )

@@ -39,6 +39,7 @@ from .. import (
     ChildStarted,
     Event,
     ModelReplied,
+    RateLimitWaited,
     Retrying,
     RunEnded,
     RunStarted,
@@ -156,8 +157,8 @@ class VercelStream:
                     },
                 }
             )
-        elif isinstance(event, Retrying):
-            out.append(_retry(event))
+        elif isinstance(event, Retrying | RateLimitWaited):
+            out.append(_notice(event))
         elif isinstance(event, RunEnded):
             out.extend(self._end(event))
         return out
@@ -250,8 +251,8 @@ class VercelStream:
                 data["status"] = "waiting"
             else:
                 data["status"], data["answer"] = "done", event.answer
-        elif isinstance(event, Retrying):
-            return [_retry(event)]
+        elif isinstance(event, Retrying | RateLimitWaited):
+            return [_notice(event)]
         else:
             return []
         return [{"type": "data-subagent", "id": event.state_id, "data": dict(data)}]
@@ -276,7 +277,11 @@ class VercelStream:
         return out
 
 
-def _retry(event: Retrying) -> Chunk:
+def _notice(event: Retrying | RateLimitWaited) -> Chunk:
+    """A retry or a wait for a rate limit, as a transient data part."""
+    if isinstance(event, RateLimitWaited):
+        data = {"state_id": event.state_id, "limit": event.limit, "delay": event.delay}
+        return {"type": "data-rate-limit", "data": data, "transient": True}
     return {
         "type": "data-retry",
         "data": {

@@ -14,16 +14,22 @@ from ._base import TextCallback as TextCallback
 
 if _typing.TYPE_CHECKING:
     from ._anthropic import AnthropicModel as AnthropicModel
+    from ._fallback import FallbackModel as FallbackModel
     from ._openai import OpenAIModel as OpenAIModel
     from ._price import Price as Price
+    from ._rate import RateLimit as RateLimit
+    from ._rate import RateLimited as RateLimited
     from ._retry import RetryPolicy as RetryPolicy
 
 # The provider models, their retries and prices are imported at first use: a run with another
 # model (a `FakeModel`, a user's own) never pays for them (~1 MB of a fresh process).
 _LAZY = {
     "AnthropicModel": "._anthropic",
+    "FallbackModel": "._fallback",
     "OpenAIModel": "._openai",
     "Price": "._price",
+    "RateLimit": "._rate",
+    "RateLimited": "._rate",
     "RetryPolicy": "._retry",
 }
 
@@ -33,9 +39,12 @@ __getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY)
 
 __all__ = (
     "AnthropicModel",
+    "FallbackModel",
     "Model",
     "OpenAIModel",
     "Price",
+    "RateLimit",
+    "RateLimited",
     "Request",
     "RetryPolicy",
     "TextCallback",

@@ -29,6 +29,7 @@ from .._base._messages import (
 from .._base._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price, request_usage
+from ._rate import RateLimit
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
     DEFAULT_TIMEOUT,
@@ -361,6 +362,8 @@ class AnthropicModel(SettingsModel):
         params: More request fields, sent as they are (``{"top_k": 5}``).
         headers: Extra HTTP headers for every request (``{"anthropic-beta": "..."}``).
         retry: The retry policy (`RetryPolicy()` when left out).
+        rate_limit: A `RateLimit` every request (each retry too) waits for; the server's
+            rate-limit headers tighten it and a 429 holds it back for every caller.
         timeout: Seconds to wait for each read of the reply (for it to start, then for each
             next piece of the stream), and to connect (10 at most); 300 when left out. A
             timeout before anything visible arrived is retried like a dropped connection.
@@ -398,6 +401,7 @@ class AnthropicModel(SettingsModel):
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         _import_anthropic()
         resolved = base_url or os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
@@ -416,6 +420,7 @@ class AnthropicModel(SettingsModel):
             headers=headers,
             retry=retry,
             timeout=timeout,
+            rate_limit=rate_limit,
             reserved=_RESERVED,
         )
         if thinking_budget is not None and (

@@ -31,6 +31,7 @@ from .._base._messages import (
 from .._base._reply import Reply, Usage
 from ._base import Request, TextCallback
 from ._price import Price, request_usage
+from ._rate import RateLimit
 from ._retry import RetryPolicy, StreamBroken
 from ._wire import (
     DEFAULT_TIMEOUT,
@@ -372,6 +373,8 @@ class OpenAIModel(SettingsModel):
         params: More request fields, sent as they are (``{"reasoning_effort": "low"}``).
         headers: Extra HTTP headers for every request.
         retry: The retry policy (`RetryPolicy()` when left out).
+        rate_limit: A `RateLimit` every request (each retry too) waits for; the server's
+            rate-limit headers tighten it and a 429 holds it back for every caller.
         timeout: Seconds to wait for each read of the reply (for it to start, then for each
             next piece of the stream), and to connect (10 at most); 300 when left out. A
             timeout before anything visible arrived is retried like a dropped connection.
@@ -408,6 +411,7 @@ class OpenAIModel(SettingsModel):
         headers: Mapping[str, str] | None = None,
         retry: RetryPolicy | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         _import_openai()
         resolved = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
@@ -425,6 +429,7 @@ class OpenAIModel(SettingsModel):
             headers=headers,
             retry=retry,
             timeout=timeout,
+            rate_limit=rate_limit,
             reserved=_RESERVED,
         )
 

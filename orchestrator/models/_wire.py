@@ -27,9 +27,11 @@ import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
+from .._base._errors import RateLimitError
 from .._base._json import freeze_values, valid_text
 from .._base._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
 from ._price import Price
+from ._rate import RateLimit, RateTicket, estimate_tokens
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
 
 if TYPE_CHECKING:
@@ -136,6 +138,7 @@ class Settings:
     headers: Mapping[str, str] = field(repr=False)  # may hold credentials too
     retry: RetryPolicy
     timeout: float = DEFAULT_TIMEOUT
+    rate_limit: RateLimit | None = None
 
     @classmethod
     def parse(
@@ -155,6 +158,7 @@ class Settings:
         retry: object,
         timeout: object,
         reserved: frozenset[str],
+        rate_limit: object = None,
     ) -> Settings:
         """Check every setting and say how to fix the first wrong one.
 
@@ -189,6 +193,11 @@ class Settings:
             )
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError(f"{owner}(retry=...) takes a RetryPolicy(...), got {retry!r}.")
+        if rate_limit is not None and not isinstance(rate_limit, RateLimit):
+            raise TypeError(
+                f"{owner}(rate_limit=...) takes a RateLimit(requests_per_minute=...),"
+                f" got {rate_limit!r}."
+            )
         return cls(
             owner=owner,
             name=name,
@@ -203,6 +212,7 @@ class Settings:
             headers=MappingProxyType(_str_mapping(owner, "headers", headers, values=True)),
             retry=RetryPolicy() if retry is None else retry,
             timeout=_timeout(owner, timeout),
+            rate_limit=rate_limit,
         )
 
     @property
@@ -379,6 +389,12 @@ def parse_tool_args(raw: str) -> dict[str, Any]:
     return {INVALID_ARGUMENTS: raw}
 
 
+async def _hold_on_429(ticket: RateTicket, failure: Failure | None, retry: RetryPolicy) -> None:
+    """Hold the whole rate limit back after a 429, as long as this caller's retry will wait."""
+    if failure is not None and failure.retryable and isinstance(failure.error, RateLimitError):
+        await ticket.hold(retry.delay(1, failure.retry_after))
+
+
 class ReplyStream(Protocol):
     """A provider's reply as its server-sent events come in."""
 
@@ -432,6 +448,11 @@ class SettingsModel:
     def retry(self) -> RetryPolicy:
         """The retry policy."""
         return self._settings.retry
+
+    @property
+    def rate_limit(self) -> RateLimit | None:
+        """The rate limit every request (each retry too) waits for, or None."""
+        return self._settings.rate_limit
 
     @property
     def timeout(self) -> float:
@@ -499,13 +520,30 @@ class SettingsModel:
             http_client=sdk.DefaultAsyncHttpxClient(verify=context),
         )
 
-        async def send(progress: Progress) -> Reply:
+        async def attempt(progress: Progress, ticket: RateTicket | None) -> Reply:
             stream = new_stream()
             async with open_response(client, body) as response:
+                if ticket is not None:
+                    await ticket.read_headers(response.http_response.headers)
                 await read_events(
                     response.http_response, stream.handle, on_text, progress, stream.has_visible
                 )
             return stream.reply(settings.price)
+
+        limit = settings.rate_limit
+        tokens = estimate_tokens(request) if limit is not None and limit.counts_tokens else 0
+
+        async def send(progress: Progress) -> Reply:
+            if limit is None:
+                return await attempt(progress, None)
+            async with limit.request(tokens) as ticket:
+                try:
+                    reply = await attempt(progress, ticket)
+                except Exception as error:
+                    await _hold_on_429(ticket, classify(error), settings.retry)
+                    raise
+                await ticket.settle(reply.usage)
+                return reply
 
         def classify(error: Exception) -> Failure | None:
             if isinstance(error, sdk.APITimeoutError):

@@ -16,6 +16,7 @@ from orchestrator import (
     ChildStarted,
     Event,
     ModelReplied,
+    RateLimitWaited,
     Retrying,
     RunEnded,
     RunStarted,
@@ -198,3 +199,25 @@ def test_vercel_children_are_data_parts_with_their_links() -> None:
     assert stream.done
     assert stream.feed(RunStarted(at=AT, state_id="root")) == []
     assert stream.end() == []
+
+
+def test_a_wait_for_a_rate_limit_is_a_transient_notice_in_both_adapters() -> None:
+    events: list[Event] = [
+        RunStarted(at=AT, state_id="root"),
+        RateLimitWaited(at=AT, state_id="root", limit="openai", delay=0.25),
+        RunEnded(at=AT, state_id="root", answer="ok", stop_kind="until"),
+    ]
+    (custom,) = [item for item in _agui(events, run_id="r") if item["type"] == "CUSTOM"]
+    assert (custom["name"], custom["value"]) == (
+        "orchestrator.rate_limit",
+        {"limit": "openai", "delay": 0.25},
+    )
+    stream = VercelStream(message_id="m")
+    out = [chunk for event in events for chunk in stream.feed(event)]
+    assert [chunk for chunk in out if chunk["type"] == "data-rate-limit"] == [
+        {
+            "type": "data-rate-limit",
+            "data": {"state_id": "root", "limit": "openai", "delay": 0.25},
+            "transient": True,
+        }
+    ]

@@ -39,7 +39,7 @@ from stores._plan import Query, run_plan
 from stores._postgres import _execute  # pyright: ignore[reportPrivateUsage]
 from stores._postgres_plans import save_plan
 from stores._postgres_sql import SAVE_ONE_MOST, SCHEMA_VERSION, sql_for
-from stores.backend import Tail, TailCache, continuation, storage_view
+from stores.backend import RateAsk, Tail, TailCache, continuation, storage_view
 from stores.contract import FollowContract, LeaseContract, StoreContract, TreeFollowContract
 from tests.postgres import fresh_schema
 from tests.stores.test_links import the_states
@@ -120,7 +120,15 @@ def test_the_schema_is_made_on_first_use_with_its_versions(
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert meta == {"schema_version": SCHEMA_VERSION, "format_version": FORMAT_VERSION}
     tables = {row[0] for row in sql(dsn, _TABLES, schema)}
-    assert tables == {"meta", "states", "entries", "memory", "memory_effects", "run_leases"}
+    assert tables == {
+        "meta",
+        "states",
+        "entries",
+        "memory",
+        "memory_effects",
+        "run_leases",
+        "rate_limits",
+    }
 
 
 def test_stores_opening_a_new_schema_at_once_make_it_once(where: tuple[str, str]) -> None:
@@ -167,8 +175,8 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
 
 
 def _set_back_to_3(dsn: str, schema: str) -> None:
-    """Make the tables what schema version 3 made (no roots, no transaction ids, no leases)."""
-    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases')
+    """Make the tables what schema version 3 made (no roots, transaction ids, leases, rates)."""
+    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases, "{schema}".rate_limits')
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN root_id')
     sql(dsn, f'ALTER TABLE "{schema}".entries DROP COLUMN root_id, DROP COLUMN xid')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 3 WHERE key = 'schema_version'")
@@ -208,6 +216,21 @@ def test_a_schema_of_version_3_gets_the_feeds_of_its_trees(where: tuple[str, str
         assert [(item.state_id, item.index) for item in new] == [("kid", 2)]
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
     assert (meta["schema_version"], meta["format_version"]) == (SCHEMA_VERSION, FORMAT_VERSION)
+
+
+def test_a_schema_of_version_5_gets_its_rate_limits_table(where: tuple[str, str]) -> None:
+    """Version 5 had no rate limits: a store opening it adds the table, and can take at once."""
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        first.save(grown(State(id="kept"), "one"))
+    sql(dsn, f'DROP TABLE "{schema}".rate_limits')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 5 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second:
+        ask = RateAsk(requests=1.0, tokens=0.0)
+        assert anyio.run(second.arate_take, "k", ask).wait(ask) == 0.0
+        assert second.load("kept").answer is None
+    meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
+    assert meta["schema_version"] == SCHEMA_VERSION == 6
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(where: tuple[str, str]) -> None:

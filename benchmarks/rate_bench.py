@@ -1,0 +1,302 @@
+"""Rate-limit benchmarks (issue 29): a limiter's cost per turn, per take of a store's row, and
+how fairly processes sharing one limit get their turns.
+
+- per-turn overhead: an agent's tool loop on `FakeModel`, with and without a process-local
+  `RateLimit` (requests per minute and a concurrent cap, high enough never to wait), in rounds
+  that take turns (median per turn of each; the ratio is what the issue targets); and with
+  tokens per minute, whose estimate of each request's tokens walks its messages.
+- one take of a store's row (`arate_take`, the atomic UPSERT every request makes), one at a
+  time, p50 and p99, on `SQLiteStore` and `PostgresStore`, beside its floor: the same statement
+  on a bare connection of the driver, from a worker thread as the store runs it.
+- fairness: 4 processes with 4 senders each share a limit of 100 requests a second through a
+  SQLite file (and a PostgreSQL schema) against a server refusing above 120: each process's
+  share (Jain's index over the processes' counts, 1 = equal shares), the rate the server saw
+  beside the limit, and its 429s.
+
+The PostgreSQL rows need ``ORCHESTRATOR_TEST_POSTGRES_DSN`` (``make bench`` starts a server).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import sqlite3
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+
+from orchestrator import Agent, Loop, Reporter, tool, waiting_for_user
+from orchestrator.models import RateLimit, RateLimited
+from orchestrator.models._rate import AsyncRateLimits, RateAsk
+from orchestrator.testing import FakeModel, tool_call
+from stores import PostgresStore, SQLiteStore
+from stores._postgres_sql import postgres_rates
+from stores._sql import SET_BUSY_TIMEOUT, SET_SYNCHRONOUS, SQLITE_RATES
+
+from .exchange import think_then_use_tools
+from .rate_load import counting_server, run_workers
+from .report import Metric
+
+__all__ = ("bench_rate",)
+
+DSN_VARIABLE = "ORCHESTRATOR_TEST_POSTGRES_DSN"
+_ASK = RateAsk(requests=0.000001, tokens=0.0)
+
+
+@tool
+async def noop(x: int) -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def _turn_us(turns: int, limit: RateLimit | None) -> float:
+    """Microseconds per turn of one run of `turns` tool turns."""
+
+    async def run() -> float:
+        replies: list[Any] = [tool_call("noop", x=i) for i in range(turns)] + ["done"]
+        fake = FakeModel(replies)
+        model = fake if limit is None else RateLimited(fake, limit)
+        body = Loop(think_then_use_tools, until=[waiting_for_user], limit=turns + 1)
+        agent = Agent(model, tools=[noop], loop=body, reporter=Reporter())
+        started = time.perf_counter()
+        await agent.arun("go")
+        return time.perf_counter() - started
+
+    gc.collect()
+    return anyio.run(run) / turns * 1e6
+
+
+def _overhead(turns: int, rounds: int) -> list[Metric]:
+    limit = RateLimit(requests_per_minute=1e9, concurrent=1_000, key=f"bench-{uuid.uuid4().hex}")
+    # Pacing tokens estimates each request's tokens: a walk over its messages.
+    tokens = RateLimit(tokens_per_minute=1e12, key=f"bench-{uuid.uuid4().hex}")
+    plain: list[float] = []
+    limited: list[float] = []
+    counted: list[float] = []
+    for _ in range(rounds):
+        plain.append(_turn_us(turns, None))
+        limited.append(_turn_us(turns, limit))
+        counted.append(_turn_us(turns, tokens))
+    ratio = statistics.median(limited) / statistics.median(plain)
+    return [
+        Metric(
+            "rate.turn.plain.us",
+            f"per turn, {turns} tool turns, no limit",
+            statistics.median(plain),
+            "µs",
+        ),
+        Metric(
+            "rate.turn.limited.us",
+            f"per turn, {turns} tool turns, a process-local RateLimit",
+            statistics.median(limited),
+            "µs",
+        ),
+        Metric(
+            "rate.turn.ratio",
+            "per-turn time with a process-local RateLimit / without",
+            ratio,
+            "x",
+            "<= 1.1x",
+            ratio <= 1.1,
+        ),
+        Metric(
+            "rate.turn.tokens.ratio",
+            f"per-turn time with tokens_per_minute / without ({turns} turns: the estimate"
+            " walks the history)",
+            statistics.median(counted) / statistics.median(plain),
+            "x",
+        ),
+    ]
+
+
+def _percentiles(micros: list[float]) -> tuple[float, float]:
+    ordered = sorted(micros)
+    return statistics.median(ordered), ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _takes_us(table: AsyncRateLimits, count: int) -> list[float]:
+    async def run() -> list[float]:
+        times: list[float] = []
+        key = f"bench-{uuid.uuid4().hex}"
+        for _ in range(count):
+            started = time.perf_counter()
+            await table.arate_take(key, _ASK)
+            times.append((time.perf_counter() - started) * 1e6)
+        return times
+
+    return anyio.run(run)
+
+
+def _floor_us(execute: Callable[[dict[str, Any]], None], count: int) -> list[float]:
+    async def run() -> list[float]:
+        times: list[float] = []
+        key = f"floor-{uuid.uuid4().hex}"
+        for _ in range(count):
+            params = {"key": key, "now": time.time(), "requests": _ASK.requests, "tokens": 0.0}
+            started = time.perf_counter()
+            await anyio.to_thread.run_sync(execute, params)
+            times.append((time.perf_counter() - started) * 1e6)
+        return times
+
+    return anyio.run(run)
+
+
+def _acquire_metrics(name: str, takes: list[float], floor: list[float]) -> list[Metric]:
+    p50, p99 = _percentiles(takes)
+    f50, f99 = _percentiles(floor)
+    label = f"one take of a shared limit's row, {name}"
+    return [
+        Metric(f"rate.take.{name}.p50.us", f"{label}, p50", p50, "µs"),
+        Metric(f"rate.take.{name}.p99.us", f"{label}, p99", p99, "µs"),
+        Metric(f"rate.take.{name}.floor.p50.us", f"the bare UPSERT, {name}, p50", f50, "µs"),
+        Metric(f"rate.take.{name}.floor.p99.us", f"the bare UPSERT, {name}, p99", f99, "µs"),
+        Metric(f"rate.take.{name}.ratio", f"take / bare UPSERT, {name}, p50", p50 / f50, "x"),
+    ]
+
+
+def _sqlite_acquires(folder: Path, count: int) -> list[Metric]:
+    with SQLiteStore(folder / "rates.db") as store:
+        takes = _takes_us(store, count)
+    connection = sqlite3.connect(
+        folder / "rates.db", isolation_level="IMMEDIATE", check_same_thread=False
+    )
+    connection.execute(SET_BUSY_TIMEOUT)
+    connection.execute(SET_SYNCHRONOUS)  # as the store has it (WAL: no fsync per commit)
+    try:
+
+        def execute(params: dict[str, Any]) -> None:
+            connection.execute(SQLITE_RATES.take, params).fetchall()
+            connection.execute("COMMIT")
+
+        floor = _floor_us(execute, count)
+    finally:
+        connection.close()
+    return _acquire_metrics("sqlite", takes, floor)
+
+
+@contextmanager
+def _schema(dsn: str) -> Generator[str]:
+    import psycopg
+    from psycopg import sql
+
+    schema = f"bench_{uuid.uuid4().hex[:12]}"
+    try:
+        yield schema
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            connection.execute(
+                sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema))
+            )
+
+
+def _postgres_acquires(dsn: str, count: int) -> list[Metric]:
+    import psycopg
+
+    with _schema(dsn) as schema:
+        with PostgresStore(dsn, schema=schema, pool_size=2) as store:
+            takes = _takes_us(store, count)
+        statement = postgres_rates(f'"{schema}"').take
+        with psycopg.connect(dsn, autocommit=True) as connection:
+
+            def execute(params: dict[str, Any]) -> None:
+                connection.execute(statement, params).fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]
+
+            floor = _floor_us(execute, count)
+    return _acquire_metrics("postgres", takes, floor)
+
+
+def _jain(counts: list[int]) -> float:
+    return sum(counts) ** 2 / (len(counts) * sum(count * count for count in counts))
+
+
+def _fairness(name: str, where: dict[str, Any], seconds: float) -> list[Metric]:
+    rpm = 6_000
+    with counting_server(120) as server:
+        key = f"fair-{uuid.uuid4().hex[:8]}"
+        spec = {
+            **where,
+            "key": key,
+            "rpm": rpm,
+            "base_url": server.url,
+            "requests": 0,
+            "seconds": seconds,
+            "tasks": 4,
+        }
+        results = run_workers(
+            [{**spec, "backend": ("asyncio", "trio")[number % 2]} for number in range(4)]
+        )
+    counts = [result["ok"] for result in results]
+    rate = server.rate()
+    limited = len(server.limited) + sum(result["limited"] for result in results)
+    return [
+        Metric(
+            f"rate.fair.{name}.jain",
+            f"4 processes sharing {rpm // 60}/s through {name}: Jain's index of their shares",
+            _jain(counts),
+            "",
+            ">= 0.95",
+            _jain(counts) >= 0.95,
+        ),
+        Metric(
+            f"rate.fair.{name}.min_share",
+            f"the smallest process's share / an equal share, {name}",
+            min(counts) / (sum(counts) / len(counts)),
+            "x",
+        ),
+        Metric(
+            f"rate.fair.{name}.rate",
+            f"the rate the server saw / the limit ({rpm // 60}/s), {name}",
+            rate / (rpm / 60),
+            "x",
+            "within 10%",
+            abs(rate / (rpm / 60) - 1) <= 0.10,
+        ),
+        Metric(
+            f"rate.fair.{name}.refused",
+            f"429s while sharing, {name} (+1, to show 0 on a log scale)",
+            limited + 1,
+            "",
+            "1 (none)",
+            limited == 0,
+        ),
+    ]
+
+
+def bench_rate(
+    *,
+    turns: int,
+    rounds: int,
+    acquires: int,
+    fair_seconds: float,
+    progress: Callable[[str], None],
+) -> list[Metric]:
+    """Every rate-limit row: per-turn overhead, a take's cost, fairness across processes."""
+    progress("rate limits: per-turn overhead ...")
+    metrics = _overhead(turns, rounds)
+    dsn = os.environ.get(DSN_VARIABLE)
+    with tempfile.TemporaryDirectory() as folder:
+        progress("rate limits: a take of a store's row ...")
+        metrics += _sqlite_acquires(Path(folder), acquires)
+        if dsn:
+            metrics += _postgres_acquires(dsn, acquires)
+        else:
+            progress(f"rate limits: no PostgreSQL rows ({DSN_VARIABLE} is not set)")
+        progress("rate limits: fairness across 4 processes ...")
+        path = Path(folder) / "fair.db"
+        SQLiteStore(path).close()
+        metrics += _fairness("sqlite", {"store": "sqlite", "where": str(path)}, fair_seconds)
+    if dsn:
+        with _schema(dsn) as schema:
+            with PostgresStore(dsn, schema=schema) as store:
+                store.list()
+            where = {"store": "postgres", "where": dsn, "schema": schema}
+            metrics += _fairness("postgres", where, fair_seconds)
+    return metrics

@@ -1,0 +1,566 @@
+"""Rate limits for model requests: `RateLimit`, and the table it keeps its pace in.
+
+A limit paces requests (and their tokens) with GCRA, the token bucket written as times: a key
+has two times, when its requests and its tokens are paid off. Taking a request moves each time
+on by what the request costs (one request's share of a minute, its tokens' share) and says when
+the request may go. That is one atomic update of one row, so a store can keep the row and
+processes on several machines share one pace (`AsyncRateLimits`); by default the row lives in
+this process (`LocalRates`), shared by every agent and child that uses the limit's key.
+
+A provider's rate-limit headers tighten the pace (nothing left until the reset: every caller
+waits for it), and a 429 holds the whole limit back, not the one caller that got it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+
+import anyio
+import anyio.lowlevel
+
+from .._apps._reporting import report_rate_limit
+from .._base._errors import RateLimitError
+from .._base._messages import (
+    Image,
+    Message,
+    ReasoningBlock,
+    TextBlock,
+    ToolCall,
+    ToolResultBlock,
+)
+from .._base._reply import Reply, Usage
+from ._base import Model, Request, TextCallback, resolve_model
+
+if TYPE_CHECKING:
+    from .._tooling._tools import ToolSpec
+
+__all__ = (
+    "AsyncRateLimits",
+    "LocalRates",
+    "RateAsk",
+    "RateLimit",
+    "RateLimited",
+    "RateTicket",
+    "RateTimes",
+    "estimate_tokens",
+    "header_hold",
+    "next_times",
+)
+
+_POLL_FIRST = 0.002  # seconds between looks for a free concurrent slot, doubling...
+_POLL_MOST = 0.05  # ...up to this
+
+
+@dataclass(frozen=True, slots=True)
+class RateAsk:
+    """What one request costs a key: seconds of its requests' time and of its tokens' time.
+
+    `tolerance` is how far ahead of now the requests' time may run before a request waits
+    (the burst: ``(burst - 1)`` request intervals).
+    """
+
+    requests: float
+    tokens: float
+    tolerance: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RateTimes:
+    """A key's times after a take: when its requests and its tokens are paid off, and now.
+
+    Times are seconds since the epoch on the clock of whoever keeps the row (a PostgreSQL
+    server's own, so machines agree).
+    """
+
+    requests_at: float
+    tokens_at: float
+    now: float
+
+    def wait(self, ask: RateAsk) -> float:
+        """Seconds the request that made these times waits before it goes."""
+        requests = self.requests_at - ask.requests - ask.tolerance
+        tokens = self.tokens_at - ask.tokens
+        return max(0.0, requests - self.now, tokens - self.now)
+
+
+def next_times(row: tuple[float, float] | None, now: float, ask: RateAsk) -> tuple[float, float]:
+    """A key's times after a take at `now`: what a store's one UPSERT computes.
+
+    Each time moves on from itself, or from now when it is in the past.
+    """
+    requests_at, tokens_at = row if row is not None else (now, now)
+    return max(requests_at, now) + ask.requests, max(tokens_at, now) + ask.tokens
+
+
+@runtime_checkable
+class AsyncRateLimits(Protocol):
+    """A table of rate-limit rows, one per key, each changed by one atomic update.
+
+    A store that has it can share a `RateLimit` across processes (``RateLimit(store=...)``).
+    Backend authors: `stores.backend` re-exports it, and `next_times` is the rule a take keeps.
+    """
+
+    async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` (`next_times`) and return them, with the clock's now."""
+        ...
+
+    async def arate_hold(self, key: str, seconds: float, tolerance: float) -> None:
+        """Let no request of `key` go for `seconds` from now (its times moved on to then)."""
+        ...
+
+    async def arate_settle(self, key: str, tokens: float) -> None:
+        """Add `tokens` seconds (< 0 gives back) to `key`'s tokens time: the estimate corrected."""
+        ...
+
+
+class LocalRates:
+    """Rate-limit rows kept in this process: the table a `RateLimit` without a store uses.
+
+    A lock keeps each row whole across threads (a sync Agent runs its own event loops), and
+    the clock is the wall clock, as a store's.
+    """
+
+    __slots__ = ("_rates", "_rates_lock")
+
+    def __init__(self) -> None:
+        self._rates: dict[str, tuple[float, float]] = {}
+        self._rates_lock = threading.Lock()
+
+    def take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` and return them, with now (no I/O: it never blocks)."""
+        now = time.time()
+        with self._rates_lock:
+            times = self._rates[key] = next_times(self._rates.get(key), now, ask)
+        return RateTimes(times[0], times[1], now)
+
+    def delay(self, key: str, ask: RateAsk) -> float:
+        """`take`, then the seconds the request waits: what `RateLimit` needs, built cheaper."""
+        now = time.time()
+        with self._rates_lock:
+            known = self._rates.get(key)
+            if known is None:
+                requests_at, tokens_at = now + ask.requests, now + ask.tokens
+            else:
+                requests_at = max(known[0], now) + ask.requests
+                tokens_at = max(known[1], now) + ask.tokens
+            self._rates[key] = (requests_at, tokens_at)
+        wait = max(requests_at - ask.requests - ask.tolerance, tokens_at - ask.tokens) - now
+        return wait if wait > 0 else 0.0
+
+    async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
+        """Move `key`'s times on by `ask` and return them, with now."""
+        await anyio.lowlevel.checkpoint()
+        return self.take(key, ask)
+
+    async def arate_hold(self, key: str, seconds: float, tolerance: float) -> None:
+        """Let no request of `key` go for `seconds` from now."""
+        await anyio.lowlevel.checkpoint()
+        until = time.time() + seconds
+        with self._rates_lock:
+            requests_at, tokens_at = self._rates.get(key, (until, until))
+            self._rates[key] = (max(requests_at, until + tolerance), max(tokens_at, until))
+
+    async def arate_settle(self, key: str, tokens: float) -> None:
+        """Add `tokens` seconds to `key`'s tokens time."""
+        await anyio.lowlevel.checkpoint()
+        with self._rates_lock:
+            known = self._rates.get(key)
+            if known is not None:
+                self._rates[key] = (known[0], known[1] + tokens)
+
+
+_LOCAL = LocalRates()
+_slots_lock = threading.Lock()
+_in_flight: dict[str, int] = {}
+
+
+def _count(name: str, value: object) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise TypeError(f"RateLimit({name}=...) must be a number or None, got {value!r}.")
+    if value <= 0:
+        raise ValueError(f"RateLimit({name}=...) must be > 0, got {value!r}.")
+    return float(value)
+
+
+class RateLimit:
+    """How fast a model may be asked: requests and tokens per minute, and requests at once.
+
+    Without `store`, the limit is this process's: every agent and child whose model has it
+    (or another `RateLimit` with the same `key`) shares it. With `store` (a `SQLiteStore`,
+    `AioSQLiteStore`, `PostgresStore` or `MemoryStore`), every process that uses the same store
+    and `key` shares one pace: a row of the store's ``rate_limits`` table, updated atomically.
+    `concurrent` always counts this process's requests only.
+
+    Requests are paced evenly (`burst` of them may go at once after a quiet spell); a request's
+    tokens (its input, estimated before it is sent, corrected by the usage it reports) are paid
+    off before the next request goes. A provider's rate-limit headers tighten the pace, and a
+    429 holds every caller of the limit back, not only the one that got it. A wait is reported
+    (`Reporter.on_rate_limit`, the `RateLimitWaited` event).
+
+    Args:
+        requests_per_minute: The most requests a minute, or None.
+        tokens_per_minute: The most tokens (input and output) a minute, or None.
+        concurrent: The most requests of this process under way at once, or None.
+        burst: How many requests may go at once after a quiet spell (1: evenly spaced).
+        store: A store to share the limit through, across processes and machines.
+        key: The limit's name; limits with the same key share their pace. Needed with `store`.
+
+    Raises:
+        TypeError: An argument has the wrong type, or `store` keeps no rate limits.
+        ValueError: No limit is given, a number is not > 0, or `store` has no `key`.
+
+    Example:
+        ```python
+        limit = RateLimit(requests_per_minute=500, concurrent=8, key="openai")
+        model = OpenAIModel("gpt-4o-mini", rate_limit=limit)
+        ```
+    """
+
+    __slots__ = (
+        "_ask",
+        "_concurrent",
+        "_key",
+        "_local",
+        "_rates",
+        "_shared",
+        "_tokens_step",
+        "burst",
+    )
+
+    def __init__(
+        self,
+        *,
+        requests_per_minute: float | None = None,
+        tokens_per_minute: float | None = None,
+        concurrent: int | None = None,
+        burst: int = 1,
+        store: object = None,
+        key: str | None = None,
+    ) -> None:
+        requests = _count("requests_per_minute", requests_per_minute)
+        tokens = _count("tokens_per_minute", tokens_per_minute)
+        if concurrent is not None and (
+            isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1
+        ):
+            raise ValueError(f"RateLimit(concurrent=...) must be an int >= 1, got {concurrent!r}.")
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
+            raise ValueError(f"RateLimit(burst=...) must be an int >= 1, got {burst!r}.")
+        if requests is None and tokens is None and concurrent is None:
+            raise ValueError(
+                "RateLimit() limits nothing: give requests_per_minute=, tokens_per_minute= or"
+                " concurrent=."
+            )
+        if key is not None and (not isinstance(key, str) or not key):
+            raise TypeError(f"RateLimit(key=...) must be a non-empty str, got {key!r}.")
+        if store is not None and not isinstance(store, AsyncRateLimits):
+            raise TypeError(
+                f"RateLimit(store=...) takes a store that keeps rate limits (SQLiteStore,"
+                f" AioSQLiteStore, PostgresStore, MemoryStore), got {type(store).__name__}."
+            )
+        if store is not None and key is None:
+            raise ValueError(
+                "RateLimit(store=...) needs key=...: the name every process sharing the limit"
+                " uses, such as key='openai'."
+            )
+        interval = 0.0 if requests is None else 60.0 / requests
+        self._ask = RateAsk(interval, 0.0, (burst - 1) * interval)
+        self._tokens_step = 0.0 if tokens is None else 60.0 / tokens
+        self._concurrent = concurrent
+        self._rates: AsyncRateLimits = _LOCAL if store is None else store
+        self._local = _LOCAL if store is None else None
+        self._shared = store is not None
+        self._key = key if key is not None else f"local-{id(self):x}"
+        self.burst = burst
+
+    @property
+    def key(self) -> str:
+        """The limit's name, as events and reporters show it."""
+        return self._key
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether the limit paces tokens: a request then needs its tokens estimated."""
+        return bool(self._tokens_step)
+
+    def __repr__(self) -> str:
+        where = ", store=..." if self._shared else ""
+        return f"RateLimit(key={self._key!r}{where})"
+
+    def request(self, tokens: int = 0) -> RateTicket:
+        """Wait until a request with `tokens` input tokens may go: ``async with`` it.
+
+        The block is the request. The ticket corrects the tokens (`RateTicket.settle`) and
+        holds the limit back (`RateTicket.hold`) when the provider says so. Cancelled while it
+        waits, nothing is sent.
+        """
+        return RateTicket(self, tokens)
+
+    async def acquire(self, tokens: int = 0) -> None:
+        """Wait for the pace, then take a concurrent slot: `release` gives it back.
+
+        ``async with limit.request(tokens)`` does both; use these where a block does not fit.
+        """
+        ask = self._ask
+        delay = 0.0
+        if ask.requests or self._tokens_step:
+            if tokens:
+                ask = RateAsk(ask.requests, tokens * self._tokens_step, ask.tolerance)
+            # This process's table needs no await: a request that need not wait costs a few µs.
+            local = self._local
+            if local is not None:
+                delay = local.delay(self._key, ask)
+            else:
+                delay = (await self._rates.arate_take(self._key, ask)).wait(ask)
+        if delay > 0:
+            report_rate_limit(self._key, delay)
+            await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        most = self._concurrent
+        if most is not None:
+            pause = _POLL_FIRST
+            while not self._try_slot(most):
+                if pause == _POLL_FIRST:
+                    report_rate_limit(self._key, 0.0)
+                await anyio.sleep(pause)
+                pause = min(pause * 2, _POLL_MOST)
+
+    def _try_slot(self, most: int) -> bool:
+        with _slots_lock:
+            running = _in_flight.get(self._key, 0)
+            if running >= most:
+                return False
+            _in_flight[self._key] = running + 1
+            return True
+
+    def release(self) -> None:
+        """Give back the concurrent slot `acquire` took."""
+        if self._concurrent is not None:
+            with _slots_lock:
+                _in_flight[self._key] -= 1
+
+    async def hold(self, seconds: float) -> None:
+        """Let no request of this limit go for `seconds` from now (a 429, or nothing left)."""
+        if seconds > 0:
+            await self._rates.arate_hold(self._key, seconds, self._ask.tolerance)
+
+    async def settle(self, tokens: int) -> None:
+        """Count `tokens` more (fewer when < 0) than a request was taken with."""
+        if tokens and self._tokens_step:
+            await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+
+
+class RateTicket:
+    """One request through a `RateLimit` (``async with limit.request(tokens) as ticket``).
+
+    Entering waits for the limit; leaving gives back the concurrent slot.
+    """
+
+    __slots__ = ("limit", "tokens")
+
+    def __init__(self, limit: RateLimit, tokens: int) -> None:
+        self.limit = limit
+        self.tokens = tokens
+
+    async def __aenter__(self) -> RateTicket:
+        await self.limit.acquire(self.tokens)
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        # Giving the slot back does no I/O and must happen even when cancelled: no checkpoint.
+        self.limit.release()
+
+    async def settle(self, usage: Usage) -> None:
+        """Count what the request really spent (its input and output tokens)."""
+        await self.limit.settle(usage.input_tokens + usage.output_tokens - self.tokens)
+
+    async def hold(self, seconds: float) -> None:
+        """Hold the whole limit back for `seconds` (the provider asked it to slow down)."""
+        await self.limit.hold(seconds)
+
+    async def read_headers(self, headers: Mapping[str, str]) -> None:
+        """Hold the limit back until the provider's reset when its headers say nothing is left."""
+        seconds = header_hold(headers)
+        if seconds:
+            await self.limit.hold(seconds)
+
+
+# How many characters each recent message and tool spec holds, by identity: a State's requests
+# repeat its earlier messages, so each is counted once, not once per request (at 100 messages,
+# 45 µs a request without it). Bounded; a message holding an image is not kept.
+_SIZES_MOST = 8_192
+_sizes: dict[int, tuple[object, int]] = {}
+_sizes_lock = threading.Lock()
+_Item = TypeVar("_Item")
+
+
+def _message_chars(message: Message) -> tuple[int, bool]:
+    """The characters `message` stands for, and whether it may be kept (it holds no image)."""
+    chars = 16
+    keep = True
+    for block in message.content:
+        if isinstance(block, TextBlock | ReasoningBlock):
+            chars += len(block.text)
+        elif isinstance(block, ToolCall):
+            chars += len(block.name) + len(str(block.args))
+        elif isinstance(block, ToolResultBlock):
+            chars += len(block.text) + 16
+            keep = keep and not any(isinstance(item, Image) for item in block.content)
+        elif isinstance(block, Image):
+            chars += 4_000
+            keep = False
+    return chars, keep
+
+
+def _spec_chars(spec: ToolSpec) -> tuple[int, bool]:
+    return len(spec.name) + len(spec.description) + len(str(spec.input_schema)), True
+
+
+def _size(
+    item: _Item, measure: Callable[[_Item], tuple[int, bool]], fresh: list[tuple[object, int]]
+) -> int:
+    """`item`'s characters: known, or counted now (and added to `fresh` when it may be kept)."""
+    known = _sizes.get(id(item))
+    if known is not None and known[0] is item:
+        return known[1]
+    size, keep = measure(item)
+    if keep:
+        fresh.append((item, size))
+    return size
+
+
+def estimate_tokens(request: Request) -> int:
+    """A rough count of a request's input tokens (4 characters a token), to pace it by.
+
+    Text, tool calls' arguments, tool results' text and the tool specs count; an image counts
+    as 1,000.
+    """
+    chars = len(request.system or "")
+    fresh: list[tuple[object, int]] = []
+    for message in request.messages:
+        chars += _size(message, _message_chars, fresh)
+    for spec in request.tools:
+        chars += _size(spec, _spec_chars, fresh)
+    if fresh:
+        with _sizes_lock:
+            for item, size in fresh:
+                _sizes[id(item)] = (item, size)
+            while len(_sizes) > _SIZES_MOST:
+                del _sizes[next(iter(_sizes))]
+    return chars // 4 + 1
+
+
+# -- provider headers -----------------------------------------------------------------------------
+
+# (remaining, reset) header pairs of OpenAI and Anthropic.
+_HEADER_PAIRS = (
+    ("x-ratelimit-remaining-requests", "x-ratelimit-reset-requests"),
+    ("x-ratelimit-remaining-tokens", "x-ratelimit-reset-tokens"),
+    ("anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset"),
+    ("anthropic-ratelimit-tokens-remaining", "anthropic-ratelimit-tokens-reset"),
+    ("anthropic-ratelimit-input-tokens-remaining", "anthropic-ratelimit-input-tokens-reset"),
+    ("anthropic-ratelimit-output-tokens-remaining", "anthropic-ratelimit-output-tokens-reset"),
+)
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+_HOLD_MOST = 120.0  # a reset further away than this is not believed
+
+
+def _reset_seconds(text: str, now: datetime) -> float | None:
+    """A reset as seconds from now: an OpenAI duration (minutes, seconds, ms), or an ISO time."""
+    text = text.strip()
+    parts = _DURATION.findall(text)
+    if parts and "".join(number + unit for number, unit in parts) == text:
+        return sum(float(number) * _UNITS[unit] for number, unit in parts)
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return (when - now).total_seconds()
+
+
+def header_hold(headers: Mapping[str, str], *, now: datetime | None = None) -> float:
+    """Seconds to hold a limit back: until the latest reset of what a provider says is used up.
+
+    0 when something is left of every limit the headers name (or they name none).
+    """
+    hold = 0.0
+    for remaining, reset in _HEADER_PAIRS:
+        left, when = headers.get(remaining), headers.get(reset)
+        if left is None or when is None or left.strip() not in ("0", "0.0"):
+            continue
+        seconds = _reset_seconds(when, now or datetime.now(UTC))
+        if seconds is not None and 0 < seconds <= _HOLD_MOST:
+            hold = max(hold, seconds)
+    return hold
+
+
+# -- any model, limited ---------------------------------------------------------------------------
+
+
+class RateLimited:
+    """Any model, asked through a `RateLimit`: ``RateLimited(FakeModel([...]), limit)``.
+
+    Each request waits for the limit; its usage corrects the tokens counted; a
+    `RateLimitError` holds the whole limit back for `backoff` seconds. Provider models take
+    ``rate_limit=`` instead, which also reads their rate-limit headers.
+
+    Args:
+        model: The model to ask.
+        limit: The limit it is asked through.
+        backoff: Seconds a `RateLimitError` holds the limit back.
+    """
+
+    __slots__ = ("_backoff", "_limit", "_model")
+
+    def __init__(self, model: Model | str, limit: RateLimit, *, backoff: float = 1.0) -> None:
+        if not isinstance(limit, RateLimit):
+            raise TypeError(f"RateLimited(model, limit) takes a RateLimit, got {limit!r}.")
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or backoff < 0:
+            raise ValueError(f"RateLimited(backoff=...) must be seconds >= 0, got {backoff!r}.")
+        self._model = resolve_model(model)
+        self._limit = limit
+        self._backoff = float(backoff)
+
+    @property
+    def name(self) -> str:
+        """The wrapped model's name."""
+        return self._model.name
+
+    @property
+    def context_window(self) -> int | None:
+        """The wrapped model's context window."""
+        return self._model.context_window
+
+    @property
+    def limit(self) -> RateLimit:
+        """The limit requests go through."""
+        return self._limit
+
+    def __repr__(self) -> str:
+        return f"RateLimited({self._model!r}, {self._limit!r})"
+
+    async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
+        """Ask the wrapped model once the limit lets the request go."""
+        limit = self._limit
+        tokens = estimate_tokens(request) if limit.counts_tokens else 0
+        async with limit.request(tokens) as ticket:
+            try:
+                reply = await self._model.respond(request, on_text=on_text)
+            except RateLimitError:
+                await ticket.hold(self._backoff)
+                raise
+            if tokens:
+                await ticket.settle(reply.usage)
+            return reply
