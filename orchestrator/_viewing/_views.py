@@ -22,6 +22,7 @@ from orchestrator import (
     State,
     StateInfo,
     Stopped,
+    StoppedByApproval,
     StoppedByFinish,
     StoppedByLimit,
     StoppedByPermission,
@@ -53,7 +54,10 @@ ANSWERED = "waiting_for_user"  # the default loop's `until`: the model answered
 
 
 def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -> str:
-    """A State's status in a word or three: why it stopped, or that it did not."""
+    """A State's status in a word or three: why it stopped, or that it did not.
+
+    The same words begin ``str(stopped)``, which adds the details (which call, which setting).
+    """
     if damage is not None:
         return "damaged"
     if finished or isinstance(stopped, StoppedByFinish):
@@ -64,6 +68,8 @@ def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -
         return f"turn limit ({stopped.turns})"
     if isinstance(stopped, StoppedByPermission):
         return f"denied by {stopped.permission}"
+    if isinstance(stopped, StoppedByApproval):
+        return "waiting for approval"
     return "open"  # no stop recorded: running, failed, or cut off
 
 
@@ -227,6 +233,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "runs": run.runs,
         "status": status(stopped, state.finished),
         "stopped": None if stopped is None else pydantic_core.to_jsonable_python(stopped),
+        "stop_reason": None if stopped is None else str(stopped),
         "finished": state.finished,
         "answer": pydantic_core.to_jsonable_python(state.answer),
         "extra_data": pydantic_core.to_jsonable_python(state.extra_data),

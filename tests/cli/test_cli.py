@@ -185,7 +185,7 @@ def test_show_draws_the_conversation_calls_results_usage_timings_and_stop(
     assert f"state {recorded.lead.id}" in lines
     assert "agent lead model fake, 1 run" in lines
     assert "status answered at turn 2" in lines
-    assert "stop stopped: waiting_for_user returned true" in lines
+    assert "stop answered" in lines
     assert "usage 2,800 in, 700 out tokens; 6 requests; cost $0.0210 (subagents included)" in lines
     assert f"answer {recorded.lead.answer}" in lines
     assert "Model requests" in lines
@@ -639,7 +639,14 @@ def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
 
 
 def test_status_words() -> None:
-    from orchestrator import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
+    from orchestrator import (
+        AwaitingCall,
+        StoppedByApproval,
+        StoppedByFinish,
+        StoppedByLimit,
+        StoppedByPermission,
+        StoppedByUntil,
+    )
     from orchestrator._viewing._views import status  # private: the view under test
 
     call = tool_call("rm", path="/")
@@ -650,6 +657,9 @@ def test_status_words() -> None:
     assert status(StoppedByUntil("budget_spent"), False) == "stopped by budget_spent"
     assert status(StoppedByLimit(50), False) == "turn limit (50)"
     assert status(StoppedByPermission(call, "deny_rm"), False) == "denied by deny_rm"
+    waiting = StoppedByApproval((AwaitingCall("s1", call, "needs a person"),))
+    assert status(waiting, False) == "waiting for approval"
+    assert str(waiting).startswith("waiting for approval")
     assert status(StoppedByLimit(50), False, damage="bad") == "damaged"
 
 
