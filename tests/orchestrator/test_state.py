@@ -989,7 +989,6 @@ def test_children_of_a_state_without_subagents_is_empty(busy: State) -> None:
     assert busy.children == ()
 
 
-
 def test_child_in_memory_is_the_very_same_object() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")
