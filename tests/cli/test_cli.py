@@ -313,8 +313,11 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
 
     assert result.exit_code == 0
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    whats = [line.split()[1] for line in lines if line.startswith("+")]
+    history = lines[lines.index("History") + 1 :]
+    whats = [line.split()[1] for line in history if line.startswith("+")]
     assert whats[:6] == ["messages", "data", "notice", "compacted", "ask", "restored"]
+    happened = lines[lines.index("What happened") + 1 : lines.index("History")]
+    assert any(line.split()[1:3] == ["resumed", "run"] for line in happened)
     assert "cleared" in whats
     assert "error" not in whats
     assert any("data k = 1" in line for line in lines)
@@ -361,6 +364,12 @@ def test_show_renders_approvals_with_who_decided_why_and_which_call(tmp_path: Pa
     ]
     assert "ApprovalEntry(" not in result.stdout
     assert "ApprovalRecord(" not in result.stdout
+    happened = lines[lines.index("What happened") + 1 : lines.index("Model requests")]
+    waited = [line.split(" ", 2)[2] for line in happened if line.split()[1:2] == ["waited"]]
+    assert [line.split(": ")[0] for line in waited] == [to_bob, to_eve]
+    assert "approved by ann after " in waited[0]
+    assert "denied after " in waited[1]
+    assert any("stopped waiting for approval of send" in line for line in happened)
 
 
 # -- tree ---------------------------------------------------------------------------------------
