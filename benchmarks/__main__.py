@@ -26,6 +26,7 @@ from .report import Metric, load_previous, render, save
 from .runs_bench import bench_runs
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
+from .viewer_bench import bench_viewer
 from .workload import build_history
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
@@ -50,6 +51,7 @@ class Config:
     inside_turns: int = 200
     rss_turns: int = 2_000
     runs: int = 1_000  # runs followed over HTTP at once (issue 28)
+    viewer: tuple[int, int] = (20, 160)  # researchers x turns: a tree of ~10,000 entries (issue 30)
     ray: bool = True  # the runner rows: a local Ray cluster, in a loopback-only namespace
 
     @property
@@ -82,6 +84,7 @@ QUICK = Config(
     inside_turns=20,
     rss_turns=50,
     runs=5,
+    viewer=(2, 5),
     ray=False,
 )
 
@@ -155,6 +158,7 @@ def run(config: Config) -> list[Metric]:
     # Each run: a tool waiting at a gate, 3 tools of 50 ms, an answer; its SSE client reads
     # about 11 events.
     metrics += bench_runs(count=config.runs, turns=3, gap=0.05, progress=_progress)
+    metrics += bench_viewer(*config.viewer, repeats=min(config.repeats, 3), progress=_progress)
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics
