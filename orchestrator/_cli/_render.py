@@ -39,7 +39,7 @@ from orchestrator import (
     UserEntry,
 )
 
-from .._viewing._marks import cost_of, marks, waits
+from .._viewing._marks import Cost, cost_of, marks, waits
 from .._viewing._tree import TreeNode
 from .._viewing._views import model_calls, run_of, seconds, status
 
@@ -365,16 +365,22 @@ def show_view(state: State, limit: int | None) -> RenderableType:
     return Group(*parts)
 
 
-def node_label(node: TreeNode) -> Text:
-    """The line of `node` in a drawn tree."""
+def node_label(node: TreeNode, tree_cost: Cost | None = None) -> Text:
+    """The line of `node` in a drawn tree.
+
+    `tree_cost` is its subtree's: shown when a request had no price, where the usage's sum
+    would only say ``-``.
+    """
     info = node.info
     text = Text(f"{node.agent or '(unnamed agent)'} ", style="bold")
     text.append(f"{info.id[:12]} ", style="dim")
     word = "damaged" if node.damage else status(info.stopped, info.finished)
     text.append(word, style=_STATUS_STYLE.get(word, "magenta"))
+    price = cost(info.usage)
+    if info.usage.cost is None and tree_cost is not None:
+        price = tree_cost.text()
     text.append(
-        f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req"
-        f" · {cost(info.usage)}"
+        f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req · {price}"
     )
     if node.call is not None:
         text.append(f"  ← {node.call.name} {node.call.id}", style="dim")
@@ -394,17 +400,18 @@ def tree_view(root: TreeNode) -> Tree:
     four columns): the States below that level are listed, in order, under the one at that
     level, each line starting with its level.
     """
-    tree = Tree(node_label(root))
+    costs = root.costs()
+    tree = Tree(node_label(root, costs[id(root)]))
     pending: list[tuple[Tree, TreeNode, int]] = [
         (tree, child, 1) for child in reversed(root.children)
     ]
     while pending:
         branch, node, level = pending.pop()
         if level <= DEEPEST_DRAWN:
-            twig = branch.add(node_label(node))
+            twig = branch.add(node_label(node, costs[id(node)]))
         else:
             label = Text(f"level {level}: ", style="dim")
-            label.append(node_label(node))
+            label.append(node_label(node, costs[id(node)]))
             twig = branch
             branch.add(label)
         pending.extend((twig, child, level + 1) for child in reversed(node.children))

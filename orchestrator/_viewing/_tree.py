@@ -43,6 +43,18 @@ class TreeNode:
             yield node
             pending.extend(reversed(node.children))
 
+    def costs(self) -> dict[int, Cost]:
+        """The cost of each node's subtree (its own requests and its subagents'), by ``id(node)``.
+
+        Each request without a price is counted (`Cost.unpriced`), where a `Usage` sum only
+        says the cost is unknown.
+        """
+        costs: dict[int, Cost] = {}
+        for node in reversed(list(self.walk())):  # children first
+            own = Cost() if node.state is None else cost_of(node.state)
+            costs[id(node)] = sum((costs[id(child)] for child in node.children), own)
+        return costs
+
     def data(self) -> dict[str, Any]:
         """The node as JSON, its children nested.
 
@@ -51,12 +63,10 @@ class TreeNode:
         """
         nodes = list(self.walk())
         found: dict[int, dict[str, Any]] = {}
-        costs: dict[int, Cost] = {}
+        costs = self.costs()
         for node in reversed(nodes):  # children first: each one's data is ready for its parent
             data = info_data(node.info, agent=node.agent)
-            own = Cost() if node.state is None else cost_of(node.state)
-            costs[id(node)] = sum((costs.pop(id(child)) for child in node.children), own)
-            data["cost"] = own.data()
+            data["cost"] = (Cost() if node.state is None else cost_of(node.state)).data()
             data["tree_cost"] = costs[id(node)].data()
             if node.damage is not None:
                 data["damage"] = node.damage

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from orchestrator import Agent, Message, Reply, State, ToolCall, Usage, approve, tool
+from orchestrator._cli._render import node_label  # private: under test
 from orchestrator._viewing._marks import Cost, cost_of, marks, waits  # private: under test
+from orchestrator._viewing._reading import read_tree  # private: under test
 from orchestrator._viewing._viewer import Viewer  # private: under test
 from orchestrator._viewing._views import state_data  # private: under test
 from orchestrator.permissions import AllowByName, ApproveLater
@@ -67,6 +69,10 @@ def test_the_tree_rolls_up_the_cost_of_its_subagents() -> None:
     assert tree["cost"]["text"] == "2 unpriced"
     assert tree["tree_cost"]["text"] == "$1.0000 + 2 unpriced"
     assert [child["cost"]["text"] for child in tree["children"]] == ["$0.5000", "$0.5000"]
+    (info,) = [info for info in store.list() if info.id == "lead1"]
+    root = read_tree(store, info)
+    drawn = node_label(root, root.costs()[id(root)]).plain
+    assert drawn.endswith("· $1.0000 + 2 unpriced")  # `tree` says it too, not "-"
 
 
 def test_a_crash_cut_call_is_marked_recovered_and_the_next_run_resumed() -> None:
