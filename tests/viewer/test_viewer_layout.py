@@ -115,6 +115,12 @@ def test_the_timeline_fits_its_width_and_its_labels_do_not_overlap(
         for label in rects(browser, ".bar-text"):
             assert left - 1 <= label["left"], label
             assert label["right"] <= right + 1, label  # never cut at the lane's edge
+        inside = js(
+            browser,
+            "[...document.querySelectorAll('.bar-text-inside')]"
+            ".map(e => getComputedStyle(e).color)",
+        )
+        assert set(inside) <= {"rgb(255, 255, 255)"}  # a label on a bar is white, readable
         ticks = rects(browser, ".tick")
         assert len(ticks) >= 2
         for before, after in itertools.pairwise(ticks):
