@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint typecheck unit long bench clean chromium node-clients
+.PHONY: demo docs test lint typecheck unit long bench clean chromium node-clients
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,13 @@ $(VENV)/.dev: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.runtime
 	$(BIN)/python examples/research_team.py
+
+# The docs site alone: built strictly (a broken link or a missing API name fails it, as in the
+# tests), then served at http://127.0.0.1:8000 with a rebuild on each change, until Ctrl+C.
+# No test runs: `unit` checks the site and runs every code block.
+docs: $(VENV)/.dev
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs serve --strict --dev-addr 127.0.0.1:8000
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
@@ -69,4 +76,4 @@ node-clients:
 	scripts/ensure_node_clients.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis .cache/node-clients tests/apps/node/node_modules
+	rm -rf $(VENV) site .pytest_cache .ruff_cache .hypothesis .cache/node-clients tests/apps/node/node_modules

@@ -28,6 +28,7 @@ from .report import Metric, load_previous, render, save
 from .runs_bench import bench_runs
 from .state_bench import bench_materialize, bench_memory, bench_recording, bench_replay
 from .store_metrics import bench_stores
+from .viewer_bench import bench_viewer
 from .workload import build_history
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
@@ -52,6 +53,7 @@ class Config:
     inside_turns: int = 200
     rss_turns: int = 2_000
     runs: int = 1_000  # runs followed over HTTP at once (issue 28)
+    viewer: tuple[int, int] = (20, 160)  # researchers x turns: a tree of ~10,000 entries (issue 30)
     ray: bool = True  # the runner rows: a local Ray cluster, in a loopback-only namespace
 
     @property
@@ -84,6 +86,7 @@ QUICK = Config(
     inside_turns=20,
     rss_turns=50,
     runs=5,
+    viewer=(2, 5),
     ray=False,
 )
 
@@ -172,6 +175,7 @@ def run(config: Config) -> list[Metric]:
         fair_seconds=0.5 if quick else 3.0,
         progress=_progress,
     )
+    metrics += bench_viewer(*config.viewer, repeats=min(config.repeats, 3), progress=_progress)
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics

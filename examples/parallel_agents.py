@@ -132,7 +132,7 @@ async def main(path: Path) -> None:
 
     async with SQLiteStore(path) as store:  # a new connection, as another process would open
         loaded = await store.aload(lead.id)
-        child_id = next(e.child_ids[0] for e in loaded.history if e.kind == "tool_result")
+        child_id = loaded.children[0]
         child = await loaded.achild(child_id)
     print(f"reopened {agent_of(child)} from {path.name} with achild: {child.answer}")
     same = child.snapshot() == lead.child(child_id).snapshot()

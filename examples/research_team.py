@@ -466,7 +466,7 @@ async def research(question: str, path: Path, model: Model | str, pause: float) 
 
 def report(state: State, path: Path, took: float) -> None:
     """Print the answer, the tree, and the commands that look at the saved run."""
-    children = [c for e in state.history if isinstance(e, ToolResultEntry) for c in e.child_ids]
+    children = state.children
     print()
     print(f"question: {state.messages[0].text}")
     print(f"answer ({len(children)} researchers in parallel, {took:.1f} s):")

@@ -29,6 +29,7 @@ from benchmarks.state_bench import (
     bench_replay,
     best_of,
 )
+from benchmarks.viewer_bench import bench_viewer
 from benchmarks.workload import Recorded, build_history, record_turn
 from orchestrator import State
 from stores import decode_entry
@@ -438,3 +439,17 @@ def test_the_rate_benchmark_runs(monkeypatch: pytest.MonkeyPatch) -> None:
     for metric in metrics:
         assert math.isfinite(metric.value)
         assert metric.value > 0, metric
+
+
+def test_viewer_bench_measures_the_api_show_and_paint_beside_their_floors() -> None:
+    metrics = bench_viewer(2, 3, 1, lambda _: None)
+    keys = {
+        "viewer.load_tree.floor.ms",
+        "viewer.api_run.ms",
+        "viewer.show.floor.ms",
+        "viewer.show.ms",
+        "viewer.paint.floor.ms",
+        "viewer.paint.ms",
+    }
+    by_key = check(metrics, keys)
+    assert "-entry tree, 3 States" in by_key["viewer.api_run.ms"].label

@@ -56,6 +56,15 @@ def test_every_page_is_in_the_nav() -> None:
     assert sorted(nav) == pages
 
 
+def test_the_home_page_lists_every_guide_in_the_nav_order() -> None:
+    nav = re.findall(r":\s*(guides/\S+\.md)\s*$", (ROOT / "mkdocs.yml").read_text(), re.MULTILINE)
+    listed = re.findall(r"\]\((guides/[^)#]+\.md)\)", (DOCS / "index.md").read_text())
+    guides = sorted(page.relative_to(DOCS).as_posix() for page in (DOCS / "guides").glob("*.md"))
+
+    assert sorted(nav) == guides
+    assert listed == nav, "docs/index.md lists the guides in the order of the nav, each once"
+
+
 def test_every_page_is_built(site: Path) -> None:
     for page in DOCS.rglob("*.md"):
         name = page.relative_to(DOCS).with_suffix("").as_posix()
@@ -82,6 +91,13 @@ def test_the_api_pages_show_the_docstrings(site: Path) -> None:
     html = (site / "api/orchestrator/index.html").read_text(encoding="utf-8")
 
     assert "Constructing an Agent never touches the network." in html  # Agent's docstring
+
+
+def test_agent_comes_first_on_the_api_page(site: Path) -> None:
+    html = (site / "api/orchestrator/index.html").read_text(encoding="utf-8")
+    names = re.findall(r'<h2 id="orchestrator\.([A-Za-z_]\w*)"', html)
+
+    assert names[:2] == ["Agent", "State"], names[:5]
 
 
 def test_no_page_loads_anything_from_another_site(site: Path) -> None:

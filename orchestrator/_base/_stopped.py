@@ -1,4 +1,9 @@
-"""Why a run is set to stop: the `Stopped*` values of `state.stopped`."""
+"""Why a run is set to stop: the `Stopped*` values of `state.stopped`.
+
+Each one's text (``str(state.stopped)``) says why in the words people use: "answered",
+"finished", "turn limit reached", "denied by ...", "waiting for approval of ...". The viewer and
+``orchestrator show`` print that text.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +26,8 @@ __all__ = (
     "StoppedByUntil",
 )
 
+_ANSWERED = "waiting_for_user"  # the default loop's `until`: the model answered
+
 
 @dataclass(frozen=True, slots=True)
 class StoppedByFinish:
@@ -41,7 +48,11 @@ class StoppedByFinish:
 
 @dataclass(frozen=True, slots=True)
 class StoppedByUntil:
-    """The `until` function `name` returned true before a turn."""
+    """The `until` function `name` returned true before a turn.
+
+    The default loop's `until` is ``waiting_for_user``: true when the model replied without
+    asking for a tool, so the text of that stop is "answered".
+    """
 
     name: str
     kind: Literal["until"] = field(default="until", init=False, repr=False)
@@ -50,7 +61,9 @@ class StoppedByUntil:
         valid_fields(self, "name")
 
     def __str__(self) -> str:
-        return f"stopped: {self.name} returned true"
+        if self.name == _ANSWERED:
+            return "answered"
+        return f"stopped by {self.name} (it returned true)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +79,7 @@ class StoppedByLimit:
 
     def __str__(self) -> str:
         return (
-            f"stopped: reached the limit of {self.turns} turns; allow more with"
+            f"turn limit reached ({self.turns} turns); allow more with"
             " Agent(max_turns=N), or @loop(limit=N) for a loop of your own"
         )
 
@@ -83,7 +96,7 @@ class StoppedByPermission:
         valid_fields(self, "permission")
 
     def __str__(self) -> str:
-        return f"stopped: {self.permission} denied the call {self.call.name} ({self.call.id})"
+        return f"denied by {self.permission}: the call {self.call.name} ({self.call.id})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +131,7 @@ class StoppedByApproval:
 
     def __str__(self) -> str:
         names = ", ".join(f"{item.call.name} ({item.call.id})" for item in self.calls)
-        return f"stopped: waiting for a decision on {names}"
+        return f"waiting for approval of {names}"
 
 
 Stopped: TypeAlias = (

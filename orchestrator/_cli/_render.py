@@ -39,10 +39,19 @@ from orchestrator import (
     UserEntry,
 )
 
+from .._viewing._marks import Cost, cost_of, marks, waits
 from .._viewing._tree import TreeNode
-from .._viewing._views import model_calls, run_of, seconds, status, tool_runs
+from .._viewing._views import model_calls, run_of, seconds, status
 
-__all__ = ("history_table", "node_label", "runs_table", "show_view", "state_header", "tree_view")
+__all__ = (
+    "happened_table",
+    "history_table",
+    "node_label",
+    "runs_table",
+    "show_view",
+    "state_header",
+    "tree_view",
+)
 
 _STATUS_STYLE = {"answered": "green", "finished": "green", "open": "yellow", "damaged": "red"}
 
@@ -125,13 +134,44 @@ def state_header(state: State, limit: int | None) -> Table:
             f" {usage.requests} requests; cost {cost(usage)} (subagents included)"
         ),
     )
+    own = cost_of(state)
+    requests = own.priced + own.unpriced
+    table.add_row("cost", Text(f"{own.text()} for its own {requests} model requests"))
     answer = state.answer
     if answer is not None:
         shown = answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False)
         table.add_row("answer", Text(cut(shown, limit)))
-    children = [child for tool in tool_runs(state) for child in tool.children]
-    if children:
-        table.add_row("children", Text(", ".join(children)))
+    if state.children:
+        table.add_row("children", Text(", ".join(state.children)))
+    return table
+
+
+def happened_table(state: State) -> Table | None:
+    """Recoveries, resumes, waits for a person and stops other than an answer; None if none.
+
+    The decisions themselves are rows of the history.
+    """
+    rows = [m for m in marks(state) if m["text"] != "answered" and m["kind"] != "approval"]
+    waited = waits(state).values()
+    if not rows and not waited:
+        return None
+    table = Table(box=None, pad_edge=False, show_header=False)
+    table.add_column(justify="right", no_wrap=True)
+    table.add_column(no_wrap=True, style="bold")
+    table.add_column()
+    start = state.created_at
+    for mark in rows:
+        table.add_row(f"+{seconds(start, mark['at']) or 0:.3f}s", mark["kind"], mark["text"])
+    for wait in waited:
+        took = seconds(wait.since, wait.decided_at)
+        said = "no decision yet"
+        if took is not None:
+            word = "approved" if wait.approved else "denied"
+            said = f"{word}{f' by {wait.by}' if wait.by else ''} after {took:.3f} s"
+        why = f" ({wait.reason})" if wait.reason else ""
+        table.add_row(
+            f"+{seconds(start, wait.since) or 0:.3f}s", "waited", f"{wait.call_id}{why}: {said}"
+        )
     return table
 
 
@@ -158,6 +198,10 @@ def _call_text(call: ToolCall, limit: int | None) -> Text:
     text.append(call.name, style="bold cyan")
     text.append(f"({cut(args, limit)})  [{call.id}]")
     return text
+
+
+def _price(usage: Usage) -> str:
+    return "unpriced" if usage.cost is None else f"${usage.cost:.4f}"
 
 
 def _usage_text(usage: Usage) -> str:
@@ -298,7 +342,7 @@ def timings_table(state: State) -> Table | None:
             call.request.content.model or "-",
             "-" if took is None else f"{took:.3f}",
             "-" if reply is None else tokens(reply.content.usage),
-            "-" if reply is None else cost(reply.content.usage),
+            "-" if reply is None else _price(reply.content.usage),
             "error"
             if call.error is not None
             else (reply.content.stop_reason or "-")
@@ -311,6 +355,9 @@ def timings_table(state: State) -> Table | None:
 def show_view(state: State, limit: int | None) -> RenderableType:
     """Everything `show` prints of a State."""
     parts: list[RenderableType] = [state_header(state, limit), Text("")]
+    happened = happened_table(state)
+    if happened is not None:
+        parts += [Text("What happened", style="bold underline"), happened, Text("")]
     timings = timings_table(state)
     if timings is not None:
         parts += [Text("Model requests", style="bold underline"), timings, Text("")]
@@ -318,16 +365,22 @@ def show_view(state: State, limit: int | None) -> RenderableType:
     return Group(*parts)
 
 
-def node_label(node: TreeNode) -> Text:
-    """The line of `node` in a drawn tree."""
+def node_label(node: TreeNode, tree_cost: Cost | None = None) -> Text:
+    """The line of `node` in a drawn tree.
+
+    `tree_cost` is its subtree's: shown when a request had no price, where the usage's sum
+    would only say ``-``.
+    """
     info = node.info
     text = Text(f"{node.agent or '(unnamed agent)'} ", style="bold")
     text.append(f"{info.id[:12]} ", style="dim")
     word = "damaged" if node.damage else status(info.stopped, info.finished)
     text.append(word, style=_STATUS_STYLE.get(word, "magenta"))
+    price = cost(info.usage)
+    if info.usage.cost is None and tree_cost is not None:
+        price = tree_cost.text()
     text.append(
-        f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req"
-        f" · {cost(info.usage)}"
+        f" · turn {info.turn} · {tokens(info.usage)} tok · {info.usage.requests} req · {price}"
     )
     if node.call is not None:
         text.append(f"  ← {node.call.name} {node.call.id}", style="dim")
@@ -347,17 +400,18 @@ def tree_view(root: TreeNode) -> Tree:
     four columns): the States below that level are listed, in order, under the one at that
     level, each line starting with its level.
     """
-    tree = Tree(node_label(root))
+    costs = root.costs()
+    tree = Tree(node_label(root, costs[id(root)]))
     pending: list[tuple[Tree, TreeNode, int]] = [
         (tree, child, 1) for child in reversed(root.children)
     ]
     while pending:
         branch, node, level = pending.pop()
         if level <= DEEPEST_DRAWN:
-            twig = branch.add(node_label(node))
+            twig = branch.add(node_label(node, costs[id(node)]))
         else:
             label = Text(f"level {level}: ", style="dim")
-            label.append(node_label(node))
+            label.append(node_label(node, costs[id(node)]))
             twig = branch
             branch.add(label)
         pending.extend((twig, child, level + 1) for child in reversed(node.children))

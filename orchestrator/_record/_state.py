@@ -259,6 +259,21 @@ class State(StateParts):
         return self._folded.stopped
 
     @property
+    def children(self) -> tuple[str, ...]:
+        """The ids of the subagent States this State's tool calls started, in history order.
+
+        Each is listed once, in the order of the tool results that name it (a call's own
+        children in the order they started). Open one with `child(id)`.
+        """
+        found = dict.fromkeys(
+            child
+            for entry in self._folded.entries.to_tuple()
+            if entry.kind == "tool_result"
+            for child in entry.child_ids
+        )
+        return tuple(found)
+
+    @property
     def created_at(self) -> datetime | None:
         """The `at` of the first history entry (UTC), or None while the history is empty."""
         return self._folded.at_first
@@ -416,12 +431,7 @@ class State(StateParts):
             return copy
 
     def _child_ids(self) -> set[str]:
-        return {
-            child
-            for entry in self._folded.entries.to_tuple()
-            if entry.kind == "tool_result"
-            for child in entry.child_ids
-        }
+        return set(self.children)
 
     def _find_child(self, child_id: str) -> State | None:
         if not isinstance(child_id, str):

@@ -20,6 +20,7 @@ import pydantic_core
 
 from orchestrator import State
 
+from ._marks import cost_of, marks, waits
 from ._tree import TreeNode
 from ._views import model_calls, status, tool_runs, usage_data
 
@@ -43,8 +44,9 @@ def timeline_data(root: TreeNode) -> dict[str, Any]:
     Returns ``{"start": ISO time, "seconds": total, "rows": [...]}``. Each row has ``kind``
     (``"state"`` or ``"call"``), ``id``, ``depth``, ``start`` and ``end`` (seconds, None for a
     State that could not be read); a State row has its ``agent``, ``status`` and ``model``
-    segments; a call row its ``name``, ``state_id``, ``outcome`` (None while open) and the
-    ``children`` it started.
+    segments, its own ``cost`` and its ``marks`` (recoveries, resumes, stops, decisions); a call
+    row its ``name``, ``state_id``, ``outcome`` (None while open), the ``children`` it started
+    and its ``waiting`` for a person (None if it did not wait).
     """
     starts = _starts(root)
     if not starts:
@@ -95,9 +97,13 @@ def _state_row(node: TreeNode, depth: int, origin: datetime) -> dict[str, Any]:
         "start": None if span is None else _offset(span[0], origin),
         "end": None if span is None else _offset(span[1], origin),
         "model": [],
+        "marks": [],
+        "cost": None,
     }
     if state is None or span is None:
         return row
+    row["cost"] = cost_of(state).data()
+    row["marks"] = [{**mark, "at": _offset(mark["at"], origin)} for mark in marks(state)]
     for call in model_calls(state):
         end = call.reply or call.error
         row["model"].append(
@@ -121,8 +127,10 @@ def _under(
         return []
     under: list[dict[str, Any] | tuple[TreeNode, int]] = []
     placed: set[str] = set()
+    waiting = waits(state)
     for tool in tool_runs(state):
         result = tool.result
+        wait = waiting.get(tool.call.id)
         under.append(
             {
                 "kind": "call",
@@ -135,6 +143,7 @@ def _under(
                 "children": list(tool.children),
                 "start": _offset(tool.asked.at, origin),
                 "end": _offset(span[1] if result is None else result.at, origin),
+                "waiting": None if wait is None else wait.data(lambda at: _offset(at, origin)),
             }
         )
         for child in node.children:

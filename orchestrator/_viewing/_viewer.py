@@ -10,6 +10,7 @@ What it serves:
 
 - ``/``: the page; ``/static/NAME``: its script and style sheet;
 - ``/api/runs``: the runs (States no tool call started), the most recently updated first;
+  ``?q=&agent=&status=&since=&until=`` keeps those that match (`RunFilter`);
 - ``/api/runs/ID``: the tree of the run ``ID`` and its timeline (`timeline_data`);
 - ``/api/states/ID``: one State: what ``show --json`` prints and its messages.
 
@@ -37,6 +38,7 @@ from stores.backend import validate_id
 
 from ._jsontext import dumps
 from ._reading import Readable, agent_of, read_tree
+from ._search import RunFilter
 from ._timeline import timeline_data
 from ._views import info_data, messages_data, state_data
 
@@ -91,14 +93,25 @@ class Viewer:
         self.name = redact_url(name)
         self._lock = threading.Lock()
 
-    def runs(self, limit: int = _RUNS_SHOWN) -> dict[str, Any]:
-        """The runs of the store, the most recently updated first, at most `limit` of them."""
+    def runs(self, limit: int = _RUNS_SHOWN, where: RunFilter | None = None) -> dict[str, Any]:
+        """The runs of the store, the most recently updated first, at most `limit` of them.
+
+        `where` keeps the runs that match it; ``total`` counts the runs that match.
+        """
+        where = where or RunFilter()
         with self._lock:
             infos: list[StateInfo] = self.store.list()
             roots = [info for info in infos if info.parent_id is None]
-            shown = roots[:limit] if limit else roots
-            runs = [info_data(info, agent=agent_of(self.store, info)) for info in shown]
-        return {"store": self.name, "states": len(infos), "total": len(roots), "runs": runs}
+            if where.empty:
+                total = len(roots)
+                shown = roots[:limit] if limit else roots
+                runs = [info_data(info, agent=agent_of(self.store, info)) for info in shown]
+            else:
+                every = (info_data(info, agent=agent_of(self.store, info)) for info in roots)
+                found = [run for run in every if where.matches(run)]
+                total = len(found)
+                runs = found[:limit] if limit else found
+        return {"store": self.name, "states": len(infos), "total": total, "runs": runs}
 
     def run(self, state_id: str) -> dict[str, Any]:
         """The tree under the State `state_id` and its timeline."""
@@ -230,7 +243,7 @@ def viewer_answer(
             limit = parse_qs(query).get("limit", [str(_RUNS_SHOWN)])[-1]
             if not limit.isdigit():
                 raise ValueError(f"limit must be a whole number, got {limit!r}.")
-            data = viewer.runs(int(limit))
+            data = viewer.runs(int(limit), RunFilter.parse(query))
         elif state_id is None:
             raise NotFound("Give a State id: /api/states/ID.")
         elif what == "runs":

@@ -22,6 +22,7 @@ from orchestrator import (
     State,
     StateInfo,
     Stopped,
+    StoppedByApproval,
     StoppedByFinish,
     StoppedByLimit,
     StoppedByPermission,
@@ -33,6 +34,8 @@ from orchestrator import (
     Usage,
 )
 from stores import encode_entry
+
+from ._marks import Waiting, cost_of, marks, waits
 
 __all__ = (
     "ModelCall",
@@ -53,7 +56,10 @@ ANSWERED = "waiting_for_user"  # the default loop's `until`: the model answered
 
 
 def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -> str:
-    """A State's status in a word or three: why it stopped, or that it did not."""
+    """A State's status in a word or three: why it stopped, or that it did not.
+
+    The same words begin ``str(stopped)``, which adds the details (which call, which setting).
+    """
     if damage is not None:
         return "damaged"
     if finished or isinstance(stopped, StoppedByFinish):
@@ -64,6 +70,8 @@ def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -
         return f"turn limit ({stopped.turns})"
     if isinstance(stopped, StoppedByPermission):
         return f"denied by {stopped.permission}"
+    if isinstance(stopped, StoppedByApproval):
+        return "waiting for approval"
     return "open"  # no stop recorded: running, failed, or cut off
 
 
@@ -217,6 +225,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
     """What ``show --json`` prints: the State's facts, its calls with timings, its history."""
     run = run_of(state)
     stopped = state.stopped
+    waiting = waits(state)
     data: dict[str, Any] = {
         "id": state.id,
         "parent_id": state.parent_id,
@@ -227,6 +236,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "runs": run.runs,
         "status": status(stopped, state.finished),
         "stopped": None if stopped is None else pydantic_core.to_jsonable_python(stopped),
+        "stop_reason": None if stopped is None else str(stopped),
         "finished": state.finished,
         "answer": pydantic_core.to_jsonable_python(state.answer),
         "extra_data": pydantic_core.to_jsonable_python(state.extra_data),
@@ -235,22 +245,10 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "updated_at": _iso(state.updated_at),
         "seconds": seconds(state.created_at, state.updated_at),
         "usage": usage_data(state.usage),
-        "children": [child for tool in tool_runs(state) for child in tool.children],
-        "model_calls": [
-            {
-                "request_seq": call.request.seq,
-                "turn": call.request.turn,
-                "at": _iso(call.request.at),
-                "seconds": call.seconds,
-                "messages": call.request.content.message_count,
-                "model": call.request.content.model,
-                "stop_reason": None if call.reply is None else call.reply.content.stop_reason,
-                "usage": None if call.reply is None else usage_data(call.reply.content.usage),
-                "tool_calls": [] if call.reply is None else [c.id for c in call.reply.tool_calls],
-                "error": None if call.error is None else call.error.content,
-            }
-            for call in model_calls(state)
-        ],
+        "children": list(state.children),
+        "cost": cost_of(state).data(),
+        "marks": [{**mark, "at": _iso(mark["at"])} for mark in marks(state)],
+        "model_calls": [_call_data(call) for call in model_calls(state)],
         "tool_calls": [
             {
                 "id": tool.call.id,
@@ -261,6 +259,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
                 "result": None if tool.result is None else tool.result.content.text,
                 "children": list(tool.children),
                 "usage": None if tool.result is None else usage_data(tool.result.usage),
+                "waiting": _waiting_data(waiting.get(tool.call.id)),
             }
             for tool in tool_runs(state)
         ],
@@ -268,6 +267,35 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
     if full_history:
         data["history"] = [_entry_data(entry) for entry in state.history]
     return data
+
+
+def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
+    return None if waiting is None else waiting.data(_iso)
+
+
+def _call_data(call: ModelCall) -> dict[str, Any]:
+    """One model request as JSON: when, how long, what it was sent, the reply and its cost.
+
+    ``prompt`` is what the model was told (instructions, tools, options) where the history
+    records it, else None.
+    """
+    reply = call.reply
+    usage = None if reply is None else reply.content.usage
+    return {
+        "request_seq": call.request.seq,
+        "turn": call.request.turn,
+        "at": _iso(call.request.at),
+        "seconds": call.seconds,
+        "messages": call.request.content.message_count,
+        "model": call.request.content.model,
+        "stop_reason": None if reply is None else reply.content.stop_reason,
+        "usage": None if usage is None else usage_data(usage),
+        "cost": None if usage is None else ("unpriced" if usage.cost is None else usage.cost),
+        "reply": None if reply is None else messages_data((reply.content.message,))[0],
+        "tool_calls": [] if reply is None else [c.id for c in reply.tool_calls],
+        "error": None if call.error is None else call.error.content,
+        "prompt": None,
+    }
 
 
 def _iso(moment: datetime | None) -> str | None:

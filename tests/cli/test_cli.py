@@ -185,7 +185,7 @@ def test_show_draws_the_conversation_calls_results_usage_timings_and_stop(
     assert f"state {recorded.lead.id}" in lines
     assert "agent lead model fake, 1 run" in lines
     assert "status answered at turn 2" in lines
-    assert "stop stopped: waiting_for_user returned true" in lines
+    assert "stop answered" in lines
     assert "usage 2,800 in, 700 out tokens; 6 requests; cost $0.0210 (subagents included)" in lines
     assert f"answer {recorded.lead.answer}" in lines
     assert "Model requests" in lines
@@ -313,8 +313,11 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
 
     assert result.exit_code == 0
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    whats = [line.split()[1] for line in lines if line.startswith("+")]
+    history = lines[lines.index("History") + 1 :]
+    whats = [line.split()[1] for line in history if line.startswith("+")]
     assert whats[:6] == ["messages", "data", "notice", "compacted", "ask", "restored"]
+    happened = lines[lines.index("What happened") + 1 : lines.index("History")]
+    assert any(line.split()[1:3] == ["resumed", "run"] for line in happened)
     assert "cleared" in whats
     assert "error" not in whats
     assert any("data k = 1" in line for line in lines)
@@ -361,6 +364,12 @@ def test_show_renders_approvals_with_who_decided_why_and_which_call(tmp_path: Pa
     ]
     assert "ApprovalEntry(" not in result.stdout
     assert "ApprovalRecord(" not in result.stdout
+    happened = lines[lines.index("What happened") + 1 : lines.index("Model requests")]
+    waited = [line.split(" ", 2)[2] for line in happened if line.split()[1:2] == ["waited"]]
+    assert [line.split(": ")[0] for line in waited] == [to_bob, to_eve]
+    assert "approved by ann after " in waited[0]
+    assert "denied after " in waited[1]
+    assert any("stopped waiting for approval of send" in line for line in happened)
 
 
 # -- tree ---------------------------------------------------------------------------------------
@@ -639,7 +648,14 @@ def test_a_damaged_info_shows_in_runs(tmp_path: Path) -> None:
 
 
 def test_status_words() -> None:
-    from orchestrator import StoppedByFinish, StoppedByLimit, StoppedByPermission, StoppedByUntil
+    from orchestrator import (
+        AwaitingCall,
+        StoppedByApproval,
+        StoppedByFinish,
+        StoppedByLimit,
+        StoppedByPermission,
+        StoppedByUntil,
+    )
     from orchestrator._viewing._views import status  # private: the view under test
 
     call = tool_call("rm", path="/")
@@ -650,6 +666,9 @@ def test_status_words() -> None:
     assert status(StoppedByUntil("budget_spent"), False) == "stopped by budget_spent"
     assert status(StoppedByLimit(50), False) == "turn limit (50)"
     assert status(StoppedByPermission(call, "deny_rm"), False) == "denied by deny_rm"
+    waiting = StoppedByApproval((AwaitingCall("s1", call, "needs a person"),))
+    assert status(waiting, False) == "waiting for approval"
+    assert str(waiting).startswith("waiting for approval")
     assert status(StoppedByLimit(50), False, damage="bad") == "damaged"
 
 

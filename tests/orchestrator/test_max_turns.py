@@ -181,7 +181,7 @@ async def test_a_loop_of_ones_own_keeps_its_limit() -> None:
 
 def test_stopped_by_limit_names_the_settings_that_raise_it() -> None:
     text = str(StoppedByLimit(50))
-    assert "limit of 50 turns" in text
+    assert "turn limit reached (50 turns)" in text
     assert "Agent(max_turns=N)" in text
     assert "@loop(limit=N)" in text
 

@@ -974,6 +974,21 @@ def test_fork_of_a_loaded_state_opens_children_from_that_store() -> None:
 # child / achild -------------------------------------------------------------------------------
 
 
+def test_children_lists_child_ids_in_history_order_once_each() -> None:
+    state = State(messages=[Message.user("delegate")])
+    assert state.children == ()
+    first, second = call("d1", "delegate", task="a"), call("d2", "delegate", task="b")
+    open_turn(state, first, second)
+    result(state, second, "b done", child_ids=("kid_b1", "kid_b2"))
+    result(state, first, "a done", child_ids=("kid_a",))
+    assert state.children == ("kid_b1", "kid_b2", "kid_a")
+    assert State(history=state.history).children == state.children
+
+
+def test_children_of_a_state_without_subagents_is_empty(busy: State) -> None:
+    assert busy.children == ()
+
+
 def test_child_in_memory_is_the_very_same_object() -> None:
     parent = parent_of("kid")
     kid = child_of(parent, "kid")

@@ -337,6 +337,7 @@ _RESERVED = [
     "edit_extra_data",
     "fork",
     "child",
+    "children",
     "achild",
     "restore",
 ]

@@ -233,16 +233,26 @@ def test_stopped_by_finish_answer_is_frozen_json() -> None:
 
 
 def test_stopped_by_until_str_names_the_function() -> None:
-    stopped = StoppedByUntil("waiting_for_user")
-    assert stopped.name == "waiting_for_user"
-    assert "waiting_for_user" in str(stopped)
+    stopped = StoppedByUntil("budget_spent")
+    assert stopped.name == "budget_spent"
+    assert str(stopped) == "stopped by budget_spent (it returned true)"
+
+
+def test_stopped_by_the_default_until_says_answered() -> None:
+    assert str(StoppedByUntil("waiting_for_user")) == "answered"
+
+
+def test_stopped_by_approval_str_says_waiting_and_names_the_calls() -> None:
+    call = ToolCall("call_3", "pay", {"amount": 5})
+    stopped = orchestrator.StoppedByApproval((orchestrator.AwaitingCall("s1", call, "over 1"),))
+    assert str(stopped) == "waiting for approval of pay (call_3)"
 
 
 def test_stopped_by_limit_str_names_the_turns() -> None:
     stopped = StoppedByLimit(50)
     assert stopped.turns == 50
     assert "50" in str(stopped)
-    assert "limit" in str(stopped)
+    assert str(stopped).startswith("turn limit reached (50 turns)")
 
 
 def test_stopped_by_permission_str_names_call_and_permission() -> None:

@@ -97,7 +97,7 @@ def test_the_run_shows_its_tree_timeline_and_messages(
     )
     assert research.lead.answer in texts(browser, "#facts td")[-1]
     roles = texts(browser, "#messages .role")
-    assert roles == ["user", "assistant", "user", "assistant"]
+    assert roles == ["user", "assistant", "tool results", "assistant"]  # not "user"
     assert texts(browser, "#messages .block-call .call-name") == ["→ research"] * 3
 
     browser.screenshot(ARTIFACTS / "run.png")

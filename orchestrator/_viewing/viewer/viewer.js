@@ -73,7 +73,8 @@ function signIn() {
 // -- formatting --------------------------------------------------------------------------------
 
 const short = (id) => (id ? id.slice(0, 12) : "");
-const cost = (usage) => (usage.cost === null || usage.cost === undefined ? "-" : `$${usage.cost.toFixed(4)}`);
+// A sum of usages has no cost when one request had no price: say so, not "-".
+const cost = (usage) => (usage.cost === null || usage.cost === undefined ? "unpriced" : `$${usage.cost.toFixed(4)}`);
 const tokens = (usage) => `${usage.input_tokens.toLocaleString("en")}→${usage.output_tokens.toLocaleString("en")}`;
 
 function secs(value) {
@@ -92,7 +93,7 @@ function when(iso) {
 }
 
 function statusBadge(word) {
-  const kind = { answered: "ok", finished: "ok", open: "open", damaged: "bad" }[word] || "other";
+  const kind = { answered: "ok", finished: "ok", open: "open", damaged: "bad", "waiting for approval": "wait" }[word] || "other";
   return el("span", { class: `status status-${kind}` }, word);
 }
 
@@ -131,6 +132,7 @@ async function route() {
     view.stateId = state || runId;
     markSelected();
     drawState(await getJSON(`api/states/${view.stateId}`));
+    performance.mark("orchestrator:drawn"); // the first one is the first paint of a run (benchmarks)
   });
 }
 
@@ -158,8 +160,20 @@ function hideError() {
 
 // -- the runs ----------------------------------------------------------------------------------
 
+// The search form's filters as a query string: q, agent, status, since, until.
+function runQuery() {
+  const form = document.getElementById("search");
+  const query = new URLSearchParams();
+  for (const name of ["q", "agent", "status", "since", "until"]) {
+    const value = form.elements[name].value.trim();
+    if (value) query.set(name, value);
+  }
+  const text = query.toString();
+  return text ? `?${text}` : "";
+}
+
 async function loadRuns() {
-  const data = await getJSON("api/runs");
+  const data = await getJSON(`api/runs${runQuery()}`);
   view.runs = data.runs;
   document.getElementById("store").textContent = `${data.store} · ${data.states} States`;
   document.getElementById("run-count").textContent =
@@ -173,7 +187,9 @@ async function loadRuns() {
       el("div", { class: "dim small" },
         `${when(run.updated_at)} · ${tokens(run.usage)} tok · ${cost(run.usage)} · ${short(run.id)}`),
     )));
-  if (!data.runs.length) list.append(el("li", { class: "dim" }, "No runs in this store."));
+  if (!data.runs.length) {
+    list.append(el("li", { class: "dim" }, runQuery() ? "No run matches." : "No runs in this store."));
+  }
 }
 
 // -- the tree ----------------------------------------------------------------------------------
@@ -185,7 +201,7 @@ function treeItem(node) {
     el("span", { class: "dim mono" }, short(node.id)), " ",
     statusBadge(node.status), " ",
     el("span", { class: "small" },
-      `turn ${node.turn} · ${tokens(usage)} tok · ${usage.requests} req · ${cost(usage)}`),
+      `turn ${node.turn} · ${tokens(usage)} tok · ${usage.requests} req · ${node.tree_cost ? node.tree_cost.text : cost(usage)}`),
     node.call ? el("span", { class: "dim small" }, `  ← ${node.call.name} ${node.call.id}`) : null,
     node.damage ? el("div", { class: "damage" }, node.damage) : null,
   );
@@ -195,20 +211,35 @@ function treeItem(node) {
 
 // -- the timeline ------------------------------------------------------------------------------
 
-function niceStep(total) {
-  const rough = total / 8;
+function niceStep(total, count) {
+  const rough = total / count;
   const power = 10 ** Math.floor(Math.log10(rough));
   for (const factor of [1, 2, 5, 10]) if (factor * power >= rough) return factor * power;
   return 10 * power;
 }
 
-function timeline(data) {
+// A bar's label: after the bar, or before it when the bar ends in the last quarter of the lane,
+// so it is never cut at the lane's right edge.
+function barLabel(at, row, total, text) {
+  if (row.end / total > 0.75 && row.start / total < 0.25) {
+    return el("span", { class: "bar-text bar-text-inside", style: { left: `calc(${at(row.start)} + 4px)` } }, text);
+  }
+  if (row.end / total > 0.75) {
+    return el("span", { class: "bar-text bar-text-before", style: { right: `calc(${100 - (100 * row.start) / total}% + 4px)` } }, text);
+  }
+  return el("span", { class: "bar-text", style: { left: `calc(${at(row.end)} + 4px)` } }, text);
+}
+
+function timeline(data, laneWidth) {
   const total = data.seconds > 0 ? data.seconds : 1e-3;
   const at = (t) => `${(100 * t) / total}%`;
   const width = (start, end) => `max(2px, ${(100 * (end - start)) / total}%)`;
-  const step = niceStep(total);
+  // About one tick per 80 px of lane, so the axis labels never run into each other.
+  const step = niceStep(total, Math.max(2, Math.floor(laneWidth / 80)));
   const ticks = [];
-  for (let t = 0; t <= total + step / 1000; t += step) {
+  // A tick whose label would pass the lane's right edge is left out.
+  const room = 1 - 64 / laneWidth;
+  for (let t = 0; t <= total + step / 1000 && t / total <= room; t += step) {
     ticks.push(el("span", { class: "tick", style: { left: at(t) } }, secs(Number(t.toFixed(9)))));
   }
   const rows = [el("div", { class: "tl-row tl-ruler" },
@@ -230,6 +261,13 @@ function timeline(data) {
           title: `model request ${i + 1} (turn ${call.turn}): ${secs(call.end - call.start)}` +
             (call.error ? `, ${call.error}` : ""),
         })));
+        for (const mark of row.marks || []) {
+          if (mark.kind === "stopped" && mark.text === "answered") continue;
+          lane.append(el("span", {
+            class: `mark mark-${mark.kind}`, style: { left: at(mark.at) },
+            title: `${mark.kind}: ${mark.text}`,
+          }));
+        }
       }
       rows.push(el("div", {
         class: "tl-row tl-state", "data-id": row.id, onclick: () => go(view.runId, row.id),
@@ -239,19 +277,36 @@ function timeline(data) {
         lane));
     } else {
       const failed = row.outcome !== null && row.outcome !== "done";
-      const took = row.end - row.start;
-      const bar = el("div", {
-        class: "bar bar-call" + (failed ? " bar-error" : "") + (row.outcome === null ? " bar-open" : ""),
-        style: { left: at(row.start), width: width(row.start, row.end) },
-        title: `${row.name}(${argsText(row.args)}) ${row.id}: ${secs(took)}, ${row.outcome || "no result"}` +
-          (row.children.length ? `; started ${row.children.join(", ")}` : ""),
-      });
-      const label = el("span", { class: "bar-text", style: { left: `calc(${at(row.end)} + 4px)` } },
-        `${secs(took)}${row.outcome === "done" ? "" : ` ${row.outcome || "open"}`}`);
+      const wait = row.waiting;
+      // A call that waited for a person runs only from the decision: the wait is drawn apart.
+      const waitEnd = wait ? (wait.decided === null ? row.end : Math.min(wait.decided, row.end)) : row.start;
+      const runStart = wait ? waitEnd : row.start;
+      const took = row.end - runStart;
+      const parts = [];
+      if (wait) {
+        const who = wait.decided === null ? "no decision yet"
+          : `${wait.approved ? "approved" : "denied"}${wait.by ? ` by ${wait.by}` : ""}${wait.why ? `: ${wait.why}` : ""}`;
+        parts.push(el("div", {
+          class: "bar bar-wait", style: { left: at(row.start), width: width(row.start, waitEnd) },
+          title: `${row.name} ${row.id} waited ${secs(waitEnd - row.start)} for a person` +
+            `${wait.reason ? ` (${wait.reason})` : ""}; ${who}`,
+        }));
+      }
+      if (!wait || wait.decided !== null) {
+        parts.push(el("div", {
+          class: "bar bar-call" + (failed ? " bar-error" : "") + (row.outcome === null ? " bar-open" : ""),
+          style: { left: at(runStart), width: width(runStart, row.end) },
+          title: `${row.name}(${argsText(row.args)}) ${row.id}: ${secs(took)}, ${row.outcome || "no result"}` +
+            (row.children.length ? `; started ${row.children.join(", ")}` : ""),
+        }));
+      }
+      const word = wait && wait.decided === null ? "waiting for approval"
+        : `${secs(took)}${row.outcome === "done" ? "" : ` ${row.outcome || "open"}`}`;
+      parts.push(barLabel(at, { start: row.start, end: row.end }, total, word));
       rows.push(el("div", { class: "tl-row tl-call", "data-id": row.id, "data-state": row.state_id },
         el("div", { class: "tl-label small", style: indent, title: `${row.name}(${argsText(row.args)})` },
           el("span", { class: "call-name" }, row.name), " ", el("span", { class: "dim" }, argsText(row.args))),
-        el("div", { class: "tl-lane" }, bar, label)));
+        el("div", { class: "tl-lane" }, parts)));
     }
   }
   return rows;
@@ -268,7 +323,9 @@ function drawRun(run) {
   const states = run.timeline.rows.filter((row) => row.kind === "state").length;
   document.getElementById("timeline-total").textContent =
     `${secs(run.timeline.seconds)} · ${states} States · ${calls} tool calls`;
-  document.getElementById("timeline").replaceChildren(...timeline(run.timeline));
+  const box = document.getElementById("timeline");
+  const label = window.matchMedia("(max-width: 1000px)").matches ? 170 : 280;
+  box.replaceChildren(...timeline(run.timeline, Math.max(120, box.clientWidth - label)));
 }
 
 function markSelected() {
@@ -292,10 +349,12 @@ function drawState(state) {
   const facts = [
     fact("agent", `${state.agent || "(unnamed)"}, model ${state.model || "-"}, ${state.runs} run${state.runs === 1 ? "" : "s"}`),
     fact("status", statusBadge(state.status), ` at turn ${state.turn}`),
+    state.stop_reason ? fact("stop", state.stop_reason) : null,
     fact("time", `${when(state.created_at)} → ${when(state.updated_at)} (${secs(state.seconds)})`),
     fact("usage", `${usage.input_tokens.toLocaleString("en")} in, ${usage.output_tokens.toLocaleString("en")} out tokens; ` +
       `${usage.requests} requests; cost ${cost(usage)} (subagents included)`),
-  ];
+    fact("cost", `${state.cost.text} for its own ${state.model_calls.length} model requests`),
+  ].filter(Boolean);
   if (state.parent_id) {
     facts.push(fact("parent", el("a", { href: `#/run/${state.run_id}/state/${state.parent_id}` }, state.parent_id),
       ` (call ${state.parent_call_id})`));
@@ -312,10 +371,43 @@ function drawState(state) {
   for (const call of state.tool_calls) children[call.id] = call.children;
   const timing = {};
   for (const call of state.tool_calls) timing[call.id] = call;
-  document.getElementById("messages").replaceChildren(...state.messages.map((message) =>
-    el("li", { class: `msg msg-${message.notice ? "notice" : message.role}` },
-      el("div", { class: "role" }, message.notice ? "notice" : message.role),
-      message.blocks.map((block) => drawBlock(block, children, timing, state)))));
+  document.getElementById("marks").replaceChildren(...state.marks.map((mark) =>
+    el("li", { class: `mark-row mark-row-${mark.kind}` },
+      el("span", { class: "dim small" }, `${when(mark.at)} `), el("strong", {}, MARK_WORDS[mark.kind] || mark.kind), ` ${mark.text}`)));
+  document.getElementById("marks-panel").hidden = state.marks.length === 0;
+  document.getElementById("requests").replaceChildren(...state.model_calls.map((call, i) =>
+    drawRequest(call, i, children, timing, state)));
+  document.getElementById("messages").replaceChildren(...state.messages.map((message) => {
+    const role = roleOf(message);
+    return el("li", { class: `msg msg-${role.replace(/ /g, "-")}` },
+      el("div", { class: "role" }, role),
+      message.blocks.map((block) => drawBlock(block, children, timing, state)));
+  }));
+}
+
+const MARK_WORDS = { recovered: "recovered:", resumed: "resumed:", stopped: "stop:", approval: "decision:" };
+
+// A user message that holds only tool results is the tools' answer, not the person's words.
+function roleOf(message) {
+  if (message.notice) return "notice";
+  if (message.role === "user" && message.blocks.length &&
+    message.blocks.every((block) => block.kind === "tool_result")) return "tool results";
+  return message.role;
+}
+
+// One model request: when, how long, what it cost, why it stopped; open it for the reply and,
+// where the history records it, what the model was told (the prompt, collapsed).
+function drawRequest(call, i, children, timing, state) {
+  const usage = call.usage;
+  const price = call.cost === null ? "-" : call.cost === "unpriced" ? "unpriced" : `$${call.cost.toFixed(4)}`;
+  const head = `#${i + 1} · turn ${call.turn} · ${call.model || "model"} · ${call.messages} messages · ${secs(call.seconds)}` +
+    (usage ? ` · ${tokens(usage)} tok · ${price}` : "") + (call.stop_reason ? ` · ${call.stop_reason}` : "");
+  return el("li", { class: "request" }, el("details", {},
+    el("summary", {}, head, call.error ? el("span", { class: "result-error" }, ` failed: ${call.error}`) : null),
+    call.prompt ? el("details", { class: "prompt" }, el("summary", {}, "prompt"),
+      el("pre", { class: "data" }, typeof call.prompt === "string" ? call.prompt : JSON.stringify(call.prompt, null, 2))) : null,
+    call.reply ? el("div", { class: "msg msg-assistant" }, el("div", { class: "role" }, "reply"),
+      call.reply.blocks.map((block) => drawBlock(block, children, timing, state))) : null));
 }
 
 function drawBlock(block, children, timing, state) {
@@ -400,6 +492,18 @@ async function start() {
 document.getElementById("reload").addEventListener("click", async () => {
   view.run = null;
   await start();
+});
+// The search lists the matching runs as one types (a pause of 250 ms), or at once on Enter.
+let searching = null;
+const search = document.getElementById("search");
+search.addEventListener("submit", (submitted) => {
+  submitted.preventDefault();
+  clearTimeout(searching);
+  busy(loadRuns);
+});
+search.addEventListener("input", () => {
+  clearTimeout(searching);
+  searching = setTimeout(() => busy(loadRuns), 250);
 });
 window.addEventListener("hashchange", route);
 start();
