@@ -9,6 +9,7 @@ import typing as _typing
 
 from .._base._lazy import lazy_names as _lazy_names
 from ._base import Model as Model
+from ._base import ModelWithOptions as ModelWithOptions
 from ._base import Request as Request
 from ._base import TextCallback as TextCallback
 
@@ -34,6 +35,7 @@ __getattr__: _typing.Callable[[str], _typing.Any] = _lazy_names(__name__, _LAZY)
 __all__ = (
     "AnthropicModel",
     "Model",
+    "ModelWithOptions",
     "OpenAIModel",
     "Price",
     "Request",
