@@ -54,9 +54,11 @@ def search(query: str) -> str:
     return NOTES.get(query, "nothing found")
 
 
+# A changed version, for a replay that must not match: the same spec (the model is told the
+# same), another answer.
 @tool(name="search")
 def search_changed(query: str) -> str:
-    """Search the team's notes (a changed version, for a replay that must not match).
+    """Search the team's notes.
 
     Args:
         query: A topic.
