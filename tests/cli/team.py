@@ -105,6 +105,12 @@ def build_changed(model: Model) -> dict[str, Agent]:
     return build(model, search_changed)
 
 
+def build_instructed(model: Model) -> dict[str, Agent]:
+    """The team whose lead is told otherwise: its replay differs at the lead's first request."""
+    team = build(model)
+    return {**team, "lead": team["lead"].copy(instructions="Split the question in two.")}
+
+
 def build_nothing(model: Model) -> Any:
     """Not a factory's result: no agents by name."""
     return [model]
