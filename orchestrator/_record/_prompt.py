@@ -15,7 +15,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, cast
 
-from .._base._json import FrozenDict, FrozenList, freeze, freeze_values, valid_fields
+from .._base._json import (
+    FrozenDict,
+    FrozenList,
+    freeze,
+    freeze_values,
+    thaw,
+    valid_fields,
+    valid_text,
+)
 
 __all__ = ("DIGEST_CHARS", "Prompt", "SpecLike", "prompt_difference")
 
@@ -45,8 +53,9 @@ class SpecLike(Protocol):
 
 
 def _canonical(instructions: str | None, tools: Sequence[Any], options: Mapping[str, Any]) -> str:
+    # Plain dicts and lists: json's C encoder takes the frozen ones the slow way (4x).
     return json.dumps(
-        {"instructions": instructions, "options": options, "tools": tools},
+        {"instructions": instructions, "options": thaw(options), "tools": thaw(tools)},
         sort_keys=True,
         separators=(",", ":"),
         ensure_ascii=False,
@@ -103,10 +112,21 @@ class Prompt:
         ]
         frozen_tools: FrozenList[Any] = freeze(tools, "the prompt's tools")
         frozen_options: FrozenDict[str, Any] = freeze_values(options or {}, "the prompt's options")
+        if instructions is not None and not isinstance(instructions, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(f"instructions must be a str, got {type(instructions).__name__}.")
+        if instructions is not None and not instructions.isascii():
+            instructions = valid_text(instructions)
         digest = _digest(_canonical(instructions, frozen_tools, frozen_options))
-        return cls(
-            instructions=instructions, tools=frozen_tools, options=frozen_options, digest=digest
-        )
+        # Made here from its content, so its digest holds: no second check (half the cost).
+        prompt = object.__new__(cls)
+        for name, value in (
+            ("instructions", instructions),
+            ("tools", frozen_tools),
+            ("options", frozen_options),
+            ("digest", digest),
+        ):
+            object.__setattr__(prompt, name, value)
+        return prompt
 
     @property
     def tool_names(self) -> tuple[str, ...]:
