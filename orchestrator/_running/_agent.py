@@ -354,6 +354,11 @@ class Agent:
         return self._settings.tool_timeout
 
     @property
+    def tool_errors(self) -> Literal["raise", "to_model"]:
+        """What an exception from a tool does: abort the run, or reach the model as a result."""
+        return self._settings.tool_errors
+
+    @property
     def runner(self) -> Runner | None:
         """Where the children of this agent's subagent tools run (None: here, `LocalRunner`).
 

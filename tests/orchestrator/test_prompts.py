@@ -170,6 +170,26 @@ def test_a_stored_prompt_loads_and_an_edited_one_is_damage(tmp_path: Path) -> No
         store.load(state_id)
 
 
+def test_a_stored_request_naming_an_unrecorded_prompt_is_damage(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    state = asked()
+    with SQLiteStore(path) as store:
+        two_turns().run(state)
+        store.save(state)
+    digest = prompts(state)[0].digest
+    db = sqlite3.connect(path)
+    with db:
+        db.execute(
+            "UPDATE entries SET data = CAST(replace(CAST(data AS TEXT), ?, ?) AS BLOB)"
+            " WHERE state_id = ? AND instr(CAST(data AS TEXT), 'model_request') > 0",
+            (digest, "f" * 16, state.id),
+        )
+    db.close()
+    reseal_sql(path, state.id)
+    with SQLiteStore(path) as store, pytest.raises(StoreDamagedError, match="not recorded"):
+        store.load(state.id)
+
+
 def test_provider_models_tell_their_options() -> None:
     openai = OpenAIModel("gpt-4o", api_key="k", temperature=0.2, max_tokens=300, params={"seed": 1})
     assert isinstance(openai, ModelWithOptions)

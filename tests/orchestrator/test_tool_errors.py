@@ -93,6 +93,14 @@ async def test_to_model_still_lets_a_cancellation_through() -> None:
     assert len(model.requests) == 1
 
 
+def test_the_setting_is_kept_by_copy() -> None:
+    agent = Agent(FakeModel(["hi"]), tool_errors="to_model")
+    assert agent.tool_errors == "to_model"
+    assert agent.copy(name="helper").tool_errors == "to_model"
+    assert agent.copy(tool_errors="raise").tool_errors == "raise"
+    assert Agent(FakeModel(["hi"])).tool_errors == "raise"
+
+
 def test_a_wrong_value_says_what_to_pass() -> None:
     with pytest.raises(ValueError, match='tool_errors must be "raise"'):
         Agent(FakeModel(["hi"]), tool_errors="model")  # type: ignore[arg-type]
