@@ -115,6 +115,9 @@ def bench_prompt(turns: int = 200) -> list[Metric]:
             _file_size(floor, Path(folder), "without"),
         )
     data, floor_data = _entry_bytes(state), _entry_bytes(floor)
+    child = recorded_run(1)  # a subagent's State: one call, then an answer
+    child_data, child_floor = _entry_bytes(child), _entry_bytes(without_prompts(child))
+    child_growth = (child_data / child_floor - 1) * 100
     file_growth = (size / floor_size - 1) * 100
     data_growth = (data / floor_data - 1) * 100
     what = f"{turns}-turn run, 5 KB prompt, {TOOLS} tools"
@@ -145,6 +148,14 @@ def bench_prompt(turns: int = 200) -> list[Metric]:
             "%",
             "< 10%",
             data_growth < 10,
+        ),
+        # Reported, no target: a prompt is recorded once per State, so each subagent State of
+        # a fan-out holds its agent's prompt (the issue asks for once per tree).
+        Metric(
+            "prompt.child.growth",
+            "a 1-turn subagent State with the same prompt: encoded entries growth",
+            child_growth,
+            "%",
         ),
     ]
 

@@ -418,6 +418,7 @@ def test_bench_prompt() -> None:
                 "entries.floor.kb",
                 "entries.kb",
                 "entries.growth",
+                "child.growth",
             )
         },
     )
