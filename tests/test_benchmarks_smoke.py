@@ -379,27 +379,6 @@ def test_bench_follow() -> None:
     assert metrics["follow.tree.sqlite.probe_us"].value > 0
 
 
-# -- issue 28: runs followed over HTTP -----------------------------------------------------------
-
-
-def test_bench_runs() -> None:
-    """A few runs, each followed by an SSE client, beside as many bare SSE streams."""
-    from benchmarks.runs_bench import bench_runs
-
-    metrics = {metric.key: metric for metric in bench_runs(count=3, turns=1, gap=0.01)}
-    names = ("p50_ms", "p99_ms", "events_per_s", "rss_per_run_kb", "idle_cpu")
-    assert set(metrics) == {
-        *(f"runs.{name}" for name in names),
-        *(f"runs.floor.{name}" for name in names),
-        "runs.p50.ratio",
-    }
-    for metric in metrics.values():
-        assert math.isfinite(metric.value), metric  # RSS may even shrink, at this size
-    for side in ("runs", "runs.floor"):
-        assert metrics[f"{side}.p50_ms"].value <= metrics[f"{side}.p99_ms"].value
-        assert metrics[f"{side}.events_per_s"].value > 0
-
-
 # -- issue 30: what the model was told, recorded ------------------------------------------------
 
 
@@ -429,3 +408,24 @@ def test_bench_prompt() -> None:
         entry.kind for entry in floor.history
     ]
     assert floor.messages == state.messages
+
+
+# -- issue 28: runs followed over HTTP -----------------------------------------------------------
+
+
+def test_bench_runs() -> None:
+    """A few runs, each followed by an SSE client, beside as many bare SSE streams."""
+    from benchmarks.runs_bench import bench_runs
+
+    metrics = {metric.key: metric for metric in bench_runs(count=3, turns=1, gap=0.01)}
+    names = ("p50_ms", "p99_ms", "events_per_s", "rss_per_run_kb", "idle_cpu")
+    assert set(metrics) == {
+        *(f"runs.{name}" for name in names),
+        *(f"runs.floor.{name}" for name in names),
+        "runs.p50.ratio",
+    }
+    for metric in metrics.values():
+        assert math.isfinite(metric.value), metric  # RSS may even shrink, at this size
+    for side in ("runs", "runs.floor"):
+        assert metrics[f"{side}.p50_ms"].value <= metrics[f"{side}.p99_ms"].value
+        assert metrics[f"{side}.events_per_s"].value > 0
