@@ -21,6 +21,7 @@ from .follow_bench import bench_follow
 from .inside_bench import bench_inside
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
+from .prompt_bench import bench_prompt
 from .rate_bench import bench_rate
 from .ray_bench import bench_ray
 from .reconnect_bench import bench_reconnect
@@ -144,6 +145,8 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd
     )
+    _progress("prompts in the store ...")
+    metrics += bench_prompt(config.store_turns)
     quick = config.store_load < 100_000
     metrics += bench_postgres(
         saves=30 if quick else 300,

@@ -82,12 +82,15 @@ from ._record._history import ModelRequest as ModelRequest
 from ._record._history import ModelRequestEntry as ModelRequestEntry
 from ._record._history import NoticeEntry as NoticeEntry
 from ._record._history import Outcome as Outcome
+from ._record._history import PromptEntry as PromptEntry
 from ._record._history import RunStart as RunStart
 from ._record._history import RunStartEntry as RunStartEntry
 from ._record._history import StopEntry as StopEntry
 from ._record._history import ToolResultEntry as ToolResultEntry
 from ._record._history import UserEntry as UserEntry
 from ._record._leases import AsyncRunLeases as AsyncRunLeases
+from ._record._prompt import Prompt as Prompt
+from ._record._prompt import prompt_difference as prompt_difference
 from ._record._snapshot import StateSnapshot as StateSnapshot
 from ._record._state import State as State
 from ._record._storage import AsyncBatchStore as AsyncBatchStore
@@ -234,6 +237,8 @@ __all__ = (
     "Outcome",
     "OutputError",
     "OutputMapping",
+    "Prompt",
+    "PromptEntry",
     "ProviderError",
     "RateLimitError",
     "RateLimitWaited",
@@ -288,6 +293,7 @@ __all__ = (
     "deny",
     "loop",
     "merge_lists",
+    "prompt_difference",
     "replace_values",
     "resumed_child",
     "thaw",

@@ -35,6 +35,8 @@ from orchestrator import (
     ModelReplyEntry,
     ModelRequest,
     ModelRequestEntry,
+    Prompt,
+    PromptEntry,
     RawBlock,
     ReasoningBlock,
     Reply,
@@ -177,7 +179,10 @@ def rich_state(state_id: str = "rich") -> State:
         del data["repo"]
     asked = AskRecord(question="Is it fixed?", answer={"fixed": False, "why": "tests"})
     state = appended(state, AskEntry, asked)
-    state = appended(state, ModelRequestEntry, ModelRequest(model="fake", message_count=4))
+    told = Prompt.of("Find the bug.", [{"name": "grep", "description": "Search."}], {"seed": 1})
+    state = appended(state, PromptEntry, told)  # what the model was told, named by digest
+    request = ModelRequest(model="fake", message_count=4, prompt=told.digest)
+    state = appended(state, ModelRequestEntry, request)
     answer = Reply(Message.assistant("It is in b.py."), _USAGE, "end_turn", "fake-1")
     state = appended(state, ModelReplyEntry, answer)
     state.clear_tool_results(keep_last=0)

@@ -388,6 +388,37 @@ def test_bench_follow() -> None:
     assert metrics["follow.tree.sqlite.probe_us"].value > 0
 
 
+# -- issue 30: what the model was told, recorded ------------------------------------------------
+
+
+def test_bench_prompt() -> None:
+    """A short run with the prompt beside its floor: the same history without prompts."""
+    from benchmarks.prompt_bench import bench_prompt, recorded_run, without_prompts
+
+    metrics = check(
+        bench_prompt(turns=5),
+        {
+            f"prompt.{part}"
+            for part in (
+                "sqlite.floor.kb",
+                "sqlite.kb",
+                "sqlite.growth",
+                "entries.floor.kb",
+                "entries.kb",
+                "entries.growth",
+                "child.growth",
+            )
+        },
+    )
+    assert metrics["prompt.entries.kb"].value > metrics["prompt.entries.floor.kb"].value
+    state = recorded_run(3)
+    floor = without_prompts(state)
+    assert [entry.kind for entry in state.history if entry.kind != "prompt"] == [
+        entry.kind for entry in floor.history
+    ]
+    assert floor.messages == state.messages
+
+
 # -- issue 28: runs followed over HTTP -----------------------------------------------------------
 
 

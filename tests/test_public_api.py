@@ -179,6 +179,9 @@ def test_orchestrator_exports_the_value_types() -> None:
         "ValidationError",
         "merge_lists",
         "replace_values",
+        "Prompt",  # issue 30: what the model was told, recorded once per State
+        "PromptEntry",
+        "prompt_difference",
     }
     assert expected <= names
 
@@ -282,8 +285,16 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("max_turns", None),  # issue 12: the default loop's limit
             ("runner", None),  # issue 15: where the subagent tools' children run
             ("max_subagent_depth", None),  # issue 26: how deep subagents nest (10)
+            ("tool_errors", "raise"),  # issue 30: a tool's exception aborts, or goes to the model
         ]
     ]
+    assert [n for n, _, _ in params(orchestrator.Prompt)] == [
+        "instructions",
+        "tools",
+        "options",
+        "digest",
+    ]
+    assert [n for n, _, _ in params(orchestrator.Prompt.of)] == ["instructions", "specs", "options"]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [
         "name",
         "description",

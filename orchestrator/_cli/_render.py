@@ -27,6 +27,7 @@ from orchestrator import (
     ModelReplyEntry,
     ModelRequestEntry,
     NoticeEntry,
+    PromptEntry,
     RunStartEntry,
     State,
     StateInfo,
@@ -286,6 +287,15 @@ def _entry_row(
         return "ask", Text(cut(f"{record.question} → {answer}", limit))
     if isinstance(entry, ApprovalEntry):
         return "approval", _approval_text(entry, limit, asked)
+    if isinstance(entry, PromptEntry):
+        prompt = entry.content
+        text = Text(f"[{prompt.digest}] ", style="dim")
+        text.append(cut(prompt.instructions or "(no instructions)", limit))
+        text.append(f"\ntools: {', '.join(prompt.tool_names) or '(none)'}", style="dim")
+        if prompt.options:
+            options = json.dumps(dict(prompt.options), ensure_ascii=False, sort_keys=True)
+            text.append(f"; options: {cut(options, limit)}", style="dim")
+        return "prompt", text
     content = json.dumps(pydantic_core.to_jsonable_python(entry.content), ensure_ascii=False)
     return str(entry.kind), Text(cut(content, limit))  # pragma: no cover - a kind added later
 

@@ -29,9 +29,11 @@ from ._history import (
     HistoryEntry,
     ModelReplyEntry,
     ModelRequestEntry,
+    PromptEntry,
     StopEntry,
     ToolResultEntry,
 )
+from ._prompt import Prompt
 from ._snapshot import StateSnapshot, with_origin
 
 __all__ = ("CLEARED", "Folded", "Inconsistent", "cleared_messages", "fold", "replay")
@@ -167,6 +169,7 @@ class Folded:
         "parent_id",
         "pending",
         "pending_ids",
+        "prompts",
         "results",
         "stopped",
         "turn",
@@ -190,6 +193,7 @@ class Folded:
     calls: tuple[ToolCall, ...]  # the open turn's calls, in request order
     pending: tuple[ToolCall, ...]
     pending_ids: tuple[str, ...]  # the ids of `pending`, to find a call in C speed
+    prompts: dict[str, Prompt]  # the prompts recorded, by digest (never changed)
     results: Seq[ToolResultEntry]  # the open turn's results, in the order they came
     held: tuple[Message, ...]  # added while the turn was open: they go in after it
     due: tuple[ToolResultEntry, ...]  # the closed turn's results whose updates wait to merge
@@ -225,6 +229,7 @@ class Folded:
         new.parent_id = self.parent_id
         new.pending = self.pending
         new.pending_ids = self.pending_ids
+        new.prompts = self.prompts
         new.results = self.results
         new.stopped = self.stopped
         new.turn = self.turn
@@ -274,6 +279,7 @@ def _empty() -> Folded:
     new.calls = ()
     new.pending = ()
     new.pending_ids = ()
+    new.prompts = {}
     new.results = _NO_ENTRIES
     new.held = ()
     new.due = ()
@@ -410,8 +416,18 @@ def _model_request(new: Folded, entry: ModelRequestEntry, lookup: Lookup | None)
     _require_closed_turn(new, "a model request")
     if new.due:
         raise Inconsistent("a model request while the last turn's state updates wait to merge")
+    digest = entry.content.prompt
+    if digest is not None and digest not in new.prompts:
+        raise Inconsistent(f"a model request naming the prompt {digest!r}, which is not recorded")
     new.turn += 1
     new.waiting = True
+
+
+def _prompt(new: Folded, entry: PromptEntry, lookup: Lookup | None) -> None:
+    digest = entry.content.digest
+    if digest in new.prompts:
+        raise Inconsistent(f"the prompt {digest!r} recorded a second time")
+    new.prompts = {**new.prompts, digest: entry.content}
 
 
 def _model_reply(new: Folded, entry: ModelReplyEntry, lookup: Lookup | None) -> None:
@@ -529,6 +545,7 @@ _STEPS: dict[str, Callable[[Folded, Any, Lookup | None], None]] = {
     "stop": _stop,
     "ask": _ask,
     "approval": _approval,
+    "prompt": _prompt,
 }
 
 

@@ -15,6 +15,7 @@ from .._base._json import FrozenList, freeze, freeze_values, valid_fields
 from .._base._messages import Message, ToolCall, ToolResultBlock
 from .._base._reply import Reply, Usage
 from .._base._stopped import AnyStopped
+from ._prompt import Prompt
 
 __all__ = (
     "ApprovalEntry",
@@ -32,6 +33,7 @@ __all__ = (
     "ModelRequestEntry",
     "NoticeEntry",
     "Outcome",
+    "PromptEntry",
     "RunStart",
     "RunStartEntry",
     "StopEntry",
@@ -94,13 +96,18 @@ class RunStart:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRequest:
-    """A request was sent to `model` with `message_count` messages."""
+    """A request was sent to `model` with `message_count` messages.
+
+    `prompt` is the digest of the `Prompt` it used, recorded before it in the same history
+    (None: not recorded, as in histories written before prompts were).
+    """
 
     model: str | None = None
     message_count: int = 0
+    prompt: str | None = None
 
     def __post_init__(self) -> None:
-        valid_fields(self, "model")
+        valid_fields(self, "model", "prompt")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -181,6 +188,14 @@ class ModelRequestEntry(_Entry):
 
     content: ModelRequest
     kind: Literal["model_request"] = field(default="model_request", init=False)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptEntry(_Entry):
+    """A prompt that the requests after it name by digest: recorded once per State."""
+
+    content: Prompt
+    kind: Literal["prompt"] = field(default="prompt", init=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -295,6 +310,7 @@ HistoryEntry: TypeAlias = (
     | StopEntry
     | AskEntry
     | ApprovalEntry
+    | PromptEntry
 )
 ENTRY_TYPES: tuple[type[HistoryEntry], ...] = HistoryEntry.__args__  # type: ignore[attr-defined]
 KIND_OF: dict[type[HistoryEntry], str] = {

@@ -43,11 +43,13 @@ from ._history import (
     ModelRequestEntry,
     NoticeEntry,
     Outcome,
+    PromptEntry,
     RunStart,
     RunStartEntry,
     StopEntry,
     ToolResultEntry,
 )
+from ._prompt import Prompt
 from ._snapshot import StateSnapshot
 from ._storage import StateInfo, StorageView
 from ._store_client import AnyStore, StoreClient, client_of
@@ -443,8 +445,13 @@ def require_closed_turn(state: StateParts, what: str) -> None:
 # -- a turn --------------------------------------------------------------------------------------
 
 
-def begin_think(state: StateParts, *, model: str | None = None) -> Sequence[Message]:
+def begin_think(
+    state: StateParts, *, model: str | None = None, prompt: Prompt | None = None
+) -> Sequence[Message]:
     """Record a model request; return the messages the request must carry (a view).
+
+    The request names `prompt` by digest; a prompt the State has not recorded yet is recorded
+    just before it (once per State).
 
     Raises:
         ValueError: The State is finished, its turn is open, or a turn's updates wait to merge.
@@ -465,7 +472,13 @@ def begin_think(state: StateParts, *, model: str | None = None) -> Sequence[Mess
                 " agent.athink merge them first)."
             )
         messages = value.messages
-        record(state, ModelRequestEntry, ModelRequest(model=model, message_count=len(messages)))
+        digest = None
+        if prompt is not None:
+            digest = prompt.digest
+            if digest not in value.prompts:
+                record(state, PromptEntry, prompt)
+        request = ModelRequest(model=model, message_count=len(messages), prompt=digest)
+        record(state, ModelRequestEntry, request)
         return messages
 
 

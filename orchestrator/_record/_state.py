@@ -27,10 +27,12 @@ from ._history import (
     ExtraDataChange,
     ExtraDataEntry,
     HistoryEntry,
+    ModelRequestEntry,
     NoticeEntry,
     StopEntry,
     UserEntry,
 )
+from ._prompt import Prompt
 from ._recording import (
     StateParts,
     child_store,
@@ -287,6 +289,22 @@ class State(StateParts):
     def schema(self) -> Any:
         """The schema given with `State(schema=...)` or bound by an Agent, or None."""
         return None if self._schema is None else self._schema.source
+
+    def prompt_of(self, request: ModelRequestEntry) -> Prompt | None:
+        """The prompt (instructions, tools, options) that `request` of this history used.
+
+        None when the request did not record one (histories written before prompts were).
+
+        Raises:
+            TypeError: `request` is not a `ModelRequestEntry`.
+        """
+        if not isinstance(request, ModelRequestEntry):  # pyright: ignore[reportUnnecessaryIsInstance]
+            raise TypeError(
+                f"prompt_of takes a model request entry of state.history, got"
+                f" {type(request).__name__}."
+            )
+        digest = request.content.prompt
+        return None if digest is None else self._folded.prompts.get(digest)
 
     def snapshot(self) -> StateSnapshot:
         """The current value of this State: frozen, and what `restore` can go back to."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import pydantic
 
@@ -108,6 +108,12 @@ class Agent:
     limit (a tool's own ``timeout`` wins); a sync tool whose call is cancelled or timed out is
     abandoned at once (see `CallAbandonedError`).
 
+    Tool errors: a `ToolError` (and wrong arguments, an unknown tool, a timeout) is an error
+    result the model reads. Any other exception from a tool aborts the run and is raised, unless
+    ``tool_errors="to_model"``: then it too becomes an error result (its type and message),
+    recorded in history, and the model goes on. Cancellation and a `BaseException` (Ctrl+C)
+    always end the run.
+
     Example:
         ```python
         agent = Agent(FakeModel(["Hello!"]), instructions="Be brief.")
@@ -136,6 +142,7 @@ class Agent:
         max_turns: int | None = None,
         runner: Runner | None = None,
         max_subagent_depth: int | None = None,
+        tool_errors: Literal["raise", "to_model"] = "raise",
     ) -> None:
         self._given: dict[str, Any] = {
             "model": model,
@@ -154,6 +161,7 @@ class Agent:
             "max_turns": max_turns,
             "runner": runner,
             "max_subagent_depth": max_subagent_depth,
+            "tool_errors": tool_errors,
         }
         resolved = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
@@ -192,6 +200,11 @@ class Agent:
             or max_concurrency < 1
         ):
             raise ValueError(f"max_concurrency must be an integer >= 1, got {max_concurrency!r}.")
+        if tool_errors not in ("raise", "to_model"):
+            raise ValueError(
+                f'tool_errors must be "raise" (an exception from a tool aborts the run) or'
+                f' "to_model" (the model reads it as an error result), got {tool_errors!r}.'
+            )
         if tool_timeout is not None and (
             isinstance(tool_timeout, bool)
             or not isinstance(tool_timeout, int | float)
@@ -228,6 +241,7 @@ class Agent:
             ),
             runner=runner,
             toolsets=toolsets,
+            tool_errors=tool_errors,
         )
 
     def __repr__(self) -> str:
@@ -338,6 +352,11 @@ class Agent:
     def tool_timeout(self) -> float | None:
         """The default time limit of a tool call in seconds (a tool's own `timeout` wins)."""
         return self._settings.tool_timeout
+
+    @property
+    def tool_errors(self) -> Literal["raise", "to_model"]:
+        """What an exception from a tool does: abort the run, or reach the model as a result."""
+        return self._settings.tool_errors
 
     @property
     def runner(self) -> Runner | None:

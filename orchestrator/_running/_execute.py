@@ -14,10 +14,11 @@ an approved call runs, a denied one gets an error result, and a subagent call co
 child State, handing it this State's decisions on its calls first (`hand_down`).
 
 Failures: a `ToolError`, wrong arguments, an unknown tool, a timeout or a return value that is
-not JSON become error results the model can act on. Any other exception waits for the calls
-still running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes
-every pending call as ``interrupted`` and is re-raised at once: a sync tool's thread is
-abandoned, not waited for (`orchestrator._base._threads`).
+not JSON become error results the model can act on; so does any other exception with
+``Agent(tool_errors="to_model")``. Otherwise any other exception waits for the calls still
+running, closes the rest as ``aborted`` and is re-raised unchanged. A cancellation closes every
+pending call as ``interrupted`` and is re-raised at once: a sync tool's thread is abandoned, not
+waited for (`orchestrator._base._threads`).
 """
 
 from __future__ import annotations
@@ -289,22 +290,25 @@ class _Turn:
             if any(error is failure for failure in context.failures):
                 # A subagent of this call failed: the model gets an error result it can act on.
                 text = f"(a subagent of this call failed: {error_text(error)})"
-                outcome, content, is_error = "error", _text(text), True
-                if run.pacers:
-                    await self._pace(shield=True)  # and before its end is reported
-                entry = self._record(call, content, is_error, outcome, context, update)
-                run.report("on_tool_end", state, call, entry)
-                await self._save_result()
+            elif settings.tool_errors == "to_model":
+                text = f"(the tool raised {error_text(error)})"
+            else:
+                _log.warning(
+                    "state.tool.raised",
+                    state_id=state.id,
+                    call_id=call.id,
+                    tool=call.name,
+                    error=repr(error),
+                )
+                if self.fatal is None:
+                    self.fatal = error
                 return
-            _log.warning(
-                "state.tool.raised",
-                state_id=state.id,
-                call_id=call.id,
-                tool=call.name,
-                error=repr(error),
-            )
-            if self.fatal is None:
-                self.fatal = error
+            outcome, content, is_error = "error", _text(text), True
+            if run.pacers:
+                await self._pace(shield=True)  # and before its end is reported
+            entry = self._record(call, content, is_error, outcome, context, update)
+            run.report("on_tool_end", state, call, entry)
+            await self._save_result()
             return
         if run.pacers:
             await self._pace(shield=True)  # and before its end is reported

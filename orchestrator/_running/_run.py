@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, ExitStack, nullcontext
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 
 import anyio
 
@@ -28,6 +28,7 @@ from .._base._link import Link
 from .._base._logs import get_log
 from .._base._stopped import StoppedByApproval
 from .._record._history import RunStart
+from .._record._prompt import Prompt
 from .._record._recording import (
     begin_run,
     bind_schema,
@@ -40,6 +41,7 @@ from .._record._recording import (
     value_of,
 )
 from .._tooling._toolsets import open_toolsets
+from ..models import ModelWithOptions
 from ._execute import use_tools
 from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
@@ -64,6 +66,7 @@ __all__ = (
     "DEFAULT_SYNC_THREADS",
     "Run",
     "Settings",
+    "ToolErrors",
     "run_agent",
     "step",
 )
@@ -80,6 +83,11 @@ gets them run 40 at a time, not 10,000 threads."""
 DEFAULT_MAX_SUBAGENT_DEPTH = 10
 """How many levels of subagents a run may nest below it unless `max_subagent_depth` is set: a
 sync tool whose agent runs itself stops there instead of growing without bound."""
+
+
+ToolErrors: TypeAlias = Literal["raise", "to_model"]
+"""What an exception from a tool (other than a `ToolError`) does: abort the run, or reach the
+model as an error result."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -103,6 +111,13 @@ class Settings:
     max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH
     runner: Runner | None = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
+    tool_errors: ToolErrors = "raise"
+    prompt: Prompt = field(init=False)  # what each request tells the model, made once
+
+    def __post_init__(self) -> None:
+        model = self.model
+        options = model.options if isinstance(model, ModelWithOptions) else None
+        object.__setattr__(self, "prompt", Prompt.of(self.instructions, self.specs, options))
 
 
 class Run:

@@ -30,7 +30,7 @@ async def think(run: Run) -> Reply:
     """
     state, settings = run.state, run.settings
     merge_turn(state, settings.handlers)
-    messages = begin_think(state, model=settings.model.name)
+    messages = begin_think(state, model=settings.model.name, prompt=settings.prompt)
     run.report("on_think_start", state)
     request = Request(system=settings.instructions, messages=messages, tools=settings.specs)
     try:

@@ -9,6 +9,7 @@ import typing as _typing
 
 from .._base._lazy import lazy_names as _lazy_names
 from ._base import Model as Model
+from ._base import ModelWithOptions as ModelWithOptions
 from ._base import Request as Request
 from ._base import TextCallback as TextCallback
 
@@ -41,6 +42,7 @@ __all__ = (
     "AnthropicModel",
     "FallbackModel",
     "Model",
+    "ModelWithOptions",
     "OpenAIModel",
     "Price",
     "RateLimit",

@@ -462,6 +462,11 @@ class AnthropicModel(SettingsModel):
         body.update(settings.params)
         return body
 
+    @property
+    def options(self) -> dict[str, Any]:
+        """What every request sends besides the prompt and messages, and whether it caches."""
+        return {**super().options, "cache": self._cache}
+
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
         """Send `request` and stream the reply.
 

@@ -6,7 +6,7 @@ import difflib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._base._messages import Message
 from .._base._reply import Reply
@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Model",
+    "ModelWithOptions",
     "Request",
     "TextCallback",
     "model_from_string",
@@ -57,6 +58,20 @@ class Model(Protocol):
 
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
         """Ask the model once."""
+        ...
+
+
+@runtime_checkable
+class ModelWithOptions(Protocol):
+    """A model that tells its request options (temperature, max tokens...), recorded in history.
+
+    The options are what a request sends besides the instructions, tools and messages: JSON.
+    A model without them records none; replay compares them with the recorded ones.
+    """
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The request options, as JSON."""
         ...
 
 

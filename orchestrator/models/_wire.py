@@ -30,6 +30,7 @@ import anyio.to_thread
 from .._base._errors import RateLimitError
 from .._base._json import freeze_values, valid_text
 from .._base._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
+from ._base import Request
 from ._price import Price
 from ._rate import RateLimit, RateTicket, estimate_tokens
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
@@ -38,7 +39,7 @@ if TYPE_CHECKING:
     import httpx2
 
     from .._base._reply import Reply
-    from ._base import Request, TextCallback
+    from ._base import TextCallback
 
 __all__ = (
     "CONNECT_TIMEOUT",
@@ -411,6 +412,9 @@ class ReplyStream(Protocol):
         ...
 
 
+_PROMPT_FIELDS = frozenset({"model", "messages", "system", "tools"})
+
+
 class SettingsModel:
     """What `OpenAIModel` and `AnthropicModel` share: their checked settings and the accessors.
 
@@ -483,6 +487,16 @@ class SettingsModel:
     def request_body(self, request: Request) -> dict[str, Any]:
         """The JSON body of `request` for this provider's API."""
         raise NotImplementedError
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """What every request sends besides the instructions, tools and messages (JSON).
+
+        Its max tokens, temperature and extra `params`, as the request body has them: the
+        options recorded with each prompt.
+        """
+        body = self.request_body(Request(system=None, messages=()))
+        return {key: value for key, value in body.items() if key not in _PROMPT_FIELDS}
 
     async def _stream(
         self,

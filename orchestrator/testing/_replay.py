@@ -19,7 +19,7 @@ from __future__ import annotations
 import bisect
 import json
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +36,7 @@ from orchestrator import (
     ModelReplyEntry,
     ModelRequestEntry,
     OrchestratorError,
+    Prompt,
     ProviderError,
     RateLimitError,
     ReasoningBlock,
@@ -47,6 +48,7 @@ from orchestrator import (
     ToolCall,
     ToolResultBlock,
     ToolResultEntry,
+    prompt_difference,
 )
 from orchestrator.models import Request, TextCallback
 
@@ -79,13 +81,14 @@ class ReplayMismatch(AssertionError):
 
 @dataclass(frozen=True, slots=True)
 class _Expected:
-    """One recorded request: the messages and tool names it carried, and what answered it."""
+    """One recorded request: the messages, tool names and prompt it carried, and its answer."""
 
     number: int  # 1-based, among its State's requests
     messages: tuple[Message, ...]
     tools: tuple[str, ...]
     reply: Reply | None
     error: str | None
+    prompt: Prompt | None  # None: not recorded (a history from before prompts were)
 
 
 class _Script:
@@ -163,7 +166,8 @@ def _requests(state: State) -> list[_Expected]:
             messages = folded[end][: waiting.content.message_count]
             reply = entry.content if isinstance(entry, ModelReplyEntry) else None
             error = entry.content if isinstance(entry, ErrorEntry) else None
-            found.append(_Expected(len(found) + 1, messages, tools, reply, error))
+            prompt = state.prompt_of(waiting)
+            found.append(_Expected(len(found) + 1, messages, tools, reply, error, prompt))
             waiting = None
     return found
 
@@ -196,8 +200,11 @@ class ReplayModel:
     every recorded request was asked.
 
     A recorded model error is raised again (a `ProviderError`, or its subclass the recording
-    names), so the run fails, or retries, as it did. The system instructions and tool schemas
-    are not in the history, so they are not compared; the tool names are. Only the model turns
+    names), so the run fails, or retries, as it did. The instructions and tool specs of each
+    request are compared with the recorded prompt (a short diff shows the first difference);
+    the options too when `options` is given (those of the model the run would use: the replay
+    model stands in for it). A history from before prompts were recorded compares the tool
+    names only. Only the model turns
     of a run (`think`) are replayed: `ask` and `compact` keep their answer in the history, not
     the model's reply, and a request from them is a mismatch.
 
@@ -211,7 +218,12 @@ class ReplayModel:
     """
 
     def __init__(
-        self, state: State, *, name: str = "replay", context_window: int | None = None
+        self,
+        state: State,
+        *,
+        name: str = "replay",
+        context_window: int | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> None:
         """Replay `state` and every subagent State under it.
 
@@ -226,9 +238,16 @@ class ReplayModel:
                 f"ReplayModel takes a saved State (or use ReplayModel.load(store, id)),"
                 f" got {type(state).__name__}."
             )
-        self._setup(_tree(state), name, context_window)
+        self._setup(_tree(state), name, context_window, options)
 
-    def _setup(self, states: Sequence[State], name: str, context_window: int | None) -> None:
+    def _setup(
+        self,
+        states: Sequence[State],
+        name: str,
+        context_window: int | None,
+        options: Mapping[str, Any] | None,
+    ) -> None:
+        self._options = None if options is None else dict(options)
         self._name = name
         self._context_window = context_window
         self._scripts = [_Script(state) for state in states]
@@ -254,6 +273,7 @@ class ReplayModel:
         *,
         name: str = "replay",
         context_window: int | None = None,
+        options: Mapping[str, Any] | None = None,
     ) -> ReplayModel:
         """`load` for async code: an `AsyncStore` is awaited, a sync one runs in a worker thread.
 
@@ -261,7 +281,7 @@ class ReplayModel:
         """
         root = await client_of(store).load(state_id)
         model = cls.__new__(cls)
-        model._setup(await _atree(root), name, context_window)
+        model._setup(await _atree(root), name, context_window, options)
         return model
 
     @property
@@ -273,6 +293,11 @@ class ReplayModel:
     def context_window(self) -> int | None:
         """The context window it claims (None unless given)."""
         return self._context_window
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The options given (compared with the recorded ones), else none: what runs record."""
+        return dict(self._options or {})
 
     @property
     def mismatch(self) -> ReplayMismatch | None:
@@ -336,15 +361,38 @@ class ReplayModel:
     def _match(self, request: Request) -> _Expected:
         messages = tuple(request.messages)
         tools = tuple(spec.name for spec in request.tools)
+        told: list[tuple[_Script, _Expected, str]] = []  # same messages, another prompt
         for script in self._scripts:
             expected = script.peek()
             if expected is not None and expected.tools == tools and expected.messages == messages:
-                script.next += 1
-                return expected
-        self._mismatch = ReplayMismatch(self._difference(messages, tools))
+                difference = self._prompt_difference(expected, request)
+                if difference is None:
+                    script.next += 1
+                    return expected
+                told.append((script, expected, difference))
+        if told:
+            script, expected, difference = told[0]
+            self._mismatch = ReplayMismatch(
+                f"The request differs from the recording at {script.where(expected)}: {difference}"
+            )
+        else:
+            self._mismatch = ReplayMismatch(self._difference(request, messages, tools))
         raise self._mismatch
 
-    def _difference(self, messages: tuple[Message, ...], tools: tuple[str, ...]) -> str:
+    def _prompt_difference(self, expected: _Expected, request: Request) -> str | None:
+        """How the request's prompt differs from the recorded one (None: same, or not recorded).
+
+        The options are compared only when the replay was given them.
+        """
+        recorded = expected.prompt
+        if recorded is None:
+            return None
+        options = recorded.options if self._options is None else self._options
+        return prompt_difference(recorded, Prompt.of(request.system, request.tools, options))
+
+    def _difference(
+        self, request: Request, messages: tuple[Message, ...], tools: tuple[str, ...]
+    ) -> str:
         """Where the request differs from the recorded request closest to it."""
         waiting = [(script, script.peek()) for script in self._scripts if script.peek()]
         if not waiting:
@@ -364,10 +412,12 @@ class ReplayModel:
         difference = messages_difference(expected.messages, messages)
         if difference is not None:
             return f"{head}: {difference}"
-        return (
-            f"{head}: the tools differ. Expected: {', '.join(expected.tools) or '(none)'}."
-            f" Got: {', '.join(tools) or '(none)'}."
-        )
+        if expected.tools != tools:
+            return (
+                f"{head}: the tools differ. Expected: {', '.join(expected.tools) or '(none)'}."
+                f" Got: {', '.join(tools) or '(none)'}."
+            )
+        return f"{head}: {self._prompt_difference(expected, request) or 'the prompts differ'}"
 
 
 def messages_difference(want: Sequence[Message], got: Sequence[Message]) -> str | None:

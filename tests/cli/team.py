@@ -54,9 +54,11 @@ def search(query: str) -> str:
     return NOTES.get(query, "nothing found")
 
 
+# A changed version, for a replay that must not match: the same spec (the model is told the
+# same), another answer.
 @tool(name="search")
 def search_changed(query: str) -> str:
-    """Search the team's notes (a changed version, for a replay that must not match).
+    """Search the team's notes.
 
     Args:
         query: A topic.
@@ -101,6 +103,12 @@ def build(model: Model, search_tool: Tool = search) -> dict[str, Agent]:
 def build_changed(model: Model) -> dict[str, Agent]:
     """The team with a search tool that now answers otherwise: its replay differs."""
     return build(model, search_changed)
+
+
+def build_instructed(model: Model) -> dict[str, Agent]:
+    """The team whose lead is told otherwise: its replay differs at the lead's first request."""
+    team = build(model)
+    return {**team, "lead": team["lead"].copy(instructions="Split the question in two.")}
 
 
 def build_nothing(model: Model) -> Any:

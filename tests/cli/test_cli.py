@@ -201,6 +201,10 @@ def test_show_draws_the_conversation_calls_results_usage_timings_and_stop(
     assert any("900→225 tok, $0.0100; stop reason end_turn" in line for line in lines)
     request_rows = [line.split() for line in lines if line.startswith(("1 fake", "2 fake"))]
     assert [row[-1] for row in request_rows] == ["tool_use", "end_turn"]
+    # what the model was told, once: the instructions, the tools
+    (prompt,) = [i for i, line in enumerate(lines) if " prompt [" in line]
+    assert lines[prompt].endswith("] Split the question.")
+    assert lines[prompt + 1].endswith("tools: researcher")
 
 
 def test_show_json_holds_the_facts_calls_timings_and_history(recorded: Recorded) -> None:
@@ -730,6 +734,26 @@ def test_replay_with_a_changed_tool_shows_the_first_difference(recorded: Recorde
     data = json.loads(run(*args, "--json").stdout)
     assert data["matched"] is False
     assert "(agent 'researcher'): message 2 differs." in data["difference"]
+
+
+@pytest.mark.usefixtures("in_root")
+def test_replay_with_changed_instructions_shows_a_diff(recorded: Recorded) -> None:
+    args = (
+        "replay",
+        recorded.target,
+        recorded.lead.id,
+        "--agents",
+        "tests.cli.team:build_instructed",
+    )
+    result = run(*args)
+
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "did not match"
+    assert lines[1].endswith(
+        f"request 1 of 2 of State {recorded.lead.id} (agent 'lead'): the instructions differ:"
+    )
+    assert lines[-2:] == ["-Split the question.", "+Split the question in two."]
 
 
 @pytest.mark.usefixtures("in_root")

@@ -80,6 +80,7 @@ async def test_arun_records_one_turn_and_stops_waiting_for_the_user() -> None:
     assert kinds(state) == [
         "context_change",
         "run_start",
+        "prompt",  # what the model is told: recorded before its first request
         "model_request",
         "model_reply",
         "stop",

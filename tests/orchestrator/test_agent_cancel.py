@@ -126,6 +126,7 @@ async def test_cancel_during_think_takes_the_request_back() -> None:
     assert [e.kind for e in state.history] == [
         "context_change",
         "run_start",
+        "prompt",  # what the model is told: recorded before its first request
         "model_request",
         "error",
     ]

@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestrator import Agent, Message, RateLimitError, Reply, State, Usage, loop, tool
+from orchestrator import (
+    Agent,
+    HistoryEntry,
+    Message,
+    ModelRequest,
+    ModelRequestEntry,
+    RateLimitError,
+    Reply,
+    State,
+    Usage,
+    loop,
+    tool,
+)
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, ReplayMismatch, ReplayModel, tool_call
 from stores import AioSQLiteStore, FileStore, SQLiteStore
@@ -21,6 +34,24 @@ async def record_in_memory() -> State:
     state = State(messages=[Message.user(QUESTION)])
     await build(deciding_model())["lead"].arun(state)
     return state
+
+
+@tool
+def shout(text: str) -> str:
+    """Say it loud."""
+    return text.upper()
+
+
+class TunedModel(FakeModel):
+    """A fake model with options, as a provider model has."""
+
+    def __init__(self, replies: list[Any], *, temperature: float) -> None:
+        super().__init__(replies)
+        self.temperature = temperature
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return {"temperature": self.temperature}
 
 
 def children_of(state: State) -> list[str]:
@@ -124,6 +155,74 @@ async def test_another_prompt_differs_at_the_lead_first_request() -> None:
     assert "Expected: 'Why are refunds paid twice?' Got: 'Why are refunds slow?'" in text
     with pytest.raises(ReplayMismatch, match="message 0 differs"):  # and every request after
         await model.respond(Request(system=None, messages=[Message.user(QUESTION)]))
+
+
+async def test_changed_instructions_are_the_first_difference_with_a_diff() -> None:
+    recorded = await record_in_memory()
+    model = ReplayModel(recorded)
+    team = build(model)
+    lead = team["lead"].copy(instructions="Split the question in three.")
+
+    with pytest.raises(ReplayMismatch) as raised:
+        await lead.arun(QUESTION)
+
+    assert str(raised.value) == (
+        f"The request differs from the recording at request 1 of 2 of State {recorded.id}"
+        " (agent 'lead'): the instructions differ:\n--- recorded\n+++ now\n@@ -1 +1 @@\n"
+        "-Split the question.\n+Split the question in three."
+    )
+
+
+async def test_a_changed_tool_description_is_a_difference_naming_the_tool() -> None:
+    recorded = State(messages=[Message.user("Go")])
+    await Agent(FakeModel([tool_call("shout", text="hi"), "HI"]), tools=[shout]).arun(recorded)
+    model = ReplayModel(recorded)
+
+    @tool(name="shout")
+    def quieter(text: str) -> str:
+        """Say it softly."""
+        return text
+
+    with pytest.raises(ReplayMismatch) as raised:
+        await Agent(model, tools=[quieter]).arun("Go")
+
+    text = str(raised.value)
+    assert "request 1 of 2" in text
+    assert "the specs of the tool 'shout' differ:" in text
+    assert '- "description": "Say it loud.",' in text
+    assert '+ "description": "Say it softly.",' in text
+
+
+async def test_options_are_compared_when_the_replay_is_given_them() -> None:
+    recorded = State(messages=[Message.user("Go")])
+    await Agent(TunedModel(["ok"], temperature=0.2)).arun(recorded)
+
+    same = ReplayModel(recorded, options={"temperature": 0.2})
+    await Agent(same).arun("Go")
+    same.check()
+    unchecked = ReplayModel(recorded)  # the replay model stands in: options not compared
+    await Agent(unchecked).arun("Go")
+    unchecked.check()
+
+    warmer = ReplayModel(recorded, options={"temperature": 0.9})
+    with pytest.raises(ReplayMismatch, match=r"the options differ:(.|\n)*\+ \"temperature\": 0.9"):
+        await Agent(warmer).arun("Go")
+
+
+async def test_a_history_without_prompts_compares_the_tool_names_only() -> None:
+    recorded = State(messages=[Message.user("Go")])
+    await Agent(FakeModel(["ok"]), instructions="Be brief.").arun(recorded)
+    old: list[HistoryEntry] = []
+    for entry in recorded.history:
+        if entry.kind == "prompt":
+            continue
+        entry = dataclasses.replace(entry, seq=len(old))
+        if isinstance(entry, ModelRequestEntry):
+            entry = dataclasses.replace(entry, content=ModelRequest(message_count=1))
+        old.append(entry)
+    model = ReplayModel(State(history=old))
+    await Agent(model, instructions="Be long.").arun("Go")
+    model.check()
 
 
 async def test_a_long_text_is_shown_around_its_first_difference() -> None:
