@@ -18,6 +18,7 @@ from orchestrator import (
     Message,
     ModelReplyEntry,
     ModelRequestEntry,
+    Prompt,
     RunStartEntry,
     State,
     StateInfo,
@@ -248,7 +249,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "children": list(state.children),
         "cost": cost_of(state).data(),
         "marks": [{**mark, "at": _iso(mark["at"])} for mark in marks(state)],
-        "model_calls": [_call_data(call) for call in model_calls(state)],
+        "model_calls": [_call_data(state, call) for call in model_calls(state)],
         "tool_calls": [
             {
                 "id": tool.call.id,
@@ -273,7 +274,7 @@ def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
     return None if waiting is None else waiting.data(_iso)
 
 
-def _call_data(call: ModelCall) -> dict[str, Any]:
+def _call_data(state: State, call: ModelCall) -> dict[str, Any]:
     """One model request as JSON: when, how long, what it was sent, the reply and its cost.
 
     ``prompt`` is what the model was told (instructions, tools, options) where the history
@@ -294,7 +295,19 @@ def _call_data(call: ModelCall) -> dict[str, Any]:
         "reply": None if reply is None else messages_data((reply.content.message,))[0],
         "tool_calls": [] if reply is None else [c.id for c in reply.tool_calls],
         "error": None if call.error is None else call.error.content,
-        "prompt": None,
+        "prompt": _prompt_data(state.prompt_of(call.request)),
+    }
+
+
+def _prompt_data(prompt: Prompt | None) -> dict[str, Any] | None:
+    """What the model was told, as JSON; None for a request recorded before prompts were."""
+    if prompt is None:
+        return None
+    return {
+        "digest": prompt.digest,
+        "instructions": prompt.instructions,
+        "tools": pydantic_core.to_jsonable_python(prompt.tools),
+        "options": pydantic_core.to_jsonable_python(prompt.options),
     }
 
 

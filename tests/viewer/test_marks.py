@@ -43,7 +43,11 @@ def test_the_cost_of_a_state_counts_priced_and_unpriced_requests() -> None:
     assert [call["cost"] for call in calls] == [0.25, "unpriced"]
     assert calls[0]["reply"]["blocks"][0]["name"] == "look"
     assert calls[1]["reply"]["blocks"] == [{"kind": "text", "text": "done"}]
-    assert [call["prompt"] for call in calls] == [None, None]  # not recorded (yet)
+    told = [call["prompt"] for call in calls]  # what the model was told, from the history
+    assert told[0] == told[1]  # one prompt, recorded once, named by both requests
+    assert [spec["name"] for spec in told[0]["tools"]] == ["look"]
+    requests = [entry for entry in state.history if entry.kind == "model_request"]
+    assert {told[0]["digest"]} == {entry.content.prompt for entry in requests}
 
 
 @tool
