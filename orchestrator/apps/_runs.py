@@ -635,8 +635,11 @@ class Runs:
         running = self._running.get(state_id)
         if running is not None:
             return _info_of_state(running.state, running=True)
-        state = await self._client.load(state_id)
+        # The lease before the State: a run elsewhere saves its end before it gives the lease
+        # back, so a lease seen gone means the load below shows that end (read the other way
+        # round, a run ending between the two reads looked as it was before it ran).
         elsewhere = await self._elsewhere([state_id])
+        state = await self._client.load(state_id)
         return _info_of_state(state, running=state_id in self._running or bool(elsewhere))
 
     async def list(self, *, limit: int | None = None) -> builtins.list[RunInfo]:
