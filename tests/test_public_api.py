@@ -282,7 +282,33 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("max_turns", None),  # issue 12: the default loop's limit
             ("runner", None),  # issue 15: where the subagent tools' children run
             ("max_subagent_depth", None),  # issue 26: how deep subagents nest (10)
+            ("limits", None),  # issue 29: what a run tree may spend
         ]
+    ]
+    # Issue 29: Limits, given to an Agent, a run, or an agent used as a tool.
+    assert [(n, k, d) for n, k, d in params(orchestrator.Limits)] == [
+        (name, keyword, None)
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "cost",
+            "requests",
+            "tool_calls",
+            "children",
+            "depth",
+            "seconds",
+        )
+    ]
+    for method in ("run", "arun", "as_tool"):
+        assert ("limits", keyword, None) in params(getattr(Agent, method))
+    assert [n for n, _, _ in params(orchestrator.StoppedByLimit)] == [
+        "turns",
+        "limit",
+        "maximum",
+        "spent",
+        "owner",
+        "by",
     ]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [
         "name",

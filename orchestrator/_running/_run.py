@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from .._apps._reporting import Pacer, Reporter
-from .._base._errors import is_interruption
+from .._base._errors import LimitReachedError, is_interruption
+from .._base._limits import Limits
 from .._base._link import Link
 from .._base._logs import get_log
 from .._base._stopped import StoppedByApproval
@@ -40,6 +41,7 @@ from .._record._recording import (
     value_of,
 )
 from .._tooling._toolsets import open_toolsets
+from ._budget import Budget, before_child, budget_for
 from ._execute import use_tools
 from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
@@ -103,6 +105,7 @@ class Settings:
     max_subagent_depth: int = DEFAULT_MAX_SUBAGENT_DEPTH
     runner: Runner | None = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
+    limits: Limits | None = None  # what each run of the agent may spend, its subtree included
 
 
 class Run:
@@ -113,13 +116,17 @@ class Run:
     recorded the link; `effect_scope` is what its memory writes are keyed under (its place in
     that call; None: the State's id). `writer` writes the marked save points of
     this run and of the runs started in it. `depth` is how many subagent levels the run is
-    below its root run in this process (0: a root).
+    below its root run in this process (0: a root). `budget` holds the limits of the run and
+    of the runs above it (None: no limits); `estimate` is the input tokens its next model
+    request is expected to have.
     """
 
     __slots__ = (
         "agent",
+        "budget",
         "depth",
         "effect_scope",
+        "estimate",
         "linked_call",
         "pacers",
         "parent_call",
@@ -164,6 +171,8 @@ class Run:
         self.linked_call: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
         self.depth = 0
+        self.budget: Budget | None = None
+        self.estimate = 0
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None
@@ -327,17 +336,19 @@ def run_agent(
     reporters: tuple[Reporter, ...] = (),
     *,
     link: Link | None = None,
+    limits: Limits | None = None,
 ) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
     `reporters` see this run too (and its subagents'), beside the agent's own. `link` runs it
     as the child of that call (a runner's child run); else a State started in a tool call is
-    the child of that call. An agent with toolsets opens them first, for the run. Await the
-    result (a plain function: a run without toolsets adds no coroutine of its own).
+    the child of that call. An agent with toolsets opens them first, for the run. `limits`
+    bound this run beside the agent's own (the tighter of each). Await the result (a plain
+    function: a run without toolsets adds no coroutine of its own).
     """
     if settings.toolsets:
-        return _with_toolsets(_run_agent, agent, settings, state, reporters, link)
-    return _run_agent(agent, settings, state, reporters, link)
+        return _with_toolsets(_run_agent, agent, settings, state, reporters, link, limits)
+    return _run_agent(agent, settings, state, reporters, link, limits)
 
 
 async def _run_agent(
@@ -346,10 +357,19 @@ async def _run_agent(
     state: State,
     reporters: tuple[Reporter, ...],
     link: Link | None,
+    limits: Limits | None = None,
 ) -> None:
     frame = current_frame()
     parent = parent_call(frame, state, link)
     depth = depth_below(parent, settings.max_subagent_depth)
+    above = None if parent is None else parent.run.budget
+    if parent is not None and above is not None and link is None:  # an agent tool checked it
+        refused = before_child(above, parent.run.state.id, depth)
+        if refused is not None:
+            error = LimitReachedError(refused)
+            parent.failures.append(error)
+            raise error
+    own = settings.limits.tighter(limits) if settings.limits is not None else limits
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
@@ -363,6 +383,7 @@ async def _run_agent(
     run.parent_call = parent
     run.parent_link = link
     run.depth = depth
+    run.budget = budget_for(own, state, above, depth)
     begin_run(state)
     error: BaseException | None = None
     try:

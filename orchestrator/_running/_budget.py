@@ -1,0 +1,232 @@
+"""Budgets: the `Limits` of the runs of a tree, and what the tree has spent against them.
+
+A run with limits (its agent's, its call's, its tool's: the tighter of them) has a `Budget`;
+a run without any shares the budget of the run above it. Each budget points to the one above
+it, so spending flows up the chain as it happens: a reply of a child three levels down counts
+at once against every ancestor's limit, not when the child ends.
+
+A budget starts from what its State already spent, folded from the history (`state.usage`
+holds the usage of the children whose calls closed; the tool calls and children are this
+State's own), so a reloaded run keeps its budget. The counters themselves live only for the
+run: they are the sum of the history, kept current between entries.
+
+Checks happen before a model request (`before_request`: the request is refused when a limit
+is used up, or the State's next input would pass an input or total token limit: its last
+request's input plus output tokens, since a conversation only grows), before a turn's tool
+calls (`before_tools`) and before a child starts (`before_child`). A request sent under the
+limit may spend past it, so with N States running at once a token or cost limit is overshot by
+at most what N requests spend (one in flight per running State). Requests, tool calls,
+children and depth are reserved when checked, and never overshot.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._base._limits import Limits
+from .._base._stopped import StoppedByLimit
+from .._record._history import ToolResultEntry
+from .._record._recording import close_pending, record_stop
+
+if TYPE_CHECKING:
+    from .._base._reply import Usage
+    from .._record._state import State
+
+__all__ = (
+    "Budget",
+    "before_child",
+    "before_request",
+    "before_tools",
+    "budget_for",
+    "spend",
+    "stop_for_limit",
+)
+
+_SPENT_AT_ONCE = ("input_tokens", "output_tokens", "total_tokens", "cost")
+
+
+class Budget:
+    """The limits of one run, what its tree spent, and the budget of the run above it."""
+
+    __slots__ = (
+        "by",
+        "depth",
+        "last",
+        "limits",
+        "maximum",
+        "owner",
+        "parent",
+        "spent",
+        "started",
+    )
+
+    def __init__(self, limits: Limits, state: State, parent: Budget | None, depth: int) -> None:
+        self.limits = limits
+        self.maximum: dict[str, float] = dict(limits.set())
+        self.owner = state.id
+        self.parent = parent
+        self.depth = depth  # the owner's depth below its root run
+        self.started = anyio.current_time()
+        self.spent = _spent_in(state)
+        self.by: dict[str, str] = {}  # for each limit reached, the State that spent the last of it
+        self.last: str | None = None  # the State that spent last
+
+    def stop(self, limit: str, by: str) -> StoppedByLimit:
+        """The stop that `limit` of this budget gives, reached by the State `by`."""
+        spent = self.elapsed() if limit == "seconds" else self.spent.get(limit, 0)
+        return StoppedByLimit(
+            limit=limit,
+            maximum=self.maximum[limit],
+            spent=spent,
+            owner=self.owner,
+            by=self.by.get(limit) or (by if limit not in _SPENT_AT_ONCE else self.last or by),
+        )
+
+    def elapsed(self) -> float:
+        """Seconds since the owner's run started."""
+        return anyio.current_time() - self.started
+
+
+def budget_for(
+    limits: Limits | None, state: State, parent: Budget | None, depth: int
+) -> Budget | None:
+    """The budget of a run on `state`: its own if it has `limits`, else the one above it."""
+    if limits is None or not limits.set():
+        return parent
+    return Budget(limits, state, parent, depth)
+
+
+def _spent_in(state: State) -> dict[str, float]:
+    """What `state` has spent, folded from its history."""
+    usage = state.usage
+    tool_calls = children = 0
+    for entry in state.history:
+        if isinstance(entry, ToolResultEntry) and not entry.late:
+            tool_calls += 1
+            children += len(entry.child_ids)
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "total_tokens": usage.input_tokens + usage.output_tokens,
+        "cost": usage.cost or 0.0,
+        "requests": usage.requests,
+        "tool_calls": tool_calls,
+        "children": children,
+    }
+
+
+def before_request(
+    budget: Budget, state_id: str, estimate: int, *, reserve: bool = True
+) -> StoppedByLimit | None:
+    """The stop a new model request of `state_id` meets, or None (the request is counted).
+
+    `estimate` is how many input tokens the request is expected to have (0: unknown). With
+    `reserve` false, only checked: the request is counted when it is sent.
+    """
+    needed = max(estimate, 1)
+    chain: list[Budget] = []
+    item: Budget | None = budget
+    while item is not None:
+        maximum, spent = item.maximum, item.spent
+        for limit, most in maximum.items():
+            if limit == "requests":
+                over = spent["requests"] + 1 > most
+            elif limit in ("input_tokens", "total_tokens"):
+                over = spent[limit] + needed > most
+            elif limit in ("output_tokens", "cost"):
+                over = spent[limit] >= most
+            elif limit == "seconds":
+                over = item.elapsed() >= most
+            else:
+                continue
+            if over:
+                return item.stop(limit, state_id)
+        chain.append(item)
+        item = item.parent
+    if reserve:
+        for item in chain:
+            item.spent["requests"] += 1
+    return None
+
+
+def spend(budget: Budget, state_id: str, usage: Usage) -> None:
+    """Count `usage`, which `state_id` just spent, against every budget up the chain."""
+    total = usage.input_tokens + usage.output_tokens
+    cost = usage.cost or 0.0
+    item: Budget | None = budget
+    while item is not None:
+        spent = item.spent
+        spent["input_tokens"] += usage.input_tokens
+        spent["output_tokens"] += usage.output_tokens
+        spent["total_tokens"] += total
+        spent["cost"] += cost
+        item.last = state_id
+        for limit in _SPENT_AT_ONCE:
+            most = item.maximum.get(limit)
+            if most is not None and spent[limit] >= most and limit not in item.by:
+                item.by[limit] = state_id
+        item = item.parent
+
+
+def before_tools(budget: Budget, state_id: str, count: int) -> StoppedByLimit | None:
+    """The stop that `count` tool calls of `state_id` meet, or None (they are counted).
+
+    A token or cost limit used up stops the calls too: the run is to stop, not go on.
+    """
+    chain: list[Budget] = []
+    item: Budget | None = budget
+    while item is not None:
+        maximum, spent = item.maximum, item.spent
+        for limit, most in maximum.items():
+            if limit == "tool_calls":
+                over = spent["tool_calls"] + count > most
+            elif limit in _SPENT_AT_ONCE:
+                over = spent[limit] >= most
+            elif limit == "seconds":
+                over = item.elapsed() >= most
+            else:
+                continue
+            if over:
+                return item.stop(limit, state_id)
+        chain.append(item)
+        item = item.parent
+    for item in chain:
+        item.spent["tool_calls"] += count
+    return None
+
+
+def before_child(budget: Budget, state_id: str, depth: int) -> StoppedByLimit | None:
+    """The stop a new child of `state_id`, `depth` levels below its root, meets, or None.
+
+    When it starts, it is counted against every `children` limit up the chain.
+    """
+    chain: list[Budget] = []
+    item: Budget | None = budget
+    while item is not None:
+        maximum, spent = item.maximum, item.spent
+        most = maximum.get("children")
+        if most is not None and spent["children"] + 1 > most:
+            return item.stop("children", state_id)
+        most = maximum.get("depth")
+        if most is not None and depth - item.depth > most:
+            return StoppedByLimit(
+                limit="depth",
+                maximum=most,
+                spent=depth - item.depth,
+                owner=item.owner,
+                by=state_id,
+            )
+        chain.append(item)
+        item = item.parent
+    for item in chain:
+        item.spent["children"] += 1
+    return None
+
+
+def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
+    """Stop `state`'s run for `stopped`: its pending calls closed, the stop recorded."""
+    if state.pending_calls:
+        close_pending(state, "cancelled", f"(not run: {str(stopped).removeprefix('stopped: ')})")
+    record_stop(state, stopped)
