@@ -363,6 +363,13 @@ async def _run_agent(
     parent = parent_call(frame, state, link)
     depth = depth_below(parent, settings.max_subagent_depth)
     above = None if parent is None else parent.run.budget
+    if (
+        parent is None
+        and link is not None
+        and frame is not None
+        and frame.run.state.id == link.parent_id
+    ):
+        above = frame.run.budget  # a cut-off child its parent continues
     if parent is not None and above is not None and link is None:  # an agent tool checked it
         refused = before_child(above, parent.run.state.id, depth)
         if refused is not None:
