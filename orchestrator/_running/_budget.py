@@ -27,7 +27,7 @@ import anyio
 
 from .._base._limits import Limits
 from .._base._stopped import StoppedByLimit
-from .._record._history import ToolResultEntry
+from .._record._history import ModelReplyEntry, ToolResultEntry
 from .._record._recording import close_pending, record_stop
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ __all__ = (
     "before_request",
     "before_tools",
     "budget_for",
+    "last_context",
     "spend",
     "stop_for_limit",
 )
@@ -96,6 +97,17 @@ def budget_for(
     if limits is None or not limits.set():
         return parent
     return Budget(limits, state, parent, depth)
+
+
+def last_context(state: State) -> int:
+    """The input plus output tokens of `state`'s last reply: its next request holds both."""
+    for entry in reversed(state.history):
+        if isinstance(entry, ModelReplyEntry):
+            usage = entry.content.usage
+            return usage.input_tokens + usage.output_tokens
+        if entry.kind == "context_change":
+            return 0  # compacted or restored: the context is not the one the reply saw
+    return 0
 
 
 def _spent_in(state: State) -> dict[str, float]:

@@ -41,7 +41,7 @@ from .._record._recording import (
     value_of,
 )
 from .._tooling._toolsets import open_toolsets
-from ._budget import Budget, before_child, budget_for
+from ._budget import Budget, before_child, budget_for, last_context
 from ._execute import use_tools
 from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
@@ -391,6 +391,8 @@ async def _run_agent(
     run.parent_link = link
     run.depth = depth
     run.budget = budget_for(own, state, above, depth)
+    if run.budget is not None:
+        run.estimate = last_context(state)
     begin_run(state)
     error: BaseException | None = None
     try:
