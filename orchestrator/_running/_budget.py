@@ -21,9 +21,9 @@ children and depth are reserved when checked, and never overshot.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
-import anyio
+import math
+import time
+from typing import TYPE_CHECKING, Any
 
 from .._base._limits import Limits
 from .._base._stopped import StoppedByLimit
@@ -41,7 +41,9 @@ __all__ = (
     "before_tools",
     "budget_for",
     "last_context",
+    "remaining",
     "spend",
+    "spend_elsewhere",
     "stop_for_limit",
 )
 
@@ -57,6 +59,13 @@ class Budget:
         "last",
         "limits",
         "maximum",
+        "most_cost",
+        "most_input",
+        "most_output",
+        "most_requests",
+        "most_seconds",
+        "most_tool_calls",
+        "most_total",
         "owner",
         "parent",
         "spent",
@@ -69,10 +78,19 @@ class Budget:
         self.owner = state.id
         self.parent = parent
         self.depth = depth  # the owner's depth below its root run
-        self.started = anyio.current_time()
+        self.started = time.monotonic()
         self.spent = _spent_in(state)
         self.by: dict[str, str] = {}  # for each limit reached, the State that spent the last of it
         self.last: str | None = None  # the State that spent last
+        # Each maximum as an attribute (inf: none), for the checks of every turn.
+        most = self.maximum.get
+        self.most_input = most("input_tokens", math.inf)
+        self.most_output = most("output_tokens", math.inf)
+        self.most_total = most("total_tokens", math.inf)
+        self.most_cost = most("cost", math.inf)
+        self.most_requests = most("requests", math.inf)
+        self.most_tool_calls = most("tool_calls", math.inf)
+        self.most_seconds = most("seconds", math.inf)
 
     def stop(self, limit: str, by: str) -> StoppedByLimit:
         """The stop that `limit` of this budget gives, reached by the State `by`."""
@@ -87,7 +105,7 @@ class Budget:
 
     def elapsed(self) -> float:
         """Seconds since the owner's run started."""
-        return anyio.current_time() - self.started
+        return time.monotonic() - self.started
 
 
 def budget_for(
@@ -142,6 +160,17 @@ def before_request(
     item: Budget | None = budget
     while item is not None:
         maximum, spent = item.maximum, item.spent
+        if (  # the common case first: nothing near a limit
+            spent["requests"] < item.most_requests - 1
+            and spent["input_tokens"] + needed <= item.most_input
+            and spent["total_tokens"] + needed <= item.most_total
+            and spent["output_tokens"] < item.most_output
+            and spent["cost"] < item.most_cost
+            and (item.most_seconds == math.inf or item.elapsed() < item.most_seconds)
+        ):
+            chain.append(item)
+            item = item.parent
+            continue
         for limit, most in maximum.items():
             if limit == "requests":
                 over = spent["requests"] + 1 > most
@@ -175,6 +204,14 @@ def spend(budget: Budget, state_id: str, usage: Usage) -> None:
         spent["total_tokens"] += total
         spent["cost"] += cost
         item.last = state_id
+        if (
+            spent["input_tokens"] < item.most_input
+            and spent["output_tokens"] < item.most_output
+            and spent["total_tokens"] < item.most_total
+            and spent["cost"] < item.most_cost
+        ):
+            item = item.parent
+            continue
         for limit in _SPENT_AT_ONCE:
             most = item.maximum.get(limit)
             if most is not None and spent[limit] >= most and limit not in item.by:
@@ -191,6 +228,17 @@ def before_tools(budget: Budget, state_id: str, count: int) -> StoppedByLimit | 
     item: Budget | None = budget
     while item is not None:
         maximum, spent = item.maximum, item.spent
+        if (  # the common case first: nothing near a limit
+            spent["tool_calls"] + count <= item.most_tool_calls
+            and spent["input_tokens"] < item.most_input
+            and spent["total_tokens"] < item.most_total
+            and spent["output_tokens"] < item.most_output
+            and spent["cost"] < item.most_cost
+            and (item.most_seconds == math.inf or item.elapsed() < item.most_seconds)
+        ):
+            chain.append(item)
+            item = item.parent
+            continue
         for limit, most in maximum.items():
             if limit == "tool_calls":
                 over = spent["tool_calls"] + count > most
@@ -242,3 +290,41 @@ def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
     if state.pending_calls:
         close_pending(state, "cancelled", f"(not run: {str(stopped).removeprefix('stopped: ')})")
     record_stop(state, stopped)
+
+
+def remaining(budget: Budget, depth: int) -> Limits:
+    """What is left of every limit up the chain, for a child `depth` levels below its root.
+
+    A child run elsewhere (another process or machine) gets it as limits of its own: the
+    budgets here cannot see it spend until it ends.
+    """
+    left: dict[str, float] = {}
+    item: Budget | None = budget
+    while item is not None:
+        for limit, most in item.maximum.items():
+            if limit == "seconds":
+                value = most - item.elapsed()
+            elif limit == "depth":
+                value = most - (depth - item.depth)
+            elif limit == "children":
+                value = most - item.spent["children"]
+            else:
+                value = most - item.spent[limit]
+            value = max(value, 0)
+            left[limit] = min(value, left.get(limit, value))
+        item = item.parent
+    whole: dict[str, Any] = {
+        name: int(value) if name not in ("cost", "seconds") else value
+        for name, value in left.items()
+    }
+    return Limits(**whole)
+
+
+def spend_elsewhere(budget: Budget, state: State) -> None:
+    """Count what `state`, a child that ran elsewhere, spent, once it ended."""
+    usage = state.usage
+    spend(budget, state.id, usage)
+    item: Budget | None = budget
+    while item is not None:
+        item.spent["requests"] += usage.requests
+        item = item.parent

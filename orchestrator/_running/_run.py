@@ -391,6 +391,8 @@ async def _run_agent(
     run.parent_link = link
     run.depth = depth
     run.budget = budget_for(own, state, above, depth)
+    if parent is not None and above is not None:
+        parent.counted.append(state.id)  # it spends against the limits above as it runs
     if run.budget is not None:
         run.estimate = last_context(state)
     begin_run(state)

@@ -44,9 +44,10 @@ class ChildJob:
             (`Reporter.trace_context`): with an `OtelReporter`, the W3C trace context
             (``traceparent``) of the call's span. A runner elsewhere sends it, so the child's
             spans there hang under the call; a runner here has no need of it.
-        limits: The child's own limits (its tool's slice). A runner elsewhere also passes
-            what is left of the limits above it (`remaining`), since the parent's budget
-            cannot see the child spend there.
+        limits: The child's own limits (its tool's slice), or None.
+        remaining: What is left of the limits above the child when it starts, or None. A
+            runner here ignores it (the child spends against them live); a runner elsewhere
+            gives it to the child as limits of its own, since they cannot see it spend there.
     """
 
     agent: Agent
@@ -58,6 +59,7 @@ class ChildJob:
     state: State | None = None
     trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
     limits: Limits | None = None
+    remaining: Limits | None = None
 
     async def open_state(self, store: AnyStore | None = None) -> State:
         """The child's State: a new one with the task, or the one to continue.

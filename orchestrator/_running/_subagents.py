@@ -42,7 +42,7 @@ from .._record._history import ToolResultEntry
 from .._record._recording import add_child, bind_client, record_tool_result, store_of, value_of
 from .._record._state import State
 from .._tooling._tools import Tool
-from ._budget import before_child
+from ._budget import Budget, before_child, remaining, spend_elsewhere
 from ._frame import CallContext, Frame, current_frame
 from ._runner import ChildJob, LocalRunner, Runner
 
@@ -169,10 +169,15 @@ class AgentTool(Tool):
             state=resume,
             trace_context=trace_context(context.run, context.call),
             limits=self.limits,
+            remaining=None if budget is None else remaining(budget, depth),
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
-        child = await self._guarded(runner.run(job), context)
+        try:
+            child = await self._guarded(runner.run(job), context)
+        finally:
+            if budget is not None and state_id not in context.counted:
+                _count_elsewhere(budget, context, state_id)  # it ran where we could not see it
         stopped = child.stopped
         if isinstance(stopped, StoppedByApproval) and all(
             stopped is not known for known in context.suspended
@@ -316,6 +321,14 @@ def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext 
     if call.run.state.id == link.parent_id and call.call.id == link.call_id:
         return call
     return None
+
+
+def _count_elsewhere(budget: Budget, context: CallContext, state_id: str) -> None:
+    """Count against `budget` what the child `state_id`, run elsewhere, spent (if it is known)."""
+    for child in context.children:
+        if child.id == state_id:
+            spend_elsewhere(budget, child)
+            return
 
 
 def depth_below(parent: CallContext | None, limit: int) -> int:

@@ -8,12 +8,15 @@ replayed or reloaded State shows the same stop and a resumed run keeps its budge
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 from orchestrator import (
@@ -28,6 +31,8 @@ from orchestrator import (
     Usage,
     tool,
 )
+from orchestrator._running._budget import Budget, before_request, remaining, spend
+from orchestrator.runners import ChildJob
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
 
@@ -306,6 +311,8 @@ async def test_a_depth_limit_refuses_a_grandchild() -> None:
 _FIRST = """
 import os, sys
 from orchestrator import Agent, Limits, Message, Reply, State, Usage, tool
+from orchestrator._running._budget import Budget, before_request, remaining, spend
+from orchestrator.runners import ChildJob
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
 
@@ -332,6 +339,8 @@ agent.run(State(id="root", messages=[Message.user("go")]), limits=Limits(total_t
 _SECOND = """
 import sys
 from orchestrator import Agent, Limits, Message, Reply, Usage, tool
+from orchestrator._running._budget import Budget, before_request, remaining, spend
+from orchestrator.runners import ChildJob
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
 
@@ -372,3 +381,52 @@ def test_a_reload_mid_tree_in_a_new_process_continues_the_budget(tmp_path: Path)
     # within one request per running State of it (the root's last request may still fit).
     assert (children, stops) == ("2", ["total_tokens:root"])
     assert 1500 - ONE <= int(after) <= 1500 + 3 * ONE
+
+
+# A child run elsewhere gets what is left, and counts when it ends ------------------------------
+
+
+class Elsewhere:
+    """A runner that runs each child here, but as a runner elsewhere does: with what was left
+    of the limits above it as limits of its own, unseen by the parent's budget."""
+
+    def check(self, job: ChildJob) -> None:
+        """Every job runs."""
+
+    async def run(self, job: ChildJob) -> State:
+        state = await job.open_state()
+        limits = job.remaining if job.limits is None else job.limits.tighter(job.remaining)
+        child = functools.partial(job.agent.arun, state, link=job.link, limits=limits)
+
+        def there() -> None:  # a thread with a loop of its own, and no run of this process
+            contextvars.Context().run(anyio.run, child)
+
+        await anyio.to_thread.run_sync(there)
+        return state
+
+
+def test_remaining_is_what_is_left_of_every_limit_up_the_chain() -> None:
+    state = user_state()
+    top = Budget(Limits(requests=10, total_tokens=1000, depth=3), state, None, 0)
+    below = Budget(Limits(requests=4, children=2), user_state(), top, 1)
+    spend(top, state.id, Usage(input_tokens=300, output_tokens=50, requests=1))
+    assert before_request(below, state.id, 0) is None
+    assert remaining(below, 2) == Limits(requests=3, total_tokens=650, children=2, depth=1)
+
+
+@pytest.mark.anyio
+async def test_a_child_run_elsewhere_gets_what_is_left_and_counts_when_it_ends() -> None:
+    worker = Agent(busy_model(20), tools=[noop], name="worker", description="Does work.")
+    lead_model = FakeModel(
+        [Reply(Message.assistant(tool_calls=(tool_call("worker", task="a"),)), Usage(requests=1))]
+    )
+    agent = Agent(lead_model, tools=[worker.as_tool(runner=Elsewhere())])
+    state = user_state()
+    await agent.arun(state, limits=Limits(requests=3))
+    (entry,) = [e for e in state.history if isinstance(e, ToolResultEntry)]
+    child = state.child(entry.child_ids[0])
+    assert child.usage.requests == 2  # what was left when it started
+    assert isinstance(child.stopped, StoppedByLimit)
+    assert child.stopped.limit == "requests"
+    assert isinstance(state.stopped, StoppedByLimit)  # its spending counted when it ended
+    assert (state.stopped.limit, state.stopped.spent) == ("requests", 3)
