@@ -229,6 +229,8 @@ class AgentTool(Tool):
                     store=None if client is None else client.store,
                     deadline=deadline(),
                     trace_context=trace_context(run, entry.call),
+                    limits=self.limits,
+                    remaining=None if run.budget is None else remaining(run.budget, run.depth + 1),
                 )
                 runner = self.runner_for(run)
                 runner.check(job)
@@ -244,6 +246,11 @@ class AgentTool(Tool):
                         spent = spent + _spent(state.usage, before)
                     continue
             spent = spent + _spent(child.usage, before)
+            stopped = child.stopped
+            if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
+                failed = True
+                answers.append(f"(the subagent {stopped!s})")
+                continue
             converted = self.convert(child.answer)
             answers.append(_text(converted.content))
             failed = failed or converted.is_error

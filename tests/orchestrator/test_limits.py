@@ -359,7 +359,9 @@ agent.run(state, limits=Limits(total_tokens=1500))
 after = state.usage.input_tokens + state.usage.output_tokens
 children = [store.load(info.id) for info in store.list(parent_id="root")]
 stops = {f"{child.stopped.limit}:{child.stopped.owner}" for child in children}
-print(before, after, len(children), *sorted(stops))
+late = [e for e in state.history if e.kind == "tool_result" and e.late]
+told = sum("(the subagent stopped: reached the limit" in e.content.text for e in late)
+print(before, after, len(children), told, *sorted(stops))
 """
 
 
@@ -375,11 +377,12 @@ def test_a_reload_mid_tree_in_a_new_process_continues_the_budget(tmp_path: Path)
         text=True,
     )
     assert second.returncode == 0, second.stderr
-    before, after, children, *stops = second.stdout.split()
+    before, after, children, told, *stops = second.stdout.split()
     assert int(before) >= 4 * ONE  # the first process's children spent; the load kept it
     # The budget went on from there: both children stopped at the root's limit, the tree
     # within one request per running State of it (the root's last request may still fit).
     assert (children, stops) == ("2", ["total_tokens:root"])
+    assert told == "2"  # each late result tells the model its subagent stopped at the limit
     assert 1500 - ONE <= int(after) <= 1500 + 3 * ONE
 
 
