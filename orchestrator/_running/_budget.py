@@ -26,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from .._base._limits import Limits
+from .._base._logs import get_log
 from .._base._stopped import StoppedByLimit
 from .._record._history import ModelReplyEntry, ToolResultEntry
 from .._record._recording import close_pending, record_stop
@@ -46,6 +47,8 @@ __all__ = (
     "spend_elsewhere",
     "stop_for_limit",
 )
+
+_log = get_log("limits")
 
 _SPENT_AT_ONCE = ("input_tokens", "output_tokens", "total_tokens", "cost")
 
@@ -286,7 +289,19 @@ def before_child(budget: Budget, state_id: str, depth: int) -> StoppedByLimit | 
 
 
 def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
-    """Stop `state`'s run for `stopped`: its pending calls closed, the stop recorded."""
+    """Stop `state`'s run for `stopped`: its pending calls closed, the stop recorded.
+
+    Logged as the warning ``state.limit.reached`` (the library configures no logging).
+    """
+    _log.warning(
+        "state.limit.reached",
+        state_id=state.id,
+        limit=stopped.limit,
+        maximum=stopped.maximum,
+        spent=stopped.spent,
+        owner=stopped.owner,
+        by=stopped.by,
+    )
     if state.pending_calls:
         close_pending(state, "cancelled", f"(not run: {str(stopped).removeprefix('stopped: ')})")
     record_stop(state, stopped)

@@ -18,6 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
+import structlog
 
 from orchestrator import (
     Agent,
@@ -433,3 +434,36 @@ async def test_a_child_run_elsewhere_gets_what_is_left_and_counts_when_it_ends()
     assert child.stopped.limit == "requests"
     assert isinstance(state.stopped, StoppedByLimit)  # its spending counted when it ended
     assert (state.stopped.limit, state.stopped.spent) == ("requests", 3)
+
+
+@pytest.mark.anyio
+async def test_a_time_limit_used_up_sends_nothing_and_is_logged() -> None:
+    model = busy_model(3)
+    state = user_state()
+    with structlog.testing.capture_logs() as logs:
+        await Agent(model, tools=[noop]).arun(state, limits=Limits(seconds=0))
+    assert model.requests == []
+    assert isinstance(state.stopped, StoppedByLimit)
+    assert (state.stopped.limit, state.stopped.maximum) == ("seconds", 0)
+    (event,) = [log for log in logs if log["event"] == "state.limit.reached"]
+    assert (event["log_level"], event["limit"], event["owner"]) == ("warning", "seconds", state.id)
+
+
+@pytest.mark.anyio
+async def test_a_child_a_tool_starts_itself_is_refused_past_the_children_limit() -> None:
+    helper = Agent(FakeModel([spending("ok") for _ in range(3)]))
+
+    @tool
+    async def ask_helper(question: str) -> str:
+        """Ask the helper."""
+        return str(await helper.arun(question))
+
+    calls = tuple(tool_call("ask_helper", question=f"q{n}") for n in range(3))
+    lead = FakeModel([Reply(Message.assistant(tool_calls=calls), Usage(requests=1)), "done"])
+    state = user_state()
+    await Agent(lead, tools=[ask_helper]).arun(state, limits=Limits(children=2))
+    results = [e for e in state.history if isinstance(e, ToolResultEntry)]
+    assert sum(len(e.child_ids) for e in results) == 2
+    refused = [e for e in results if not e.child_ids]
+    assert len(refused) == 1
+    assert "LimitReachedError: reached the limit children=2" in refused[0].content.text
