@@ -17,8 +17,9 @@ Each test runs a lead agent whose subagent tool runs on the runner, with an SQLi
 the store (a store both sides open by URL), and checks one guarantee: the child's links, its
 answer and usage rolled up, the lead's limits, parallel children, its memory writes,
 cancellation (the child records ``interrupted`` and is saved before the call returns), a
-failing child, and resume of a child that a crash cut off. The tests are async (the `anyio` marker): run them with an
-``anyio_backend`` fixture (``asyncio``, ``trio`` or both). The suite needs pytest and anyio.
+failing child, and resume of a child that a crash cut off. The tests are async (the `anyio`
+marker): run them with an ``anyio_backend`` fixture (``asyncio``, ``trio`` or both). The suite
+needs pytest and anyio.
 """
 
 from __future__ import annotations
