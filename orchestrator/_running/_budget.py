@@ -25,6 +25,7 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from .._base._errors import LimitReachedError
 from .._base._limits import Limits
 from .._base._logs import get_log
 from .._base._stopped import StoppedByLimit
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = (
     "Budget",
+    "allow_request",
     "before_child",
     "before_request",
     "before_tools",
@@ -343,3 +345,15 @@ def spend_elsewhere(budget: Budget, state: State) -> None:
     while item is not None:
         item.spent["requests"] += usage.requests
         item = item.parent
+
+
+def allow_request(budget: Budget | None, state_id: str, estimate: int) -> None:
+    """Count a model request of `state_id` against `budget`, or refuse it.
+
+    Raises:
+        LimitReachedError: A limit up the chain has nothing left for it.
+    """
+    if budget is not None:
+        refused = before_request(budget, state_id, estimate)
+        if refused is not None:
+            raise LimitReachedError(refused)

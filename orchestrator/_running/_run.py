@@ -318,6 +318,9 @@ def step(
         return _with_toolsets(step, agent, settings, state, action)
     store = settings.store if settings.store is not None else store_of(state)
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    if settings.limits is not None:  # the agent's limits hold for a step on its own too
+        run.budget = budget_for(settings.limits, state, None, 0)
+        run.estimate = last_context(state)
     return within(run, action)
 
 

@@ -6,13 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 
-from .._base._errors import LimitReachedError
 from .._base._logs import get_log
 from .._base._messages import Message, ToolCall
 from .._base._reply import Reply
 from .._record._recording import begin_think, merge_turn, record_error, record_reply
 from ..models import Model, Request
-from ._budget import before_request, spend
+from ._budget import allow_request, spend
 from ._frame import Frame, enter, leave
 
 if TYPE_CHECKING:
@@ -35,10 +34,7 @@ async def think(run: Run) -> Reply:
         LimitReachedError: A limit of the run or above it has nothing left for the request.
     """
     state, settings, budget = run.state, run.settings, run.budget
-    if budget is not None:
-        refused = before_request(budget, state.id, run.estimate)
-        if refused is not None:
-            raise LimitReachedError(refused)
+    allow_request(budget, state.id, run.estimate)
     merge_turn(state, settings.handlers)
     messages = begin_think(state, model=settings.model.name)
     run.report("on_think_start", state)

@@ -467,3 +467,16 @@ async def test_a_child_a_tool_starts_itself_is_refused_past_the_children_limit()
     refused = [e for e in results if not e.child_ids]
     assert len(refused) == 1
     assert "LimitReachedError: reached the limit children=2" in refused[0].content.text
+
+
+@pytest.mark.anyio
+async def test_ask_and_compact_requests_count_against_the_limits() -> None:
+    model = FakeModel([spending("hello"), spending("42"), spending("a summary"), spending("x")])
+    agent = Agent(model, limits=Limits(requests=3))
+    state = user_state()
+    await agent.arun(state)
+    assert await agent.aask(state, "How many?", returns=int) == 42
+    await agent.acompact(state)
+    with pytest.raises(LimitReachedError, match="reached the limit requests=3"):
+        await agent.aask(state, "And now?")
+    assert len(model.requests) == 3
