@@ -300,7 +300,7 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             "seconds",
         )
     ]
-    for method in ("run", "arun", "as_tool"):
+    for method in ("run", "arun", "as_tool", "events"):
         assert ("limits", keyword, None) in params(getattr(Agent, method))
     assert [n for n, _, _ in params(orchestrator.StoppedByLimit)] == [
         "turns",

@@ -432,7 +432,7 @@ class Agent:
         return state.answer
 
     def events(
-        self, state: State | str, *, buffer: int = DEFAULT_BUFFER
+        self, state: State | str, *, buffer: int = DEFAULT_BUFFER, limits: Limits | None = None
     ) -> AbstractAsyncContextManager[Events]:
         """Run `state` (a `str` starts a new State) in the block and stream its events.
 
@@ -448,8 +448,8 @@ class Agent:
         ever wait and a slow consumer slows the run. Text and retry notices that come while the
         buffer is full are held for their State and come before its next event: nothing is
         lost. Leaving the block before the run ends cancels it (its pending calls are closed,
-        the State saved). When the run fails, the iteration raises its exception after the
-        last event.
+        the State saved). `limits` bound the run as in `arun`. When the run fails, the
+        iteration raises its exception after the last event.
 
         Example:
             ```python
@@ -468,8 +468,10 @@ class Agent:
         self._require_unfinished(state, "run")
         settings = self._settings
 
+        _check_limits(limits)
+
         async def start(reporter: Reporter) -> None:
-            await run_agent(self, settings, state, (reporter,))
+            await run_agent(self, settings, state, (reporter,), limits=limits)
 
         return open_events(state, start, buffer=buffer)
 

@@ -480,3 +480,14 @@ async def test_ask_and_compact_requests_count_against_the_limits() -> None:
     with pytest.raises(LimitReachedError, match="reached the limit requests=3"):
         await agent.aask(state, "And now?")
     assert len(model.requests) == 3
+
+
+@pytest.mark.anyio
+async def test_an_events_stream_shows_a_run_its_limits_stop() -> None:
+    agent = Agent(busy_model(5), tools=[noop])
+    state = user_state()
+    async with agent.events(state, limits=Limits(requests=2)) as events:
+        kinds = [event.kind async for event in events]
+    assert kinds.count("model_reply") == 2
+    assert isinstance(state.stopped, StoppedByLimit)
+    assert state.stopped.limit == "requests"
