@@ -244,6 +244,8 @@ async def test_fifty_parallel_children_stop_within_one_request_each_of_the_paren
         assert child.pending_calls == ()  # every child closed cleanly
         assert isinstance(child.stopped, StoppedByLimit)
         assert child.stopped.owner == state.id
+        assert State(history=child.history).stopped == child.stopped
+        assert STORE.load(child.id).stopped == child.stopped
     # The history replays to the same stop, and so does the store.
     assert State(history=state.history).stopped == stopped
     loaded = STORE.load(state.id)
