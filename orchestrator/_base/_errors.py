@@ -163,7 +163,7 @@ class LimitReachedError(OrchestratorError):
     """
 
     def __init__(self, stopped: Any) -> None:
-        super().__init__(str(stopped).removeprefix("stopped: "))
+        super().__init__(str(stopped))
         self.stopped = stopped
 
 

@@ -85,9 +85,9 @@ class StoppedByLimit:
                 " Agent(max_turns=N), or @loop(limit=N) for a loop of your own"
             )
         return (
-            f"stopped: reached the limit {self.limit}={_number(self.maximum)} of State"
-            f" {self.owner} (spent {_number(self.spent)}, the last by State {self.by});"
-            " raise it with limits=Limits(...) and run again to go on"
+            f"limit {self.limit}={_number(self.maximum)} of State {self.owner} reached (spent"
+            f" {_number(self.spent)}, the last by State {self.by}); raise it with"
+            " limits=Limits(...) and run again to go on"
         )
 
 

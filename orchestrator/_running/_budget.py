@@ -305,7 +305,7 @@ def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
         by=stopped.by,
     )
     if state.pending_calls:
-        close_pending(state, "cancelled", f"(not run: {str(stopped).removeprefix('stopped: ')})")
+        close_pending(state, "cancelled", f"(not run: {stopped})")
     record_stop(state, stopped)
 
 

@@ -184,8 +184,7 @@ class AgentTool(Tool):
         ):
             context.suspended.append(stopped)  # run elsewhere: the parent's call waits with it
         if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
-            text = str(stopped).removeprefix("stopped: ")
-            raise ToolError(f"The subagent {self.name!r} stopped: {text}")
+            raise ToolError(f"The subagent {self.name!r} stopped: {stopped}")
         return child.answer
 
     async def _guarded(self, child_run: Any, context: CallContext | None = None) -> Any:
@@ -249,7 +248,7 @@ class AgentTool(Tool):
             stopped = child.stopped
             if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
                 failed = True
-                answers.append(f"(the subagent {stopped!s})")
+                answers.append(f"(the subagent stopped: {stopped})")
                 continue
             converted = self.convert(child.answer)
             answers.append(_text(converted.content))

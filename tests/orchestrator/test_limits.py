@@ -157,7 +157,7 @@ async def test_a_tool_call_limit_closes_the_turns_calls_unrun() -> None:
     assert state.stopped.limit == "tool_calls"
     closed = [e for e in state.history if isinstance(e, ToolResultEntry)][-2:]
     assert [e.outcome for e in closed] == ["cancelled", "cancelled"]
-    assert all("not run: reached the limit tool_calls=3" in e.content.text for e in closed)
+    assert all("not run: limit tool_calls=3" in e.content.text for e in closed)
     assert state.pending_calls == ()
 
 
@@ -184,7 +184,7 @@ async def test_athink_with_nothing_left_raises_limit_reached_error() -> None:
         await agent.athink(state)
 
     looping = Agent(model, tools=[noop], loop=twice, limits=Limits(requests=2))
-    with pytest.raises(LimitReachedError, match="reached the limit requests=2") as raised:
+    with pytest.raises(LimitReachedError, match="limit requests=2 of State") as raised:
         await looping.arun(state)
     assert isinstance(raised.value.stopped, StoppedByLimit)
     assert len(model.requests) == 2  # the one of the first run counts: it is in the history
@@ -240,7 +240,7 @@ async def test_fifty_parallel_children_stop_within_one_request_each_of_the_paren
     children = [state.child(e.child_ids[0]) for e in results]
     for entry, child in zip(results, children, strict=True):
         assert entry.outcome == "error"
-        assert f"reached the limit total_tokens={limit} of State {state.id}" in entry.content.text
+        assert f"limit total_tokens={limit} of State {state.id} reached" in entry.content.text
         assert child.pending_calls == ()  # every child closed cleanly
         assert isinstance(child.stopped, StoppedByLimit)
         assert child.stopped.owner == state.id
@@ -266,7 +266,7 @@ async def test_a_parents_children_limit_refuses_the_rest_with_an_error_result() 
     refused = [e for e in results if e.outcome == "error"]
     assert len(refused) == 2
     assert all(not e.child_ids for e in refused)
-    assert all("reached the limit children=3" in e.content.text for e in refused)
+    assert all("limit children=3 of State" in e.content.text for e in refused)
     assert len(worker_model.requests) == 3
 
 
@@ -284,7 +284,7 @@ async def test_a_tool_slice_stops_each_child_and_the_parent_goes_on() -> None:
         assert isinstance(child.stopped, StoppedByLimit)
         assert child.stopped.owner == child.id
         assert child.usage.requests == 2
-        assert "stopped: reached the limit requests=2" in entry.content.text
+        assert "stopped: limit requests=2 of State" in entry.content.text
     assert state.usage.requests == 2 + 4
 
 
@@ -306,7 +306,7 @@ async def test_a_depth_limit_refuses_a_grandchild() -> None:
     refused = next(e for e in child.history if isinstance(e, ToolResultEntry))
     assert refused.outcome == "error"
     assert not refused.child_ids
-    assert "reached the limit depth=1" in refused.content.text
+    assert "limit depth=1 of State" in refused.content.text
 
 
 # A reload in a new process continues the budget ------------------------------------------------
@@ -363,7 +363,8 @@ after = state.usage.input_tokens + state.usage.output_tokens
 children = [store.load(info.id) for info in store.list(parent_id="root")]
 stops = {f"{child.stopped.limit}:{child.stopped.owner}" for child in children}
 late = [e for e in state.history if e.kind == "tool_result" and e.late]
-told = sum("(the subagent stopped: reached the limit" in e.content.text for e in late)
+said = "(the subagent stopped: limit total_tokens=1500 of State root reached"
+told = sum(said in e.content.text for e in late)
 print(before, after, len(children), told, *sorted(stops))
 """
 
@@ -468,7 +469,7 @@ async def test_a_child_a_tool_starts_itself_is_refused_past_the_children_limit()
     assert sum(len(e.child_ids) for e in results) == 2
     refused = [e for e in results if not e.child_ids]
     assert len(refused) == 1
-    assert "LimitReachedError: reached the limit children=2" in refused[0].content.text
+    assert "LimitReachedError: limit children=2 of State" in refused[0].content.text
 
 
 @pytest.mark.anyio
@@ -479,7 +480,7 @@ async def test_ask_and_compact_requests_count_against_the_limits() -> None:
     await agent.arun(state)
     assert await agent.aask(state, "How many?", returns=int) == 42
     await agent.acompact(state)
-    with pytest.raises(LimitReachedError, match="reached the limit requests=3"):
+    with pytest.raises(LimitReachedError, match="limit requests=3 of State"):
         await agent.aask(state, "And now?")
     assert len(model.requests) == 3
 

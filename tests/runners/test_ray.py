@@ -107,7 +107,7 @@ async def test_a_remote_child_gets_what_is_left_of_the_limits_and_counts_against
     assert isinstance(child.stopped, StoppedByLimit)
     assert (child.stopped.limit, child.stopped.maximum) == ("requests", 2)
     assert result.outcome == "error"
-    assert "stopped: reached the limit requests=2" in result.content.content[0].text  # type: ignore[union-attr]
+    assert "stopped: limit requests=2 of State" in result.content.content[0].text  # type: ignore[union-attr]
     # Its spending counted against the lead when it ended: the lead stops, nothing left.
     assert isinstance(state.stopped, StoppedByLimit)
     assert (state.stopped.limit, state.stopped.spent, state.stopped.owner) == (
