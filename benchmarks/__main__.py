@@ -19,6 +19,7 @@ from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
 from .events_bench import bench_events
 from .follow_bench import bench_follow
 from .inside_bench import bench_inside
+from .limits_bench import bench_limits
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
 from .prompt_bench import bench_prompt
@@ -141,6 +142,7 @@ def run(config: Config) -> list[Metric]:
     # 21 rounds in a full run (a round is 4 runs of ~40 ms): with 7, the machine's noise moved
     # the ratio between x1.12 and x1.24 while the reporter's hooks cost 3.7 µs of ~170 a turn.
     metrics += bench_otel(config.inside_turns, config.repeats * 4 + 1)
+    metrics += bench_limits(config.inside_turns, config.repeats * 4 + 1)
     _progress("stores ...")
     metrics += bench_stores(
         config.store_append, config.store_load, config.store_turns, config.store_crowd

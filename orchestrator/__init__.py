@@ -34,6 +34,7 @@ from ._base._errors import CallAbandonedError as CallAbandonedError
 from ._base._errors import ChildRunError as ChildRunError
 from ._base._errors import ContextTooLongError as ContextTooLongError
 from ._base._errors import Issue as Issue
+from ._base._errors import LimitReachedError as LimitReachedError
 from ._base._errors import OrchestratorError as OrchestratorError
 from ._base._errors import OutputError as OutputError
 from ._base._errors import ProviderError as ProviderError
@@ -49,6 +50,7 @@ from ._base._json import FrozenList as FrozenList
 from ._base._json import JSONValue as JSONValue
 from ._base._json import thaw as thaw
 from ._base._lazy import lazy_names as _lazy_names
+from ._base._limits import Limits as Limits
 from ._base._link import Link as Link
 from ._base._messages import Block as Block
 from ._base._messages import Image as Image
@@ -223,6 +225,8 @@ __all__ = (
     "Image",
     "Issue",
     "JSONValue",
+    "LimitReachedError",
+    "Limits",
     "Link",
     "Loop",
     "Memory",

@@ -20,6 +20,7 @@ from benchmarks import __main__ as cli
 from benchmarks import peak_rss
 from benchmarks.exchange import Counter, agent_seconds, floor_seconds
 from benchmarks.inside_bench import SQLiteFloor, bench_inside, paired, save_points
+from benchmarks.limits_bench import bench_limits
 from benchmarks.otel_bench import bench_otel
 from benchmarks.report import Metric, Previous, format_change, load_previous, render, save
 from benchmarks.state_bench import (
@@ -370,6 +371,12 @@ def test_bench_otel() -> None:
         },
     )
     assert by_key["otel.idle.ratio"].target == "≤ 1.2x"
+
+
+def test_bench_limits() -> None:
+    """Issue 29: per turn with every limit set, beside the floor without limits."""
+    by_key = check(bench_limits(5, 1), {"limits.none.us", "limits.set.us", "limits.ratio"})
+    assert by_key["limits.ratio"].target == "≤ 1.1x"
 
 
 # -- issue 27, part 3: following a run from another process ----------------------------------

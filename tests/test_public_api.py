@@ -286,6 +286,7 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
             ("runner", None),  # issue 15: where the subagent tools' children run
             ("max_subagent_depth", None),  # issue 26: how deep subagents nest (10)
             ("tool_errors", "raise"),  # issue 30: a tool's exception aborts, or goes to the model
+            ("limits", None),  # issue 29: what a run tree may spend
         ]
     ]
     assert [n for n, _, _ in params(orchestrator.Prompt)] == [
@@ -295,6 +296,31 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
         "digest",
     ]
     assert [n for n, _, _ in params(orchestrator.Prompt.of)] == ["instructions", "specs", "options"]
+    # Issue 29: Limits, given to an Agent, a run, or an agent used as a tool.
+    assert [(n, k, d) for n, k, d in params(orchestrator.Limits)] == [
+        (name, keyword, None)
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "total_tokens",
+            "cost",
+            "requests",
+            "tool_calls",
+            "children",
+            "depth",
+            "seconds",
+        )
+    ]
+    for method in ("run", "arun", "as_tool", "events"):
+        assert ("limits", keyword, None) in params(getattr(Agent, method))
+    assert [n for n, _, _ in params(orchestrator.StoppedByLimit)] == [
+        "turns",
+        "limit",
+        "maximum",
+        "spent",
+        "owner",
+        "by",
+    ]
     assert [n for n, _, _ in params(orchestrator.ToolSpec)] == [
         "name",
         "description",

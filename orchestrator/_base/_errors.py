@@ -16,7 +16,8 @@ The tree::
     │                            `ValueError`): another writer, an older copy, another State
     ├── ChildRunError            a child run elsewhere failed or was lost (`.state_id`, `.state`)
     ├── CallAbandonedError       in a sync tool's thread: the call was cancelled or timed out
-    └── SubagentDepthError       a subagent would nest deeper than `max_subagent_depth`
+    ├── SubagentDepthError       a subagent would nest deeper than `max_subagent_depth`
+    └── LimitReachedError        a `Limits` refused a request, a tool call or a child (`.stopped`)
     ToolError                    raised by tools: the model sees the message as an error result
 
 Misuse of the API raises plain `TypeError` or `ValueError` with a message that says how to fix it;
@@ -36,6 +37,7 @@ __all__ = (
     "ChildRunError",
     "ContextTooLongError",
     "Issue",
+    "LimitReachedError",
     "OrchestratorError",
     "OutputError",
     "ProviderError",
@@ -150,6 +152,19 @@ class SubagentDepthError(OrchestratorError):
     Raised where the subagent is started (in the tool call): the call gets an error result
     naming the setting, and the run goes on.
     """
+
+
+class LimitReachedError(OrchestratorError):
+    """A `Limits` above a run refused what it was about to do: `stopped` says which and whose.
+
+    A subagent refused by its parent's ``children`` or ``depth`` limit raises it where it is
+    started, so the tool call gets an error result. ``agent.athink(state)`` raises it when the
+    run has nothing left to spend; the default loop checks first and stops cleanly instead.
+    """
+
+    def __init__(self, stopped: Any) -> None:
+        super().__init__(str(stopped))
+        self.stopped = stopped
 
 
 class ToolError(Exception):

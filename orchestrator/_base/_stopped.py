@@ -68,20 +68,47 @@ class StoppedByUntil:
 
 @dataclass(frozen=True, slots=True)
 class StoppedByLimit:
-    """The loop ran `turns` turns, its limit, in this call.
+    """The run reached a limit: its loop's turns, or one of the `Limits` above it.
 
-    The model was not done: raise `Agent(max_turns=...)` (the default loop's limit, 50 unless
-    set), or ``@loop(limit=...)`` for a loop of your own, and run the State again to go on.
+    A turn limit (`limit` is ``"turns"``): the loop ran `turns` turns in this call. The model
+    was not done: raise `Agent(max_turns=...)` (the default loop's limit, 50 unless set), or
+    ``@loop(limit=...)`` for a loop of your own, and run the State again to go on.
+
+    A `Limits` stop: `limit` names the field reached (``"total_tokens"``, ``"cost"``, ...),
+    `maximum` its value, `spent` what the subtree had spent when the run stopped, `owner` the
+    State whose limit it is (this one, or an ancestor) and `by` the State whose spending
+    reached it. Raise the limit (``agent.arun(state, limits=...)``) and run again to go on.
     """
 
-    turns: int
+    turns: int | None = None
+    limit: str = "turns"
+    maximum: float | None = None
+    spent: float | None = None
+    owner: str | None = None
+    by: str | None = None
     kind: Literal["limit"] = field(default="limit", init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        valid_fields(self, "limit", "owner", "by")
+
     def __str__(self) -> str:
+        if self.limit == "turns":
+            return (
+                f"turn limit reached ({self.turns} turns); allow more with"
+                " Agent(max_turns=N), or @loop(limit=N) for a loop of your own"
+            )
         return (
-            f"turn limit reached ({self.turns} turns); allow more with"
-            " Agent(max_turns=N), or @loop(limit=N) for a loop of your own"
+            f"limit {self.limit}={_number(self.maximum)} of State {self.owner} reached (spent"
+            f" {_number(self.spent)}, the last by State {self.by}); raise it with"
+            " limits=Limits(...) and run again to go on"
         )
+
+
+def _number(value: float | None) -> str:
+    """`value` as a limit reads: whole numbers without a decimal point."""
+    if value is None:
+        return "?"
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ import pydantic
 
 from .._apps._reporting import DEFAULT_BUFFER, Reporter
 from .._base._json import JSONValue
+from .._base._limits import Limits
 from .._base._link import Link
 from .._base._messages import Message
 from .._base._reply import Reply
@@ -57,6 +58,15 @@ _T = TypeVar("_T")
 
 
 _NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def _check_limits(limits: object) -> None:
+    """Refuse `limits` that are not a `Limits` (or None)."""
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError(
+            f"limits must be a Limits, e.g. limits=Limits(total_tokens=100_000), got"
+            f" {type(limits).__name__}."
+        )
 
 
 def _loop_for(loop: Loop | LoopBody | None, max_turns: int | None) -> Loop | LoopBody:
@@ -106,7 +116,8 @@ class Agent:
     subagents a run nests (10 unless set): a deeper one is not started, and the tool call that
     started it gets an error result naming the setting. `tool_timeout` is a tool call's time
     limit (a tool's own ``timeout`` wins); a sync tool whose call is cancelled or timed out is
-    abandoned at once (see `CallAbandonedError`).
+    abandoned at once (see `CallAbandonedError`). `limits` (`Limits`) bound what each run
+    spends, its subagents included: reaching one stops the run with `StoppedByLimit`.
 
     Tool errors: a `ToolError` (and wrong arguments, an unknown tool, a timeout) is an error
     result the model reads. Any other exception from a tool aborts the run and is raised, unless
@@ -143,6 +154,7 @@ class Agent:
         runner: Runner | None = None,
         max_subagent_depth: int | None = None,
         tool_errors: Literal["raise", "to_model"] = "raise",
+        limits: Limits | None = None,
     ) -> None:
         self._given: dict[str, Any] = {
             "model": model,
@@ -162,6 +174,7 @@ class Agent:
             "runner": runner,
             "max_subagent_depth": max_subagent_depth,
             "tool_errors": tool_errors,
+            "limits": limits,
         }
         resolved = resolve_model(model)
         if instructions is not None and not isinstance(instructions, str):
@@ -221,6 +234,7 @@ class Agent:
                 f"max_subagent_depth must be an integer >= 0, the most levels of subagents a run"
                 f" nests (0: none), got {max_subagent_depth!r}."
             )
+        _check_limits(limits)
         self._settings = Settings(
             model=resolved,
             instructions=instructions,
@@ -242,6 +256,7 @@ class Agent:
             runner=runner,
             toolsets=toolsets,
             tool_errors=tool_errors,
+            limits=limits,
         )
 
     def __repr__(self) -> str:
@@ -349,6 +364,11 @@ class Agent:
         return self._settings.max_subagent_depth
 
     @property
+    def limits(self) -> Limits | None:
+        """What each run of the agent may spend, its subagents included (None: no limits)."""
+        return self._settings.limits
+
+    @property
     def tool_timeout(self) -> float | None:
         """The default time limit of a tool call in seconds (a tool's own `timeout` wins)."""
         return self._settings.tool_timeout
@@ -400,15 +420,20 @@ class Agent:
                 " taken before finish(), or start a new State from state.messages."
             )
 
-    async def arun(self, state: State | str, *, link: Link | None = None) -> JSONValue:
+    async def arun(
+        self, state: State | str, *, link: Link | None = None, limits: Limits | None = None
+    ) -> JSONValue:
         """Run the loop on `state` (a `str` starts a new State) and return `state.answer`.
 
         `link` runs it as the child of that tool call (`parent_id`, `parent_call_id`, memory
         effect keys scoped to its place), wherever the parent runs: what a runner's worker
         does. Without it, a State first run inside a tool call is that call's child.
 
-        The run ends when the model answers, a stop is decided, or at the turn limit
-        (`max_turns`; ``state.stopped`` says which, and names the setting to raise).
+        The run ends when the model answers, a stop is decided, at the turn limit
+        (`max_turns`) or at one of the `limits` (``state.stopped`` says which, and names the
+        setting to raise). `limits` bound this run and its subagents beside the agent's own
+        ``Agent(limits=)``: the tighter of each field holds. What the State spent before
+        counts (it is in its history), so a resumed run keeps its budget.
 
         When the run is cancelled or an exception leaves it, the error is recorded once, pending
         calls are closed, the State is saved, and the exception is re-raised unchanged.
@@ -421,11 +446,12 @@ class Agent:
         self._require_unfinished(state, "run")
         if link is not None and not isinstance(link, Link):
             raise TypeError(f"link must be a Link, got {type(link).__name__}.")
-        await run_agent(self, self._settings, state, link=link)
+        _check_limits(limits)
+        await run_agent(self, self._settings, state, link=link, limits=limits)
         return state.answer
 
     def events(
-        self, state: State | str, *, buffer: int = DEFAULT_BUFFER
+        self, state: State | str, *, buffer: int = DEFAULT_BUFFER, limits: Limits | None = None
     ) -> AbstractAsyncContextManager[Events]:
         """Run `state` (a `str` starts a new State) in the block and stream its events.
 
@@ -441,8 +467,8 @@ class Agent:
         ever wait and a slow consumer slows the run. Text and retry notices that come while the
         buffer is full are held for their State and come before its next event: nothing is
         lost. Leaving the block before the run ends cancels it (its pending calls are closed,
-        the State saved). When the run fails, the iteration raises its exception after the
-        last event.
+        the State saved). `limits` bound the run as in `arun`. When the run fails, the
+        iteration raises its exception after the last event.
 
         Example:
             ```python
@@ -461,16 +487,20 @@ class Agent:
         self._require_unfinished(state, "run")
         settings = self._settings
 
+        _check_limits(limits)
+
         async def start(reporter: Reporter) -> None:
-            await run_agent(self, settings, state, (reporter,))
+            await run_agent(self, settings, state, (reporter,), limits=limits)
 
         return open_events(state, start, buffer=buffer)
 
-    def run(self, state: State | str, *, link: Link | None = None) -> JSONValue:
+    def run(
+        self, state: State | str, *, link: Link | None = None, limits: Limits | None = None
+    ) -> JSONValue:
         """The sync twin of `arun`."""
 
         async def call() -> JSONValue:
-            return await self.arun(state, link=link)
+            return await self.arun(state, link=link, limits=limits)
 
         return run_sync(call, name="run")
 
@@ -548,6 +578,7 @@ class Agent:
         *,
         runner: Runner | None = None,
         resume: bool = True,
+        limits: Limits | None = None,
     ) -> Tool:
         """This agent as a tool: the model passes a task, a child State runs it.
 
@@ -555,6 +586,11 @@ class Agent:
         agent's own, and one of each is needed. `runner` is where its children run (default:
         the parent agent's ``runner=``, else here). With `resume` (the default), a child that
         a crash cut off continues from its stored history when the parent runs again, and
-        its answer reaches the parent.
+        its answer reaches the parent. `limits` are each child's slice (beside the agent's own
+        and every limit above the parent: the tighter holds); a child that reaches a limit gives
+        the call an error result naming it.
         """
-        return AgentTool(self, name=name, description=description, runner=runner, resume=resume)
+        _check_limits(limits)
+        return AgentTool(
+            self, name=name, description=description, runner=runner, resume=resume, limits=limits
+        )

@@ -13,6 +13,7 @@ from .._base._messages import Message
 from .._base._reply import Usage
 from .._record._recording import compaction, record_ask, record_compact, require_closed_turn
 from ..models import Request
+from ._budget import allow_request, spend
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -68,7 +69,9 @@ def _parse(adapter: pydantic.TypeAdapter[Any], returns: Any, text: str) -> Any:
 async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
     """The core of `Agent.aask`: the exchange is recorded as one `ask` entry, a save point.
 
-    A failed exchange that was paid for is recorded too (its usage), and the error raised.
+    A failed exchange that was paid for is recorded too (its usage), and the error raised. Its
+    requests count against the run's limits like a think's (`LimitReachedError` when none is
+    left).
     """
     state, settings = run.state, run.settings
     if not isinstance(prompt, str) or not prompt.strip():
@@ -85,6 +88,7 @@ async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
     problem = ""
     for _ in range(retries + 1):
         request = Request(system=settings.instructions, messages=tuple(messages))
+        allow_request(run.budget, state.id, run.estimate)
         try:
             reply = await settings.model.respond(request)
         except BaseException as error:
@@ -93,6 +97,8 @@ async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
                 run.saver.mark()
             raise
         usage = usage + reply.usage
+        if run.budget is not None:
+            spend(run.budget, state.id, reply.usage)
         try:
             value = _parse(adapter, returns, reply.message.text)
         except (ValueError, pydantic.ValidationError) as error:
@@ -132,7 +138,10 @@ async def compact(run: Run) -> None:
         request = Request(
             system=settings.instructions, messages=(*messages, Message.user(COMPACT_PROMPT))
         )
+        allow_request(run.budget, state.id, run.estimate)
         reply = await settings.model.respond(request)
+        if run.budget is not None:
+            spend(run.budget, state.id, reply.usage)
         summary = reply.message.text.strip()
         if not summary:
             # Nothing to compact with, but the request was paid for: record what it spent.

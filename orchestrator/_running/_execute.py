@@ -52,6 +52,7 @@ from .._record._recording import (
 )
 from .._tooling._permissions import Allowed, Decision, Deferred, Denied, decide
 from .._tooling._tools import Tool, ToolInputError
+from ._budget import before_tools, stop_for_limit
 from ._frame import CallContext, Frame, enter, leave
 
 if TYPE_CHECKING:
@@ -463,6 +464,9 @@ class _Result(Exception):
 async def use_tools(run: Run) -> None:
     """Run the State's pending calls with the run's tools: the core of `Agent.ause_tools`.
 
+    A `Limits` above the run with no tool calls, tokens, cost or time left closes the calls
+    unrun instead (outcome ``cancelled``) and records `StoppedByLimit`.
+
     Raises:
         ValueError: A model request is waiting for its reply.
     """
@@ -474,4 +478,9 @@ async def use_tools(run: Run) -> None:
         await anyio.lowlevel.checkpoint()
         return
     await anyio.lowlevel.checkpoint_if_cancelled()
+    if run.budget is not None:
+        refused = before_tools(run.budget, state.id, len(calls))
+        if refused is not None:  # the calls are closed unrun, and the run stops
+            stop_for_limit(state, refused)
+            return
     await _Turn(run).run_calls(calls)

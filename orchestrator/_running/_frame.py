@@ -107,6 +107,8 @@ class CallContext:
     resume: State | None = None
     # The approval stops of the subagents this call ran: the call waits with them.
     suspended: list[StoppedByApproval] = field(default_factory=_new_list)
+    # The children that spent against the run's limits as they ran (here, not elsewhere).
+    counted: list[str] = field(default_factory=_new_list)
 
     def next_scope(self) -> str:
         """The effect scope of the next child of this call: its place in the call.

@@ -1,7 +1,8 @@
 """`@loop`: a loop body repeated until a stop is decided, an `until` function says so, or a limit.
 
 Before each turn it checks, in order: a decided stop (`finish`, a permission stop, any `stopped`
-value), each `until` function (`StoppedByUntil(fn.__name__)`), the limit (`StoppedByLimit(N)`).
+value), each `until` function (`StoppedByUntil(fn.__name__)`), the `Limits` of the run and above
+it (`StoppedByLimit(limit=...)`), the turn limit (`StoppedByLimit(N)`).
 
 A run cut off by its limit says which setting raises it: `str(state.stopped)` names
 `Agent(max_turns=...)` and `@loop(limit=...)`, and the log event ``state.loop.limit_reached`` (a
@@ -25,6 +26,8 @@ from .._base._stopped import (
 from .._base._sync import is_async_callable
 from .._base._threads import in_thread
 from .._record._recording import record_stop, value_of
+from ._budget import before_request, stop_for_limit
+from ._frame import current_frame
 
 if TYPE_CHECKING:
     from .._record._state import State
@@ -126,9 +129,19 @@ class Loop:
             stopped, StoppedByFinish | StoppedByPermission | StoppedByApproval
         ):
             return False
+        if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
+            return False  # a `Limits` stop of this run (its tool calls were refused)
         for fn in self.until:
             if fn(state):
                 record_stop(state, StoppedByUntil(getattr(fn, "__name__", repr(fn))))
+                return False
+        frame = current_frame()
+        run = None if frame is None else frame.run
+        budget = None if run is None or run.state is not state else run.budget
+        if run is not None and budget is not None:
+            refused = before_request(budget, state.id, run.estimate, reserve=False)
+            if refused is not None:
+                stop_for_limit(state, refused)
                 return False
         if turns >= self.limit:
             record_stop(state, StoppedByLimit(self.limit))

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, TypeVar
 import anyio
 
 from .._apps._reporting import Pacer, Reporter
-from .._base._errors import is_interruption
+from .._base._errors import LimitReachedError, is_interruption
+from .._base._limits import Limits
 from .._base._link import Link
 from .._base._logs import get_log
 from .._base._stopped import StoppedByApproval
@@ -42,6 +43,7 @@ from .._record._recording import (
 )
 from .._tooling._toolsets import open_toolsets
 from ..models import ModelWithOptions
+from ._budget import Budget, before_child, budget_for, last_context
 from ._execute import use_tools
 from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
@@ -112,6 +114,7 @@ class Settings:
     runner: Runner | None = None  # where the children of its subagent tools run (None: here)
     toolsets: tuple[Toolset, ...] = ()  # opened by each run: their tools join `tools`
     tool_errors: ToolErrors = "raise"
+    limits: Limits | None = None  # what each run of the agent may spend, its subtree included
     prompt: Prompt = field(init=False)  # what each request tells the model, made once
 
     def __post_init__(self) -> None:
@@ -128,13 +131,17 @@ class Run:
     recorded the link; `effect_scope` is what its memory writes are keyed under (its place in
     that call; None: the State's id). `writer` writes the marked save points of
     this run and of the runs started in it. `depth` is how many subagent levels the run is
-    below its root run in this process (0: a root).
+    below its root run in this process (0: a root). `budget` holds the limits of the run and
+    of the runs above it (None: no limits); `estimate` is the input tokens its next model
+    request is expected to have.
     """
 
     __slots__ = (
         "agent",
+        "budget",
         "depth",
         "effect_scope",
+        "estimate",
         "linked_call",
         "pacers",
         "parent_call",
@@ -179,6 +186,8 @@ class Run:
         self.linked_call: CallContext | None = None  # that call, once linked
         self.effect_scope: str | None = None
         self.depth = 0
+        self.budget: Budget | None = None
+        self.estimate = 0
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None
@@ -324,6 +333,9 @@ def step(
         return _with_toolsets(step, agent, settings, state, action)
     store = settings.store if settings.store is not None else store_of(state)
     run = Run(agent, settings, state, store=store, reporters=_reporters(settings.reporter, frame))
+    if settings.limits is not None:  # the agent's limits hold for a step on its own too
+        run.budget = budget_for(settings.limits, state, None, 0)
+        run.estimate = last_context(state)
     return within(run, action)
 
 
@@ -342,17 +354,19 @@ def run_agent(
     reporters: tuple[Reporter, ...] = (),
     *,
     link: Link | None = None,
+    limits: Limits | None = None,
 ) -> Awaitable[None]:
     """The core of `Agent.arun`: run `settings.loop` on `state` in a run of its own.
 
     `reporters` see this run too (and its subagents'), beside the agent's own. `link` runs it
     as the child of that call (a runner's child run); else a State started in a tool call is
-    the child of that call. An agent with toolsets opens them first, for the run. Await the
-    result (a plain function: a run without toolsets adds no coroutine of its own).
+    the child of that call. An agent with toolsets opens them first, for the run. `limits`
+    bound this run beside the agent's own (the tighter of each). Await the result (a plain
+    function: a run without toolsets adds no coroutine of its own).
     """
     if settings.toolsets:
-        return _with_toolsets(_run_agent, agent, settings, state, reporters, link)
-    return _run_agent(agent, settings, state, reporters, link)
+        return _with_toolsets(_run_agent, agent, settings, state, reporters, link, limits)
+    return _run_agent(agent, settings, state, reporters, link, limits)
 
 
 async def _run_agent(
@@ -361,10 +375,26 @@ async def _run_agent(
     state: State,
     reporters: tuple[Reporter, ...],
     link: Link | None,
+    limits: Limits | None = None,
 ) -> None:
     frame = current_frame()
     parent = parent_call(frame, state, link)
     depth = depth_below(parent, settings.max_subagent_depth)
+    above = None if parent is None else parent.run.budget
+    if (
+        parent is None
+        and link is not None
+        and frame is not None
+        and frame.run.state.id == link.parent_id
+    ):
+        above = frame.run.budget  # a cut-off child its parent continues
+    if parent is not None and above is not None and link is None:  # an agent tool checked it
+        refused = before_child(above, parent.run.state.id, depth)
+        if refused is not None:
+            error = LimitReachedError(refused)
+            parent.failures.append(error)
+            raise error
+    own = settings.limits.tighter(limits) if settings.limits is not None else limits
     store = settings.store if settings.store is not None else store_of(state)
     if store is None and parent is not None:
         store = parent.run.store  # a child is saved in its parent's store unless it has its own
@@ -378,6 +408,11 @@ async def _run_agent(
     run.parent_call = parent
     run.parent_link = link
     run.depth = depth
+    run.budget = budget_for(own, state, above, depth)
+    if parent is not None and above is not None:
+        parent.counted.append(state.id)  # it spends against the limits above as it runs
+    if run.budget is not None:
+        run.estimate = last_context(state)
     begin_run(state)
     error: BaseException | None = None
     try:

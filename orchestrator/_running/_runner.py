@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio.lowlevel
 
+from .._base._limits import Limits
 from .._base._link import Link
 from .._base._messages import Message
 from .._record._state import State
@@ -43,6 +44,10 @@ class ChildJob:
             (`Reporter.trace_context`): with an `OtelReporter`, the W3C trace context
             (``traceparent``) of the call's span. A runner elsewhere sends it, so the child's
             spans there hang under the call; a runner here has no need of it.
+        limits: The child's own limits (its tool's slice), or None.
+        remaining: What is left of the limits above the child when it starts, or None. A
+            runner here ignores it (the child spends against them live); a runner elsewhere
+            gives it to the child as limits of its own, since they cannot see it spend there.
     """
 
     agent: Agent
@@ -53,6 +58,8 @@ class ChildJob:
     deadline: float | None = None
     state: State | None = None
     trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
+    limits: Limits | None = None
+    remaining: Limits | None = None
 
     async def open_state(self, store: AnyStore | None = None) -> State:
         """The child's State: a new one with the task, or the one to continue.
@@ -121,7 +128,7 @@ class LocalRunner:
     async def run(self, job: ChildJob) -> State:
         """Run the job's child in this task and return its State."""
         state = await job.open_state()
-        await job.agent.arun(state, link=job.link)
+        await job.agent.arun(state, link=job.link, limits=job.limits)
         return state
 
 

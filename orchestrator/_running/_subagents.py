@@ -26,20 +26,23 @@ from typing import TYPE_CHECKING, Any
 import anyio
 
 from .._base._errors import (
+    LimitReachedError,
     StoreDamagedError,
     SubagentDepthError,
     ToolError,
     error_text,
     is_interruption,
 )
+from .._base._limits import Limits
 from .._base._link import Link, child_scope
 from .._base._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from .._base._reply import Usage
-from .._base._stopped import StoppedByApproval
+from .._base._stopped import StoppedByApproval, StoppedByLimit
 from .._record._history import ToolResultEntry
 from .._record._recording import add_child, bind_client, record_tool_result, store_of, value_of
 from .._record._state import State
 from .._tooling._tools import Tool
+from ._budget import Budget, before_child, remaining, spend_elsewhere
 from ._frame import CallContext, Frame, current_frame
 from ._runner import ChildJob, LocalRunner, Runner
 
@@ -108,6 +111,7 @@ class AgentTool(Tool):
         description: str | None = None,
         runner: Runner | None = None,
         resume: bool = True,
+        limits: Limits | None = None,
     ):
         name = name or agent.name
         description = description or agent.description
@@ -124,6 +128,7 @@ class AgentTool(Tool):
         self.agent = agent
         self.runner = runner
         self.resume = resume
+        self.limits = limits
 
     def runner_for(self, run: Run) -> Runner:
         """The runner of this tool's children in `run`: its own, the run's agent's, or here."""
@@ -145,6 +150,14 @@ class AgentTool(Tool):
             error = SubagentDepthError(depth_refused(depth, limit))
             raise ToolError(f"The subagent {self.name!r} failed: {error_text(error)}") from error
         resume = context.resume  # a child that stopped for a person's decision, continued
+        budget = context.run.budget
+        if budget is not None and resume is None:  # counted before it is listed
+            refused = before_child(budget, context.run.state.id, depth)
+            if refused is not None:
+                error = LimitReachedError(refused)
+                raise ToolError(
+                    f"The subagent {self.name!r} failed: {error_text(error)}"
+                ) from error
         state_id = uuid.uuid4().hex if resume is None else resume.id
         job = ChildJob(
             agent=self.agent,
@@ -155,15 +168,23 @@ class AgentTool(Tool):
             deadline=deadline(),
             state=resume,
             trace_context=trace_context(context.run, context.call),
+            limits=self.limits,
+            remaining=None if budget is None else remaining(budget, depth),
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
-        child = await self._guarded(runner.run(job), context)
+        try:
+            child = await self._guarded(runner.run(job), context)
+        finally:
+            if budget is not None and state_id not in context.counted:
+                _count_elsewhere(budget, context, state_id)  # it ran where we could not see it
         stopped = child.stopped
         if isinstance(stopped, StoppedByApproval) and all(
             stopped is not known for known in context.suspended
         ):
             context.suspended.append(stopped)  # run elsewhere: the parent's call waits with it
+        if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
+            raise ToolError(f"The subagent {self.name!r} stopped: {stopped}")
         return child.answer
 
     async def _guarded(self, child_run: Any, context: CallContext | None = None) -> Any:
@@ -207,6 +228,8 @@ class AgentTool(Tool):
                     store=None if client is None else client.store,
                     deadline=deadline(),
                     trace_context=trace_context(run, entry.call),
+                    limits=self.limits,
+                    remaining=None if run.budget is None else remaining(run.budget, run.depth + 1),
                 )
                 runner = self.runner_for(run)
                 runner.check(job)
@@ -222,6 +245,11 @@ class AgentTool(Tool):
                         spent = spent + _spent(state.usage, before)
                     continue
             spent = spent + _spent(child.usage, before)
+            stopped = child.stopped
+            if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
+                failed = True
+                answers.append(f"(the subagent stopped: {stopped})")
+                continue
             converted = self.convert(child.answer)
             answers.append(_text(converted.content))
             failed = failed or converted.is_error
@@ -299,6 +327,14 @@ def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext 
     if call.run.state.id == link.parent_id and call.call.id == link.call_id:
         return call
     return None
+
+
+def _count_elsewhere(budget: Budget, context: CallContext, state_id: str) -> None:
+    """Count against `budget` what the child `state_id`, run elsewhere, spent (if it is known)."""
+    for child in context.children:
+        if child.id == state_id:
+            spend_elsewhere(budget, child)
+            return
 
 
 def depth_below(parent: CallContext | None, limit: int) -> int:

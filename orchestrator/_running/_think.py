@@ -11,6 +11,7 @@ from .._base._messages import Message, ToolCall
 from .._base._reply import Reply
 from .._record._recording import begin_think, merge_turn, record_error, record_reply
 from ..models import Model, Request
+from ._budget import allow_request, spend
 from ._frame import Frame, enter, leave
 
 if TYPE_CHECKING:
@@ -26,9 +27,14 @@ async def think(run: Run) -> Reply:
 
     The request is stored before the model is asked, so a crash while it waits is recovered
     (the request taken back). A failed request, or a failed save of it, is taken back here and
-    its error recorded; the reply is a save point.
+    its error recorded; the reply is a save point. Its spending counts at once against the
+    limits of the run and of every run above it.
+
+    Raises:
+        LimitReachedError: A limit of the run or above it has nothing left for the request.
     """
-    state, settings = run.state, run.settings
+    state, settings, budget = run.state, run.settings, run.budget
+    allow_request(budget, state.id, run.estimate)
     merge_turn(state, settings.handlers)
     messages = begin_think(state, model=settings.model.name, prompt=settings.prompt)
     run.report("on_think_start", state)
@@ -44,6 +50,10 @@ async def think(run: Run) -> Reply:
             await run.saver.flush_after(error)
         raise
     record_reply(state, reply)
+    if budget is not None:
+        usage = reply.usage
+        spend(budget, state.id, usage)
+        run.estimate = usage.input_tokens + usage.output_tokens  # the next request holds both
     run.saver.mark()
     if _log.debugging:  # the fields cost time on every think: only when they are logged
         _log.debug(

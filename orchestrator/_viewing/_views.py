@@ -68,7 +68,9 @@ def status(stopped: Stopped | None, finished: bool, damage: str | None = None) -
     if isinstance(stopped, StoppedByUntil):
         return "answered" if stopped.name == ANSWERED else f"stopped by {stopped.name}"
     if isinstance(stopped, StoppedByLimit):
-        return f"turn limit ({stopped.turns})"
+        if stopped.limit == "turns":
+            return f"turn limit ({stopped.turns})"
+        return f"limit {stopped.limit} reached"
     if isinstance(stopped, StoppedByPermission):
         return f"denied by {stopped.permission}"
     if isinstance(stopped, StoppedByApproval):

@@ -36,6 +36,7 @@ import anyio.lowlevel
 import anyio.to_thread
 
 from .._base._errors import ChildRunError, error_text
+from .._base._limits import Limits
 from .._base._link import Link
 from .._record._state import State, bind_state
 from .._record._store_client import AnyStore, StoreClient, client_of
@@ -60,6 +61,8 @@ class RayJob:
         deadline: When the child must stop (`time.time()` seconds), or None.
         trace_context: The W3C trace context of the parent call's span (`ChildJob`'s), or
             empty: the worker runs the child under it, so its spans join the parent's trace.
+        limits: The child's limits: its tool's slice and what was left of the limits above
+            it when it started (the tighter of each), or None.
     """
 
     agent: str
@@ -69,6 +72,7 @@ class RayJob:
     store_url: str = field(repr=False)
     deadline: float | None
     trace_context: Mapping[str, str] = field(default_factory=dict[str, str])
+    limits: Limits | None = None
 
     @classmethod
     def of(cls, job: ChildJob) -> RayJob:
@@ -81,6 +85,7 @@ class RayJob:
             store_url=cast("str", _shared(job).url),
             deadline=job.deadline,
             trace_context=dict(job.trace_context),
+            limits=job.remaining if job.limits is None else job.limits.tighter(job.remaining),
         )
 
 
@@ -178,7 +183,7 @@ class ChildWorker:
                 traced_under(job.trace_context),
                 anyio.move_on_after(left if left is None or left > 0 else 0),
             ):
-                await agent.arun(state, link=job.link)
+                await agent.arun(state, link=job.link, limits=job.limits)
         except Exception as error:  # recorded in the child and saved; the parent reads it
             return error_text(error)
         return None

@@ -15,10 +15,11 @@ elsewhere uses that registry::
 
 Each test runs a lead agent whose subagent tool runs on the runner, with an SQLite file as
 the store (a store both sides open by URL), and checks one guarantee: the child's links, its
-answer and usage rolled up, parallel children, its memory writes, cancellation (the child
-records ``interrupted`` and is saved before the call returns), a failing child, and resume of
-a child that a crash cut off. The tests are async (the `anyio` marker): run them with an
-``anyio_backend`` fixture (``asyncio``, ``trio`` or both). The suite needs pytest and anyio.
+answer and usage rolled up, the lead's limits, parallel children, its memory writes,
+cancellation (the child records ``interrupted`` and is saved before the call returns), a
+failing child, and resume of a child that a crash cut off. The tests are async (the `anyio`
+marker): run them with an ``anyio_backend`` fixture (``asyncio``, ``trio`` or both). The suite
+needs pytest and anyio.
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from .._base._limits import Limits
 from .._base._messages import Message, ToolCall
+from .._base._stopped import StoppedByLimit
 from .._record._history import ToolResultEntry
 from .._record._state import State
 from .._running._agent import Agent
@@ -180,6 +183,23 @@ class RunnerContract:
             store=store,
             runner=runner,
         )
+
+    @pytest.mark.anyio
+    async def test_a_child_spends_against_the_leads_limits(
+        self, runner: Runner, store: Any
+    ) -> None:
+        """A child never gets more than the lead's limits left, and its spending counts there."""
+        state = State(messages=[Message.user("go")])
+        await self.lead(store, runner, ["turns 5"]).arun(state, limits=Limits(requests=3))
+        (result,) = _results(state)
+        kid = await state.achild(result.child_ids[0])
+        assert kid.usage.requests == 2  # the lead's own request left two
+        assert isinstance(kid.stopped, StoppedByLimit)
+        assert kid.stopped.limit == "requests"
+        assert result.outcome == "error"
+        assert "limit requests=" in _text(result)
+        assert isinstance(state.stopped, StoppedByLimit)
+        assert (state.stopped.limit, state.stopped.spent) == ("requests", 3)
 
     @pytest.mark.anyio
     async def test_a_child_is_linked_and_rolls_up_its_answer_and_usage(

@@ -25,10 +25,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from orchestrator import (
     Agent,
+    Limits,
     Message,
     Reporter,
     State,
     StoppedByApproval,
+    StoppedByLimit,
     ToolCall,
     aapprove,
     awaiting,
@@ -91,6 +93,29 @@ async def test_children_are_linked_answer_and_roll_up_their_usage(
         *first.child_ids,
         *second.child_ids,
     }
+
+
+async def test_a_remote_child_gets_what_is_left_of_the_limits_and_counts_against_them(
+    runner: RayRunner, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    await lead(store, runner, "turns 5").arun(state, limits=Limits(requests=3))
+    (result,) = results(state)
+    child = state.child(result.child_ids[0])
+    assert child.usage.requests == 2  # the lead's request left 2 of 3 when it started
+    assert isinstance(child.stopped, StoppedByLimit)
+    assert (child.stopped.limit, child.stopped.maximum) == ("requests", 2)
+    assert result.outcome == "error"
+    assert "stopped: limit requests=2 of State" in result.content.content[0].text  # type: ignore[union-attr]
+    # Its spending counted against the lead when it ended: the lead stops, nothing left.
+    assert isinstance(state.stopped, StoppedByLimit)
+    assert (state.stopped.limit, state.stopped.spent, state.stopped.owner) == (
+        "requests",
+        3,
+        state.id,
+    )
+    assert store.load(state.id).stopped == state.stopped
 
 
 def effects(db: Path) -> list[tuple[str, str]]:
