@@ -236,6 +236,8 @@ class RateLimit:
         "burst",
     )
 
+    burst: int
+
     def __init__(
         self,
         *,
@@ -366,6 +368,9 @@ class RateTicket:
     """
 
     __slots__ = ("limit", "tokens")
+
+    limit: RateLimit
+    tokens: int
 
     def __init__(self, limit: RateLimit, tokens: int) -> None:
         self.limit = limit
