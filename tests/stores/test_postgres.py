@@ -230,7 +230,7 @@ def test_a_schema_of_version_5_gets_its_rate_limits_table(where: tuple[str, str]
         assert anyio.run(second.arate_take, "k", ask).wait(ask) == 0.0
         assert second.load("kept").answer is None
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
-    assert meta["schema_version"] == SCHEMA_VERSION == 6
+    assert meta["schema_version"] == SCHEMA_VERSION == 7
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(where: tuple[str, str]) -> None:
