@@ -378,6 +378,8 @@ class RateLimit:
 
         ``async with limit.request(tokens)`` does both; use this where a block does not fit
         (``held = await limit.acquire()``, then ``await held.aclose()`` when the request ends).
+        With a store, the stack holds the task that renews the slot's lease: close it in the
+        task that acquired it, before leaving any cancel scope entered since.
         """
         await self._pace(tokens)
         held = AsyncExitStack()
