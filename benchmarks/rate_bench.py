@@ -8,6 +8,10 @@ how fairly processes sharing one limit get their turns.
 - one take of a store's row (`arate_take`, the atomic UPSERT every request makes), one at a
   time, p50 and p99, on `SQLiteStore` and `PostgresStore`, beside its floor: the same statement
   on a bare connection of the driver, from a worker thread as the store runs it.
+- one concurrent slot of a store (``RateLimit(concurrent=..., store=...)``): a request's
+  take and release of its leased row (``async with limit.request()``, the lease renewer started
+  and stopped), one at a time, p50 and p99, on `SQLiteStore` and `PostgresStore`, beside its
+  floor: the bare take and release statements on a bare connection, each from a worker thread.
 - fairness: 4 processes with 4 senders each share a limit of 100 requests a second through a
   SQLite file (and a PostgreSQL schema) against a server refusing above 120: each process's
   share (Jain's index over the processes' counts, 1 = equal shares), the rate the server saw
@@ -39,6 +43,7 @@ from orchestrator.models._rate import AsyncRateLimits, RateAsk
 from orchestrator.testing import FakeModel, tool_call
 from stores import PostgresStore, SQLiteStore
 from stores._postgres_sql import postgres_rates
+from stores._rate_sql import RateSql
 from stores._sql import SET_BUSY_TIMEOUT, SET_SYNCHRONOUS, SQLITE_RATES
 
 from .exchange import think_then_use_tools
@@ -162,9 +167,61 @@ def _acquire_metrics(name: str, takes: list[float], floor: list[float]) -> list[
     ]
 
 
+def _slots_us(table: AsyncRateLimits, count: int) -> list[float]:
+    """Microseconds of each request's slot: taken, held for nothing, given back."""
+
+    async def run() -> list[float]:
+        limit = RateLimit(concurrent=1, store=table, key=f"slots-{uuid.uuid4().hex}")
+        times: list[float] = []
+        for _ in range(count):
+            started = time.perf_counter()
+            async with limit.request():
+                pass
+            times.append((time.perf_counter() - started) * 1e6)
+        return times
+
+    return anyio.run(run)
+
+
+def _slot_floor_us(
+    execute: Callable[[str, dict[str, Any]], None], statements: RateSql, count: int
+) -> list[float]:
+    """Microseconds of the bare take and release statements, each from a worker thread."""
+
+    async def run() -> list[float]:
+        times: list[float] = []
+        key = f"floor-{uuid.uuid4().hex}"
+        for _ in range(count):
+            holder = uuid.uuid4().hex
+            take = {"key": key, "now": time.time(), "most": 1, "holder": holder, "lease": 30.0}
+            release = {"key": key, "slot": 0, "holder": holder}
+            started = time.perf_counter()
+            await anyio.to_thread.run_sync(execute, statements.slot_take, take)
+            await anyio.to_thread.run_sync(execute, statements.slot_release, release)
+            times.append((time.perf_counter() - started) * 1e6)
+        return times
+
+    return anyio.run(run)
+
+
+def _slot_metrics(name: str, slots: list[float], floor: list[float]) -> list[Metric]:
+    p50, p99 = _percentiles(slots)
+    f50, f99 = _percentiles(floor)
+    label = f"a request's concurrent slot of a store, taken and released, {name}"
+    bare = f"the bare take and release statements, {name}"
+    return [
+        Metric(f"rate.slot.{name}.p50.us", f"{label}, p50", p50, "µs"),
+        Metric(f"rate.slot.{name}.p99.us", f"{label}, p99", p99, "µs"),
+        Metric(f"rate.slot.{name}.floor.p50.us", f"{bare}, p50", f50, "µs"),
+        Metric(f"rate.slot.{name}.floor.p99.us", f"{bare}, p99", f99, "µs"),
+        Metric(f"rate.slot.{name}.ratio", f"slot / bare statements, {name}, p50", p50 / f50, "x"),
+    ]
+
+
 def _sqlite_acquires(folder: Path, count: int) -> list[Metric]:
     with SQLiteStore(folder / "rates.db") as store:
         takes = _takes_us(store, count)
+        slots = _slots_us(store, count)
     connection = sqlite3.connect(
         folder / "rates.db", isolation_level="IMMEDIATE", check_same_thread=False
     )
@@ -177,9 +234,15 @@ def _sqlite_acquires(folder: Path, count: int) -> list[Metric]:
             connection.execute("COMMIT")
 
         floor = _floor_us(execute, count)
+
+        def execute_slot(statement: str, params: dict[str, Any]) -> None:
+            connection.execute(statement, params).fetchall()
+            connection.execute("COMMIT")
+
+        slot_floor = _slot_floor_us(execute_slot, SQLITE_RATES, count)
     finally:
         connection.close()
-    return _acquire_metrics("sqlite", takes, floor)
+    return _acquire_metrics("sqlite", takes, floor) + _slot_metrics("sqlite", slots, slot_floor)
 
 
 @contextmanager
@@ -203,14 +266,22 @@ def _postgres_acquires(dsn: str, count: int) -> list[Metric]:
     with _schema(dsn) as schema:
         with PostgresStore(dsn, schema=schema, pool_size=2) as store:
             takes = _takes_us(store, count)
-        statement = postgres_rates(f'"{schema}"').take
+            slots = _slots_us(store, count)
+        statements = postgres_rates(f'"{schema}"')
+        statement = statements.take
         with psycopg.connect(dsn, autocommit=True) as connection:
 
             def execute(params: dict[str, Any]) -> None:
                 connection.execute(statement, params).fetchall()  # pyright: ignore[reportArgumentType, reportCallIssue]
 
+            def execute_slot(text: str, params: dict[str, Any]) -> None:
+                cursor = connection.execute(text, params)  # pyright: ignore[reportArgumentType, reportCallIssue]
+                if cursor.description is not None:
+                    cursor.fetchall()
+
             floor = _floor_us(execute, count)
-    return _acquire_metrics("postgres", takes, floor)
+            slot_floor = _slot_floor_us(execute_slot, statements, count)
+    return _acquire_metrics("postgres", takes, floor) + _slot_metrics("postgres", slots, slot_floor)
 
 
 def _jain(counts: list[int]) -> float:

@@ -2,17 +2,20 @@
 
 - `CountingServer`: a Chat Completions server that counts requests per second and answers 429
   to a request that would make more than `per_second` within the last second; it keeps every
-  arrival time, so the rate the requests came at can be measured. It runs in a thread, so
-  processes and event loops of any kind can call it.
+  arrival time, so the rate the requests came at can be measured. Given `hold`, it answers
+  each request that many seconds after it came, and counts the requests in flight
+  (`most_in_flight`). It runs in a thread, so processes and event loops of any kind can call it.
 - ``python -m benchmarks.rate_load SPEC``: a process asking a model through a `RateLimit`
   shared in a store. SPEC is JSON: ``store`` (``"sqlite"`` or ``"postgres"``), ``where`` (the
-  file, or the DSN), ``schema``, ``key``, ``rpm``, ``base_url``, ``requests`` (how many to
+  file, or the DSN), ``schema``, ``key``, ``rpm`` (or None), ``concurrent`` and ``lease``
+  (optional), ``base_url``, ``requests`` (how many to
   send, or 0 to send until ``seconds`` ran out), ``seconds``, ``tasks`` (concurrent senders)
   and ``backend`` (``"asyncio"`` or ``"trio"``). It opens the store and prints ``ready``,
   waits for a line on stdin (so every process starts together), sends, then prints its counts
   as JSON: ``ok`` (answered), ``limited`` (429s), and ``acquire_us`` (how long each take of
   the limit's row took, in microseconds).
-- `run_workers`: start those processes, let them go together, and read their counts.
+- `start_workers`: start those processes and wait until each is ready; `run_workers`: start
+  them, let them go together, and read their counts.
 
 The tests (tests/models/test_rate_processes.py) and the rate benchmark both use them.
 """
@@ -39,7 +42,14 @@ from orchestrator.models import OpenAIModel, RateLimit, Request, RetryPolicy
 from orchestrator.models._rate import AsyncRateLimits, RateAsk, RateTimes
 from stores import PostgresStore, SQLiteStore
 
-__all__ = ("CountingServer", "TimedTakes", "counting_server", "run_workers")
+__all__ = (
+    "CountingServer",
+    "TimedTakes",
+    "counting_server",
+    "run_workers",
+    "start_workers",
+    "stop_workers",
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -72,14 +82,22 @@ _LIMITED = b'{"error": {"message": "Rate limit reached", "type": "requests", "co
 
 
 class CountingServer:
-    """Serves until stopped; `served` and `limited` are the arrival times (monotonic)."""
+    """Serves until stopped; `served` and `limited` are the arrival times (monotonic).
 
-    def __init__(self, per_second: int) -> None:
+    Each request is answered `hold` seconds after it came (cut short when the server stops);
+    `in_flight` counts the requests not answered yet, `most_in_flight` the most at once.
+    """
+
+    def __init__(self, per_second: int, hold: float = 0.0) -> None:
         self.per_second = per_second
+        self.hold = hold
         self.served: list[float] = []
         self.limited: list[float] = []
+        self.in_flight = 0
+        self.most_in_flight = 0
         self._window: deque[float] = deque()
         self._lock = threading.Lock()
+        self._stopping = threading.Event()
         owner = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,7 +108,13 @@ class CountingServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                allowed = owner.arrive(time.monotonic())
+                owner.enter()
+                try:
+                    if owner.hold:
+                        owner._stopping.wait(owner.hold)
+                    allowed = owner.arrive(time.monotonic())
+                finally:
+                    owner.leave()
                 body = _REPLY if allowed else _LIMITED
                 self.send_response(200 if allowed else 429)
                 kind = "text/event-stream" if allowed else "application/json"
@@ -107,6 +131,9 @@ class CountingServer:
             # of 5 refuses connections under load.
             request_queue_size = 1024
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client killed mid-request (the lease tests) is no error of the server
+
         self._http = Server(("127.0.0.1", 0), Handler)
         self._http.daemon_threads = True
         host, port = self._http.server_address[:2]
@@ -118,10 +145,22 @@ class CountingServer:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving (cutting held requests short) and close the socket."""
+        self._stopping.set()
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()
+
+    def enter(self) -> None:
+        """Count a request in flight."""
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+
+    def leave(self) -> None:
+        """Count a request answered."""
+        with self._lock:
+            self.in_flight -= 1
 
     def arrive(self, now: float) -> bool:
         """Count a request arriving at `now`; whether it is within the limit."""
@@ -152,9 +191,9 @@ class CountingServer:
 
 
 @contextmanager
-def counting_server(per_second: int) -> Generator[CountingServer]:
+def counting_server(per_second: int, hold: float = 0.0) -> Generator[CountingServer]:
     """A started `CountingServer`, stopped on exit."""
-    server = CountingServer(per_second)
+    server = CountingServer(per_second, hold)
     server.start()
     try:
         yield server
@@ -181,6 +220,15 @@ class TimedTakes:
     async def arate_settle(self, key: str, tokens: float) -> None:
         await self.table.arate_settle(key, tokens)
 
+    async def arate_slot_take(self, key: str, most: int, holder: str, lease: float) -> int | None:
+        return await self.table.arate_slot_take(key, most, holder, lease)
+
+    async def arate_slot_renew(self, key: str, slot: int, holder: str, lease: float) -> bool:
+        return await self.table.arate_slot_renew(key, slot, holder, lease)
+
+    async def arate_slot_release(self, key: str, slot: int, holder: str) -> None:
+        await self.table.arate_slot_release(key, slot, holder)
+
 
 def _open_store(spec: dict[str, Any]) -> Any:
     if spec["store"] == "sqlite":
@@ -191,7 +239,13 @@ def _open_store(spec: dict[str, Any]) -> Any:
 async def _main(spec: dict[str, Any]) -> dict[str, Any]:
     with _open_store(spec) as store:
         timed = TimedTakes(store)
-        limit = RateLimit(requests_per_minute=spec["rpm"], store=timed, key=spec["key"])
+        limit = RateLimit(
+            requests_per_minute=spec["rpm"],
+            concurrent=spec.get("concurrent"),
+            lease=spec.get("lease", 30.0),
+            store=timed,
+            key=spec["key"],
+        )
         model = OpenAIModel(
             "gpt-4o",
             base_url=spec["base_url"],
@@ -224,8 +278,11 @@ async def _main(spec: dict[str, Any]) -> dict[str, Any]:
     return {**counts, "acquire_us": timed.micros}
 
 
-def run_workers(specs: list[dict[str, Any]], *, timeout: float = 120) -> list[dict[str, Any]]:
-    """Start a worker per spec, let them go together once all are ready, and read their counts."""
+def start_workers(specs: list[dict[str, Any]]) -> list[subprocess.Popen[str]]:
+    """Start a worker per spec and wait until each is ready: a line to its stdin lets it go.
+
+    The caller waits for them and closes their pipes (`run_workers` does both).
+    """
     workers = [
         subprocess.Popen(
             [sys.executable, "-m", "benchmarks.rate_load", json.dumps(spec)],
@@ -242,6 +299,27 @@ def run_workers(specs: list[dict[str, Any]], *, timeout: float = 120) -> list[di
             line = worker.stdout.readline().strip()
             if line != "ready":
                 raise RuntimeError(f"a rate_load worker failed to start (it said {line!r})")
+    except BaseException:
+        stop_workers(workers)
+        raise
+    return workers
+
+
+def stop_workers(workers: list[subprocess.Popen[str]]) -> None:
+    """Kill the workers still running, and close every worker's pipes."""
+    for worker in workers:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        for pipe in (worker.stdin, worker.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+def run_workers(specs: list[dict[str, Any]], *, timeout: float = 120) -> list[dict[str, Any]]:
+    """Start a worker per spec, let them go together once all are ready, and read their counts."""
+    workers = start_workers(specs)
+    try:
         for worker in workers:
             assert worker.stdin is not None
             worker.stdin.write("go\n")
@@ -254,13 +332,7 @@ def run_workers(specs: list[dict[str, Any]], *, timeout: float = 120) -> list[di
             results.append(json.loads(out.strip().splitlines()[-1]))
         return results
     finally:
-        for worker in workers:
-            if worker.poll() is None:
-                worker.kill()
-                worker.wait()
-            for pipe in (worker.stdin, worker.stdout):
-                if pipe is not None:
-                    pipe.close()
+        stop_workers(workers)
 
 
 if __name__ == "__main__":

@@ -123,6 +123,18 @@ class MemoryStore(Closing, AsyncClosing, MemoryLeases):
         """Add `tokens` seconds to `key`'s tokens time."""
         await self._rates.arate_settle(key, tokens)
 
+    async def arate_slot_take(self, key: str, most: int, holder: str, lease: float) -> int | None:
+        """Take a free slot of `key`'s `most` for `lease` seconds, or None (in this process)."""
+        return await self._rates.arate_slot_take(key, most, holder, lease)
+
+    async def arate_slot_renew(self, key: str, slot: int, holder: str, lease: float) -> bool:
+        """Hold `slot` for `lease` seconds from now; False when `holder` no longer holds it."""
+        return await self._rates.arate_slot_renew(key, slot, holder, lease)
+
+    async def arate_slot_release(self, key: str, slot: int, holder: str) -> None:
+        """Free `slot` if `holder` still holds it."""
+        await self._rates.arate_slot_release(key, slot, holder)
+
     def close(self) -> None:
         """Nothing to release: so that every store `open_store` gives closes the same way."""
 

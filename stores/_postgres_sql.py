@@ -95,7 +95,7 @@ __all__ = (
 DEFAULT_SCHEMA = "orchestrator"
 """The PostgreSQL schema the tables go in unless the store is given another."""
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The layout of the tables this library makes: the number of `MIGRATIONS` steps."""
 
 _SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
@@ -208,6 +208,19 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             key text PRIMARY KEY,
             requests_at double precision NOT NULL,
             tokens_at double precision NOT NULL
+        )
+        """,
+    ),
+    # 7: concurrent slots of rate limits: each held by one request, leased until expires_at
+    # (seconds since the epoch on the server's clock), so a killed process's slots come free.
+    (
+        """
+        CREATE TABLE {s}.rate_slots (
+            key text NOT NULL,
+            slot integer NOT NULL,
+            holder text NOT NULL,
+            expires_at double precision NOT NULL,
+            PRIMARY KEY (key, slot)
         )
         """,
     ),
@@ -837,6 +850,31 @@ _POSTGRES_RATES = {
             tokens_at = greatest(r.tokens_at, EXCLUDED.tokens_at)
     """,
     "settle": "UPDATE {s}.rate_limits SET tokens_at = tokens_at + %(tokens)s WHERE key = %(key)s",
+    # Two takes of one free slot at once: the second waits on the first's row, then finds its
+    # lease running and takes nothing (it looks again), so no slot has two holders.
+    "slot_take": f"""
+        WITH c AS (SELECT {_NOW} AS now)
+        INSERT INTO {{s}}.rate_slots AS r (key, slot, holder, expires_at)
+        SELECT %(key)s, n.slot, %(holder)s, c.now + %(lease)s
+        FROM c, generate_series(0, %(most)s - 1) AS n(slot)
+        WHERE NOT EXISTS (
+            SELECT 1 FROM {{s}}.rate_slots AS s
+            WHERE s.key = %(key)s AND s.slot = n.slot AND s.expires_at > c.now
+        )
+        ORDER BY n.slot LIMIT 1
+        ON CONFLICT (key, slot) DO UPDATE SET
+            holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+            WHERE r.expires_at <= EXCLUDED.expires_at - %(lease)s
+        RETURNING r.slot
+    """,
+    "slot_renew": f"""
+        UPDATE {{s}}.rate_slots SET expires_at = {_NOW} + %(lease)s
+        WHERE key = %(key)s AND slot = %(slot)s AND holder = %(holder)s
+        RETURNING slot
+    """,
+    "slot_release": (
+        "DELETE FROM {s}.rate_slots WHERE key = %(key)s AND slot = %(slot)s AND holder = %(holder)s"
+    ),
 }
 
 

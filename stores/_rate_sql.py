@@ -6,6 +6,11 @@ since the epoch). A take is one UPSERT that moves both times on and returns them
 line by the database and none can overtake another's reservation. SQLite's clock is this
 machine's (its processes share it); PostgreSQL's is the server's, so machines agree. The
 statements are each dialect's (`stores._sql.SQLITE_RATES`, `stores._postgres_sql.postgres_rates`).
+
+A key's concurrent slots are rows of ``rate_slots`` (key, slot, holder, expires_at). A take is
+one INSERT of the lowest slot number no one holds (or whose lease ran out), which on a conflict
+takes the row only if its lease ran out, and returns the slot: two processes never hold one
+slot. A renew moves the holder's lease on; a release deletes the holder's row.
 """
 
 from __future__ import annotations
@@ -19,7 +24,16 @@ from orchestrator.models._rate import RateAsk, RateTimes
 
 from ._plan import Plan, Query, Row
 
-__all__ = ("RateSql", "SqlRateLimits", "hold_plan", "settle_plan", "take_plan")
+__all__ = (
+    "RateSql",
+    "SqlRateLimits",
+    "hold_plan",
+    "settle_plan",
+    "slot_release_plan",
+    "slot_renew_plan",
+    "slot_take_plan",
+    "take_plan",
+)
 
 _T = TypeVar("_T")
 
@@ -28,14 +42,18 @@ _T = TypeVar("_T")
 class RateSql:
     """The statements of rate limits in one dialect, and what ends a write.
 
-    The parameters are named: key, now (SQLite's clock), requests, tokens, seconds, tolerance.
-    `take` returns the row's two times and the clock's now. SQLite's writes end with COMMIT;
-    PostgreSQL's commit each statement.
+    The parameters are named: key, now (SQLite's clock), requests, tokens, seconds, tolerance,
+    and for slots most, slot, holder, lease. `take` returns the row's two times and the clock's
+    now; `slot_take` the slot taken (no row: none free); `slot_renew` the slot renewed. SQLite's
+    writes end with COMMIT; PostgreSQL's commit each statement.
     """
 
     take: str
     hold: str
     settle: str
+    slot_take: str
+    slot_renew: str
+    slot_release: str
     commit: str | None
 
 
@@ -79,6 +97,53 @@ def settle_plan(sql: RateSql, key: str, tokens: float) -> Plan[None]:
     yield from _commit(sql)
 
 
+def _check_slot_ask(most: object, lease: object) -> None:
+    if isinstance(most, bool) or not isinstance(most, int) or most < 1:
+        raise ValueError(f"A rate limit's slots must be an int >= 1, got {most!r}.")
+    if isinstance(lease, bool) or not isinstance(lease, int | float) or not lease > 0:
+        raise ValueError(f"A slot's lease must be seconds > 0, got {lease!r}.")
+
+
+def slot_take_plan(
+    sql: RateSql, key: str, most: int, holder: str, lease: float
+) -> Plan[int | None]:
+    """Take the lowest free slot of `key`'s `most` for `lease` seconds; None when none is free."""
+    _check_key(key)
+    _check_slot_ask(most, lease)
+    params = {
+        "key": key,
+        "now": time.time(),
+        "most": most,
+        "holder": holder,
+        "lease": float(lease),
+    }
+    rows: list[Row] = yield Query(sql.slot_take, params)
+    yield from _commit(sql)
+    return int(rows[0][0]) if rows else None
+
+
+def slot_renew_plan(sql: RateSql, key: str, slot: int, holder: str, lease: float) -> Plan[bool]:
+    """Hold `slot` for `lease` seconds from now; False when `holder` no longer holds it."""
+    _check_key(key)
+    params = {
+        "key": key,
+        "now": time.time(),
+        "slot": slot,
+        "holder": holder,
+        "lease": float(lease),
+    }
+    rows: list[Row] = yield Query(sql.slot_renew, params)
+    yield from _commit(sql)
+    return bool(rows)
+
+
+def slot_release_plan(sql: RateSql, key: str, slot: int, holder: str) -> Plan[None]:
+    """Free `slot` if `holder` still holds it."""
+    _check_key(key)
+    yield Query(sql.slot_release, {"key": key, "slot": slot, "holder": holder})
+    yield from _commit(sql)
+
+
 class SqlRateLimits:
     """`orchestrator.models.AsyncRateLimits` for a SQL store: each call one plan.
 
@@ -105,3 +170,17 @@ class SqlRateLimits:
     async def arate_settle(self, key: str, tokens: float) -> None:
         """Add `tokens` seconds (< 0 gives back) to `key`'s tokens time."""
         await self._carry_out(settle_plan(self._rate_statements(), key, tokens))
+
+    async def arate_slot_take(self, key: str, most: int, holder: str, lease: float) -> int | None:
+        """Take a free slot of `key`'s `most` for `lease` seconds, or None."""
+        plan = slot_take_plan(self._rate_statements(), key, most, holder, lease)
+        return await self._carry_out(plan)
+
+    async def arate_slot_renew(self, key: str, slot: int, holder: str, lease: float) -> bool:
+        """Hold `slot` for `lease` seconds from now; False when `holder` no longer holds it."""
+        plan = slot_renew_plan(self._rate_statements(), key, slot, holder, lease)
+        return await self._carry_out(plan)
+
+    async def arate_slot_release(self, key: str, slot: int, holder: str) -> None:
+        """Free `slot` if `holder` still holds it."""
+        await self._carry_out(slot_release_plan(self._rate_statements(), key, slot, holder))

@@ -132,6 +132,7 @@ __all__ = (
     "SQLITE_LEASE_TABLE",
     "SQLITE_RATES",
     "SQLITE_RATE_TABLE",
+    "SQLITE_SLOT_TABLE",
     "backend_error",
     "count_plan",
     "create_private",
@@ -427,6 +428,7 @@ def open_plan(where: str) -> Plan[None]:
         yield Query(statement)
     yield Query(SQLITE_LEASE_TABLE)
     yield Query(SQLITE_RATE_TABLE)
+    yield Query(SQLITE_SLOT_TABLE)
     yield Query(COMMIT)
 
 
@@ -1194,6 +1196,17 @@ SQLITE_RATE_TABLE = """
 """
 """Made when a store opens, in any file of format 3 (a table older versions never read)."""
 
+SQLITE_SLOT_TABLE = """
+    CREATE TABLE IF NOT EXISTS rate_slots (
+        key TEXT NOT NULL,
+        slot INTEGER NOT NULL,
+        holder TEXT NOT NULL,
+        expires_at REAL NOT NULL,
+        PRIMARY KEY (key, slot)
+    ) WITHOUT ROWID
+"""
+"""Made when a store opens, as ``rate_limits``: a key's concurrent slots, each leased."""
+
 SQLITE_RATES = RateSql(
     take="""
         INSERT INTO rate_limits (key, requests_at, tokens_at)
@@ -1211,5 +1224,32 @@ SQLITE_RATES = RateSql(
             tokens_at = max(rate_limits.tokens_at, excluded.tokens_at)
     """,
     settle="UPDATE rate_limits SET tokens_at = tokens_at + :tokens WHERE key = :key",
+    # It starts with INSERT (not WITH): Python's sqlite3 begins the transaction COMMIT ends
+    # only before a statement that starts with INSERT, UPDATE, DELETE or REPLACE.
+    slot_take="""
+        INSERT INTO rate_slots (key, slot, holder, expires_at)
+        SELECT :key, n.slot, :holder, :now + :lease
+        FROM (
+            WITH RECURSIVE n(slot) AS (
+                SELECT 0 UNION ALL SELECT slot + 1 FROM n WHERE slot + 1 < :most
+            )
+            SELECT slot FROM n
+        ) AS n
+        WHERE NOT EXISTS (
+            SELECT 1 FROM rate_slots AS s
+            WHERE s.key = :key AND s.slot = n.slot AND s.expires_at > :now
+        )
+        ORDER BY n.slot LIMIT 1
+        ON CONFLICT (key, slot) DO UPDATE SET
+            holder = excluded.holder, expires_at = excluded.expires_at
+            WHERE rate_slots.expires_at <= :now
+        RETURNING slot
+    """,
+    slot_renew="""
+        UPDATE rate_slots SET expires_at = :now + :lease
+        WHERE key = :key AND slot = :slot AND holder = :holder
+        RETURNING slot
+    """,
+    slot_release="DELETE FROM rate_slots WHERE key = :key AND slot = :slot AND holder = :holder",
     commit="COMMIT",
 )

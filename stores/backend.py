@@ -31,7 +31,8 @@ And it keeps the rules every backend keeps with these:
   (from any thread or event loop), so they need not wait for the poll;
 - `AsyncRateLimits`, `RateAsk`, `RateTimes`, `next_times`: what a store that shares rate
   limits across processes implements (`orchestrator.models.RateLimit(store=...)`): one row per
-  key, moved on atomically by each take;
+  key, moved on atomically by each take, and a key's concurrent slots, each a leased row taken
+  atomically by one holder;
 - `make_cursor`, `cursor_parts`, `check_limit`, `check_link`, `root_from`: what
   `orchestrator.TreeFollowable` needs (cursors of a store kind, checked when they come back;
   a page size; a stored entry checked against the one before it; a new State's root).

@@ -470,10 +470,15 @@ def test_the_rate_benchmark_runs(monkeypatch: pytest.MonkeyPatch) -> None:
         "rate.turn.tokens.ratio",
         "rate.take.sqlite.p50.us",
         "rate.take.sqlite.floor.p50.us",
+        "rate.slot.sqlite.p50.us",
+        "rate.slot.sqlite.floor.p50.us",
         "rate.fair.sqlite.jain",
         "rate.fair.sqlite.rate",
     } <= set(by_key)
-    assert not any(key.startswith(("rate.take.postgres", "rate.fair.postgres")) for key in by_key)
+    assert not any(
+        key.startswith(("rate.take.postgres", "rate.slot.postgres", "rate.fair.postgres"))
+        for key in by_key
+    )
     for metric in metrics:
         assert math.isfinite(metric.value)
         assert metric.value > 0, metric

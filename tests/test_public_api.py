@@ -512,6 +512,7 @@ def test_rate_limits_and_fallback_have_their_names_and_signatures() -> None:
         ("burst", keyword, 1),
         ("store", keyword, None),
         ("key", keyword, None),
+        ("lease", keyword, 30.0),
     ]
     for provider in ("OpenAIModel", "AnthropicModel"):
         signature = inspect.signature(getattr(orchestrator.models, provider))

@@ -9,6 +9,11 @@ this process (`LocalRates`), shared by every agent and child that uses the limit
 
 A provider's rate-limit headers tighten the pace (nothing left until the reset: every caller
 waits for it), and a 429 holds the whole limit back, not the one caller that got it.
+
+At most `concurrent` requests go at once. Without a store they are counted in this process;
+with one, each request holds a slot: a row of the store's ``rate_slots`` table, taken by one
+atomic statement, leased for `lease` seconds and renewed while the request runs, so a killed
+process's slots come free when their lease runs out.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ import math
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+import uuid
+from collections.abc import AsyncGenerator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
 
 import anyio
@@ -56,6 +64,10 @@ __all__ = (
 
 _POLL_FIRST = 0.002  # seconds between looks for a free concurrent slot, doubling...
 _POLL_MOST = 0.05  # ...up to this
+# A store's slot is a write per look: its looks start later and stop doubling later.
+_STORE_POLL_FIRST = 0.005
+_STORE_POLL_MOST = 0.2
+_LEASE = 30.0  # seconds a store's slot is held unless renewed (renewed every third of it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,22 @@ class AsyncRateLimits(Protocol):
         """Add `tokens` seconds (< 0 gives back) to `key`'s tokens time: the estimate corrected."""
         ...
 
+    async def arate_slot_take(self, key: str, most: int, holder: str, lease: float) -> int | None:
+        """Take a free slot of `key`'s `most` (0 to most - 1) for `lease` seconds, or None.
+
+        A slot is free when no one holds it or its lease ran out; taking is one atomic step,
+        so no two holders have one slot at once.
+        """
+        ...
+
+    async def arate_slot_renew(self, key: str, slot: int, holder: str, lease: float) -> bool:
+        """Hold `slot` for `lease` seconds from now; False when `holder` no longer holds it."""
+        ...
+
+    async def arate_slot_release(self, key: str, slot: int, holder: str) -> None:
+        """Free `slot` if `holder` still holds it."""
+        ...
+
 
 class LocalRates:
     """Rate-limit rows kept in this process: the table a `RateLimit` without a store uses.
@@ -127,11 +155,12 @@ class LocalRates:
     the clock is the wall clock, as a store's.
     """
 
-    __slots__ = ("_rates", "_rates_lock")
+    __slots__ = ("_rates", "_rates_lock", "_slots")
 
     def __init__(self) -> None:
         self._rates: dict[str, tuple[float, float]] = {}
         self._rates_lock = threading.Lock()
+        self._slots: dict[tuple[str, int], tuple[str, float]] = {}  # (key, slot): holder, until
 
     def take(self, key: str, ask: RateAsk) -> RateTimes:
         """Move `key`'s times on by `ask` and return them, with now (no I/O: it never blocks)."""
@@ -175,6 +204,35 @@ class LocalRates:
             if known is not None:
                 self._rates[key] = (known[0], known[1] + tokens)
 
+    async def arate_slot_take(self, key: str, most: int, holder: str, lease: float) -> int | None:
+        """Take a free slot of `key`'s `most` for `lease` seconds, or None."""
+        await anyio.lowlevel.checkpoint()
+        now = time.time()
+        with self._rates_lock:
+            for slot in range(most):
+                held = self._slots.get((key, slot))
+                if held is None or held[1] <= now:
+                    self._slots[key, slot] = (holder, now + lease)
+                    return slot
+        return None
+
+    async def arate_slot_renew(self, key: str, slot: int, holder: str, lease: float) -> bool:
+        """Hold `slot` for `lease` seconds from now; False when `holder` no longer holds it."""
+        await anyio.lowlevel.checkpoint()
+        with self._rates_lock:
+            held = self._slots.get((key, slot))
+            if held is None or held[0] != holder:
+                return False
+            self._slots[key, slot] = (holder, time.time() + lease)
+            return True
+
+    async def arate_slot_release(self, key: str, slot: int, holder: str) -> None:
+        """Free `slot` if `holder` still holds it (no await: it runs in shielded cleanup)."""
+        with self._rates_lock:
+            held = self._slots.get((key, slot))
+            if held is not None and held[0] == holder:
+                del self._slots[key, slot]
+
 
 _LOCAL = LocalRates()
 _slots_lock = threading.Lock()
@@ -198,7 +256,10 @@ class RateLimit:
     (or another `RateLimit` with the same `key`) shares it. With `store` (a `SQLiteStore`,
     `AioSQLiteStore`, `PostgresStore` or `MemoryStore`), every process that uses the same store
     and `key` shares one pace: a row of the store's ``rate_limits`` table, updated atomically.
-    `concurrent` always counts this process's requests only.
+    With `store`, `concurrent` holds across those processes too: each request holds one of
+    the key's slots in the store's ``rate_slots`` table (every process must give the same
+    `concurrent`), leased for `lease` seconds and renewed while the request runs, so the
+    slots of a process that was killed come free after `lease`.
 
     Requests are paced evenly (`burst` of them may go at once after a quiet spell); a request's
     tokens (its input, estimated before it is sent, corrected by the usage it reports) are paid
@@ -209,10 +270,12 @@ class RateLimit:
     Args:
         requests_per_minute: The most requests a minute, or None.
         tokens_per_minute: The most tokens (input and output) a minute, or None.
-        concurrent: The most requests of this process under way at once, or None.
+        concurrent: The most requests under way at once (with `store`, in every process
+            sharing it), or None.
         burst: How many requests may go at once after a quiet spell (1: evenly spaced).
         store: A store to share the limit through, across processes and machines.
         key: The limit's name; limits with the same key share their pace. Needed with `store`.
+        lease: Seconds a store's concurrent slot outlives a process that stopped renewing it.
 
     Raises:
         TypeError: An argument has the wrong type, or `store` keeps no rate limits.
@@ -229,6 +292,7 @@ class RateLimit:
         "_ask",
         "_concurrent",
         "_key",
+        "_lease",
         "_local",
         "_rates",
         "_shared",
@@ -247,6 +311,7 @@ class RateLimit:
         burst: int = 1,
         store: object = None,
         key: str | None = None,
+        lease: float = _LEASE,
     ) -> None:
         requests = _count("requests_per_minute", requests_per_minute)
         tokens = _count("tokens_per_minute", tokens_per_minute)
@@ -254,6 +319,10 @@ class RateLimit:
             isinstance(concurrent, bool) or not isinstance(concurrent, int) or concurrent < 1
         ):
             raise ValueError(f"RateLimit(concurrent=...) must be an int >= 1, got {concurrent!r}.")
+        lease_seconds = _count("lease", lease)
+        if lease_seconds is None:
+            raise TypeError("RateLimit(lease=...) must be seconds > 0, such as lease=30.")
+        self._lease = lease_seconds
         if isinstance(burst, bool) or not isinstance(burst, int) or burst < 1:
             raise ValueError(f"RateLimit(burst=...) must be an int >= 1, got {burst!r}.")
         if requests is None and tokens is None and concurrent is None:
@@ -306,11 +375,27 @@ class RateLimit:
         """
         return RateTicket(self, tokens)
 
-    async def acquire(self, tokens: int = 0) -> None:
-        """Wait for the pace, then take a concurrent slot: `release` gives it back.
+    async def acquire(self, tokens: int = 0) -> AsyncExitStack:
+        """Wait for the pace, then take a concurrent slot: leaving the stack gives it back.
 
-        ``async with limit.request(tokens)`` does both; use these where a block does not fit.
+        ``async with limit.request(tokens)`` does both; use this where a block does not fit
+        (``held = await limit.acquire()``, then ``await held.aclose()`` when the request ends).
+        With a store, the stack holds the task that renews the slot's lease: close it in the
+        task that acquired it, before leaving any cancel scope entered since.
         """
+        await self._pace(tokens)
+        held = AsyncExitStack()
+        most = self._concurrent
+        if most is not None:
+            if self._local is not None:
+                await self._local_slot(most)
+                held.callback(self._release_local)
+            else:
+                await held.enter_async_context(self._store_slot(most))
+        return held
+
+    async def _pace(self, tokens: int) -> None:
+        """Wait until the pace lets a request with `tokens` input tokens go."""
         ask = self._ask
         delay = 0.0
         if ask.requests or self._tokens_step:
@@ -327,14 +412,15 @@ class RateLimit:
             await anyio.sleep(delay)
         else:
             await anyio.lowlevel.checkpoint_if_cancelled()
-        most = self._concurrent
-        if most is not None:
-            pause = _POLL_FIRST
-            while not self._try_slot(most):
-                if pause == _POLL_FIRST:
-                    report_rate_limit(self._key, 0.0)
-                await anyio.sleep(pause)
-                pause = min(pause * 2, _POLL_MOST)
+
+    async def _local_slot(self, most: int) -> None:
+        """Wait for one of this process's `most` slots (`_release_local` gives it back)."""
+        pause = _POLL_FIRST
+        while not self._try_slot(most):
+            if pause == _POLL_FIRST:
+                report_rate_limit(self._key, 0.0)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _POLL_MOST)
 
     def _try_slot(self, most: int) -> bool:
         with _slots_lock:
@@ -344,11 +430,38 @@ class RateLimit:
             _in_flight[self._key] = running + 1
             return True
 
-    def release(self) -> None:
-        """Give back the concurrent slot `acquire` took."""
-        if self._concurrent is not None:
-            with _slots_lock:
-                _in_flight[self._key] -= 1
+    def _release_local(self) -> None:
+        with _slots_lock:
+            _in_flight[self._key] -= 1
+
+    @asynccontextmanager
+    async def _store_slot(self, most: int) -> AsyncGenerator[None]:
+        """Hold one of the store's `most` slots of the key for the block, renewing its lease."""
+        rates, key, lease = self._rates, self._key, self._lease
+        holder = uuid.uuid4().hex
+        pause = _STORE_POLL_FIRST
+        while True:
+            # Shielded: a slot taken as the caller is cancelled is still given back below.
+            taken: int | None = None
+            with anyio.CancelScope(shield=True):
+                taken = await rates.arate_slot_take(key, most, holder, lease)
+            if taken is not None:
+                slot = taken
+                break
+            if pause == _STORE_POLL_FIRST:
+                report_rate_limit(key, 0.0)
+            await anyio.sleep(pause)
+            pause = min(pause * 2, _STORE_POLL_MOST)
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(_renew, rates, key, slot, holder, lease)
+                try:
+                    yield
+                finally:
+                    group.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await rates.arate_slot_release(key, slot, holder)
 
     async def hold(self, seconds: float) -> None:
         """Let no request of this limit go for `seconds` from now (a 429, or nothing left)."""
@@ -361,13 +474,21 @@ class RateLimit:
             await self._rates.arate_settle(self._key, tokens * self._tokens_step)
 
 
+async def _renew(rates: AsyncRateLimits, key: str, slot: int, holder: str, lease: float) -> None:
+    """Renew a slot's lease every third of it until cancelled, or until it was lost."""
+    while True:
+        await anyio.sleep(lease / 3)
+        if not await rates.arate_slot_renew(key, slot, holder, lease):
+            return
+
+
 class RateTicket:
     """One request through a `RateLimit` (``async with limit.request(tokens) as ticket``).
 
     Entering waits for the limit; leaving gives back the concurrent slot.
     """
 
-    __slots__ = ("limit", "tokens")
+    __slots__ = ("_held", "limit", "tokens")
 
     limit: RateLimit
     tokens: int
@@ -375,14 +496,22 @@ class RateTicket:
     def __init__(self, limit: RateLimit, tokens: int) -> None:
         self.limit = limit
         self.tokens = tokens
+        self._held: AsyncExitStack | None = None
 
     async def __aenter__(self) -> RateTicket:
-        await self.limit.acquire(self.tokens)
+        self._held = await self.limit.acquire(self.tokens)
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
-        # Giving the slot back does no I/O and must happen even when cancelled: no checkpoint.
-        self.limit.release()
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        # A process's slot is given back with no I/O, a store's in shielded cleanup.
+        held, self._held = self._held, None
+        if held is not None:
+            await held.__aexit__(exc_type, exc, traceback)
 
     async def settle(self, usage: Usage) -> None:
         """Count what the request really spent (its input and output tokens)."""

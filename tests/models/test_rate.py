@@ -167,6 +167,8 @@ def test_stores_that_share_limits_say_so() -> None:
         ({"requests_per_minute": 60, "store": object()}, TypeError, "keeps rate limits"),
         ({"requests_per_minute": 60, "store": MemoryStore()}, ValueError, "needs key="),
         ({"requests_per_minute": 60, "key": ""}, TypeError, "non-empty str"),
+        ({"concurrent": 1, "lease": 0}, ValueError, "lease=...\\) must be > 0"),
+        ({"concurrent": 1, "lease": None}, TypeError, "lease=...\\) must be seconds"),
     ],
 )
 def test_bad_limits_say_how_to_fix_them(
@@ -220,6 +222,99 @@ async def test_a_cancelled_wait_gives_back_no_slot() -> None:
                 pytest.fail("two requests at once")
     async with limit.request():  # the slot is free again
         pass
+
+
+# -- concurrent slots in a store -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", STORES)
+@pytest.mark.anyio
+async def test_a_slot_has_one_holder_until_released_or_its_lease_runs_out(
+    kind: str, tmp_path: Path
+) -> None:
+    async with rate_table(kind, tmp_path) as table:
+        assert await table.arate_slot_take("k", 2, "a", 30.0) == 0
+        assert await table.arate_slot_take("k", 2, "b", 0.2) == 1
+        assert await table.arate_slot_take("k", 2, "c", 30.0) is None  # both held
+        assert await table.arate_slot_take("other", 2, "c", 30.0) == 0  # a key of its own
+        assert await table.arate_slot_renew("k", 0, "a", 30.0)
+        assert not await table.arate_slot_renew("k", 0, "b", 30.0)  # not b's
+        await table.arate_slot_release("k", 0, "b")  # not b's: still a's
+        assert await table.arate_slot_take("k", 2, "c", 30.0) is None
+        await table.arate_slot_release("k", 0, "a")
+        assert await table.arate_slot_take("k", 2, "c", 30.0) == 0
+        await anyio.sleep(0.3)  # b's lease ran out: its slot is free, and b lost it
+        assert await table.arate_slot_take("k", 2, "d", 30.0) == 1
+        assert not await table.arate_slot_renew("k", 1, "b", 30.0)
+        await table.arate_slot_release("k", 1, "b")
+        assert await table.arate_slot_take("k", 2, "e", 30.0) is None  # still d's
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "aiosqlite", "postgres"])
+@pytest.mark.anyio
+async def test_limits_sharing_a_store_share_its_concurrent_slots(kind: str, tmp_path: Path) -> None:
+    # Two RateLimits of one key (as two processes would have) never run more than 2 at once.
+    async with rate_table(kind, tmp_path) as table:
+        key = f"slots-{uuid.uuid4().hex[:8]}"
+        limits = [RateLimit(concurrent=2, store=table, key=key) for _ in range(2)]
+        running = 0
+        most = 0
+
+        async def one(limit: RateLimit) -> None:
+            nonlocal running, most
+            async with limit.request():
+                running += 1
+                most = max(most, running)
+                await anyio.sleep(0.02)
+                running -= 1
+
+        async with anyio.create_task_group() as group:
+            for number in range(8):
+                group.start_soon(one, limits[number % 2])
+        assert most == 2
+        assert await table.arate_slot_take(key, 2, "after", 30.0) == 0  # every slot given back
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "postgres"])
+@pytest.mark.anyio
+async def test_a_cancelled_request_gives_its_store_slot_back(kind: str, tmp_path: Path) -> None:
+    async with rate_table(kind, tmp_path) as table:
+        limit = RateLimit(concurrent=1, store=table, key="cancelled")
+        with anyio.move_on_after(0.05) as scope:
+            async with limit.request():
+                await anyio.sleep(30)
+        assert scope.cancelled_caught
+        # Given back when cancelled, not when its 30 s lease runs out.
+        assert await table.arate_slot_take("cancelled", 1, "next", 30.0) == 0
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+@pytest.mark.anyio
+async def test_a_long_request_keeps_its_slot_past_its_lease(kind: str, tmp_path: Path) -> None:
+    # A lease of 1 s, renewed every third of it: 2.5 s later the slot is still the request's.
+    async with rate_table(kind, tmp_path) as table:
+        limit = RateLimit(concurrent=1, store=table, key="long", lease=1.0)
+        taken: list[int | None] = []
+        async with limit.request():
+            for _ in range(5):
+                await anyio.sleep(0.5)
+                taken.append(await table.arate_slot_take("long", 1, "other", 30.0))
+        assert taken == [None] * 5
+        assert await table.arate_slot_take("long", 1, "other", 30.0) == 0
+
+
+@pytest.mark.anyio
+async def test_a_wait_for_a_store_slot_is_reported() -> None:
+    store = MemoryStore()
+    key = f"slot-wait-{uuid.uuid4().hex[:8]}"
+    limit = RateLimit(concurrent=1, store=store, key=key)
+    recorder = WaitRecorder()
+    agent = Agent(RateLimited(FakeModel(["done"]), limit), reporter=recorder)
+    state = State(messages=[Message.user("Hi")])
+    async with limit.request():
+        with anyio.move_on_after(0.2):
+            await agent.arun(state)
+    assert [(name, delay) for _, name, delay in recorder.waits] == [(key, 0.0)]
 
 
 def test_the_estimate_counts_the_request_text() -> None:

@@ -128,6 +128,7 @@ def test_the_schema_is_made_on_first_use_with_its_versions(
         "memory_effects",
         "run_leases",
         "rate_limits",
+        "rate_slots",
     }
 
 
@@ -177,6 +178,7 @@ def test_an_older_schema_is_migrated(where: tuple[str, str]) -> None:
 def _set_back_to_3(dsn: str, schema: str) -> None:
     """Make the tables what schema version 3 made (no roots, transaction ids, leases, rates)."""
     sql(dsn, f'DROP TABLE IF EXISTS "{schema}".run_leases, "{schema}".rate_limits')
+    sql(dsn, f'DROP TABLE IF EXISTS "{schema}".rate_slots')
     sql(dsn, f'ALTER TABLE "{schema}".states DROP COLUMN root_id')
     sql(dsn, f'ALTER TABLE "{schema}".entries DROP COLUMN root_id, DROP COLUMN xid')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 3 WHERE key = 'schema_version'")
@@ -223,14 +225,29 @@ def test_a_schema_of_version_5_gets_its_rate_limits_table(where: tuple[str, str]
     dsn, schema = where
     with PostgresStore(dsn, schema=schema) as first:
         first.save(grown(State(id="kept"), "one"))
-    sql(dsn, f'DROP TABLE "{schema}".rate_limits')
+    sql(dsn, f'DROP TABLE "{schema}".rate_limits, "{schema}".rate_slots')
     sql(dsn, f"UPDATE \"{schema}\".meta SET value = 5 WHERE key = 'schema_version'")
     with PostgresStore(dsn, schema=schema) as second:
         ask = RateAsk(requests=1.0, tokens=0.0)
         assert anyio.run(second.arate_take, "k", ask).wait(ask) == 0.0
         assert second.load("kept").answer is None
     meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
-    assert meta["schema_version"] == SCHEMA_VERSION == 6
+    assert meta["schema_version"] == SCHEMA_VERSION == 7
+
+
+def test_a_schema_of_version_6_gets_its_rate_slots_table(where: tuple[str, str]) -> None:
+    """Version 6 had no concurrent slots: a store opening it adds the table, and takes one."""
+    dsn, schema = where
+    with PostgresStore(dsn, schema=schema) as first:
+        first.save(grown(State(id="kept"), "one"))
+    sql(dsn, f'DROP TABLE "{schema}".rate_slots')
+    sql(dsn, f"UPDATE \"{schema}\".meta SET value = 6 WHERE key = 'schema_version'")
+    with PostgresStore(dsn, schema=schema) as second:
+        assert anyio.run(second.arate_slot_take, "k", 1, "holder", 30.0) == 0
+        assert anyio.run(second.arate_slot_take, "k", 1, "other", 30.0) is None
+        assert second.load("kept").answer is None
+    meta = dict(sql(dsn, f'SELECT key, value FROM "{schema}".meta'))
+    assert meta["schema_version"] == SCHEMA_VERSION == 7
 
 
 def test_a_newer_schema_is_refused_naming_both_versions(where: tuple[str, str]) -> None:
