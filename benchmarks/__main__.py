@@ -22,7 +22,7 @@ from .inside_bench import bench_inside
 from .limits_bench import bench_limits
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
-from .prompt_bench import bench_prompt
+from .prompt_bench import bench_fan_out, bench_prompt
 from .rate_bench import bench_rate
 from .ray_bench import bench_ray
 from .reconnect_bench import bench_reconnect
@@ -149,6 +149,7 @@ def run(config: Config) -> list[Metric]:
     )
     _progress("prompts in the store ...")
     metrics += bench_prompt(config.store_turns)
+    metrics += bench_fan_out(20)
     quick = config.store_load < 100_000
     metrics += bench_postgres(
         saves=30 if quick else 300,

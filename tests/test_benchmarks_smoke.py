@@ -426,6 +426,40 @@ def test_bench_prompt() -> None:
     assert floor.messages == state.messages
 
 
+def test_bench_prompt_fan_out() -> None:
+    """A lead and a few subagents of one agent: one copy of their prompt, beside a copy each."""
+    from benchmarks.prompt_bench import bench_fan_out, recorded_tree, with_copies, without_prompts
+
+    metrics = check(
+        bench_fan_out(children=3),
+        {
+            f"prompt.fanout.{part}"
+            for part in (
+                "entries.floor.kb",
+                "entries.kb",
+                "entries.growth",
+                "entries.copies.growth",
+                "sqlite.growth",
+                "sqlite.copies.growth",
+            )
+        },
+    )
+    growth = metrics["prompt.fanout.entries.growth"].value
+    assert growth < metrics["prompt.fanout.entries.copies.growth"].value
+    tree = recorded_tree(3)
+    held = [sum(entry.kind == "prompt" for entry in state.history) for state in tree]
+    assert held == [1, 1, 0, 0]  # the lead's prompt and the subagents' prompt, once each
+    copies = with_copies(tree)
+    assert [sum(entry.kind == "prompt" for entry in state.history) for state in copies] == [
+        1,
+        1,
+        1,
+        1,
+    ]
+    for state, copy, floor in zip(tree, copies, map(without_prompts, tree), strict=True):
+        assert copy.messages == state.messages == floor.messages
+
+
 # -- issue 28: runs followed over HTTP -----------------------------------------------------------
 
 

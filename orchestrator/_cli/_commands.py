@@ -36,7 +36,7 @@ from stores.backend import validate_id
 from .._viewing._jsontext import dumps
 from .._viewing._reading import Readable, agent_of, read_tree
 from .._viewing._viewer import HOST, Viewer, serve
-from .._viewing._views import info_data, state_data, status_kind
+from .._viewing._views import info_data, prompt_holders, state_data, status_kind
 from ._open import open_existing
 from ._render import runs_table, show_view, tree_view
 from ._replaying import load_factory, pick_agent, replay
@@ -249,8 +249,9 @@ def show(store: str, state_id: str, full: bool, as_json: bool) -> None:
     """
     with _store(store) as opened:
         state = _load(opened, store, state_id)
+        holders = prompt_holders(state, opened.load) if as_json else {}
     if as_json:
-        _echo_json(state_data(state))
+        _echo_json(state_data(state, holders=holders))
         return
     _console().print(show_view(state, None if full else 300))
 

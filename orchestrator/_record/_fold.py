@@ -416,8 +416,11 @@ def _model_request(new: Folded, entry: ModelRequestEntry, lookup: Lookup | None)
     _require_closed_turn(new, "a model request")
     if new.due:
         raise Inconsistent("a model request while the last turn's state updates wait to merge")
-    digest = entry.content.prompt
-    if digest is not None and digest not in new.prompts:
+    digest, holder = entry.content.prompt, entry.content.prompt_holder
+    if holder is not None:  # held by another State of the tree: the store keeps it there
+        if digest is None:
+            raise Inconsistent(f"a model request naming State {holder!r} but no prompt digest")
+    elif digest is not None and digest not in new.prompts:
         raise Inconsistent(f"a model request naming the prompt {digest!r}, which is not recorded")
     new.turn += 1
     new.waiting = True

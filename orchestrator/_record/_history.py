@@ -98,16 +98,19 @@ class RunStart:
 class ModelRequest:
     """A request was sent to `model` with `message_count` messages.
 
-    `prompt` is the digest of the `Prompt` it used, recorded before it in the same history
-    (None: not recorded, as in histories written before prompts were).
+    `prompt` is the digest of the `Prompt` it used (None: not recorded, as in histories
+    written before prompts were). The prompt is recorded before it in the same history, or,
+    when `prompt_holder` names a State, in the history of that State of the same tree (an
+    ancestor or an earlier sibling that used it first): a tree stores each prompt once.
     """
 
     model: str | None = None
     message_count: int = 0
     prompt: str | None = None
+    prompt_holder: str | None = None
 
     def __post_init__(self) -> None:
-        valid_fields(self, "model", "prompt")
+        valid_fields(self, "model", "prompt", "prompt_holder")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

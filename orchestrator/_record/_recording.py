@@ -446,12 +446,17 @@ def require_closed_turn(state: StateParts, what: str) -> None:
 
 
 def begin_think(
-    state: StateParts, *, model: str | None = None, prompt: Prompt | None = None
+    state: StateParts,
+    *,
+    model: str | None = None,
+    prompt: Prompt | None = None,
+    holder: str | None = None,
 ) -> Sequence[Message]:
     """Record a model request; return the messages the request must carry (a view).
 
-    The request names `prompt` by digest; a prompt the State has not recorded yet is recorded
-    just before it (once per State).
+    The request names `prompt` by digest. A prompt this State has not recorded is recorded just
+    before it, unless `holder` names another State of the same tree and store that holds it
+    (the caller saves that one first): the request names that State instead.
 
     Raises:
         ValueError: The State is finished, its turn is open, or a turn's updates wait to merge.
@@ -473,11 +478,15 @@ def begin_think(
             )
         messages = value.messages
         digest = None
+        if prompt is None or prompt.digest in value.prompts or holder == id_of(state):
+            holder = None
         if prompt is not None:
             digest = prompt.digest
-            if digest not in value.prompts:
+            if digest not in value.prompts and holder is None:
                 record(state, PromptEntry, prompt)
-        request = ModelRequest(model=model, message_count=len(messages), prompt=digest)
+        request = ModelRequest(
+            model=model, message_count=len(messages), prompt=digest, prompt_holder=holder
+        )
         record(state, ModelRequestEntry, request)
         return messages
 

@@ -291,9 +291,12 @@ class State(StateParts):
         return None if self._schema is None else self._schema.source
 
     def prompt_of(self, request: ModelRequestEntry) -> Prompt | None:
-        """The prompt (instructions, tools, options) that `request` of this history used.
+        """The prompt (instructions, tools, options) that `request` used, if this history has it.
 
-        None when the request did not record one (histories written before prompts were).
+        None when the request did not record one (histories written before prompts were), or
+        when another State of the tree holds it: a subagent's request names the State that
+        stored the prompt first (`request.content.prompt_holder`, its ancestor or an earlier
+        sibling), so ask that one: ``store.load(holder).prompt_of(request)``.
 
         Raises:
             TypeError: `request` is not a `ModelRequestEntry`.

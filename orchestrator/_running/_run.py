@@ -49,6 +49,7 @@ from ._frame import CallContext, Frame, current_frame, enter, leave
 from ._loop import Loop, LoopBody, run_body
 from ._saver import Saver, Writer
 from ._subagents import cut_off, depth_below, link_child, parent_call, resume_children
+from ._think import Held
 
 if TYPE_CHECKING:
     from .._base._messages import ToolCall
@@ -133,7 +134,9 @@ class Run:
     this run and of the runs started in it. `depth` is how many subagent levels the run is
     below its root run in this process (0: a root). `budget` holds the limits of the run and
     of the runs above it (None: no limits); `estimate` is the input tokens its next model
-    request is expected to have.
+    request is expected to have. `held` maps the digest of each prompt a State of the run's
+    tree records in full to that State: shared by the runs of one tree and store in this
+    process, so a child names its ancestor's or earlier sibling's prompt, not a copy.
     """
 
     __slots__ = (
@@ -142,6 +145,7 @@ class Run:
         "depth",
         "effect_scope",
         "estimate",
+        "held",
         "linked_call",
         "pacers",
         "parent_call",
@@ -188,6 +192,7 @@ class Run:
         self.depth = 0
         self.budget: Budget | None = None
         self.estimate = 0
+        self.held: dict[str, Held] = {}
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None
@@ -381,6 +386,7 @@ async def _run_agent(
     parent = parent_call(frame, state, link)
     depth = depth_below(parent, settings.max_subagent_depth)
     above = None if parent is None else parent.run.budget
+    above_run = None if parent is None else parent.run
     if (
         parent is None
         and link is not None
@@ -388,6 +394,7 @@ async def _run_agent(
         and frame.run.state.id == link.parent_id
     ):
         above = frame.run.budget  # a cut-off child its parent continues
+        above_run = frame.run
     if parent is not None and above is not None and link is None:  # an agent tool checked it
         refused = before_child(above, parent.run.state.id, depth)
         if refused is not None:
@@ -408,6 +415,8 @@ async def _run_agent(
     run.parent_call = parent
     run.parent_link = link
     run.depth = depth
+    if above_run is not None and _same_store(above_run.store, store):
+        run.held = above_run.held  # the tree's prompts: a child names them, stores no copy
     run.budget = budget_for(own, state, above, depth)
     if parent is not None and above is not None:
         parent.counted.append(state.id)  # it spends against the limits above as it runs
@@ -435,6 +444,13 @@ async def _run_agent(
             with anyio.CancelScope(shield=True):  # a consumer that left is not waited for
                 await run.pace()
         run.report("on_run_end", state, error)
+
+
+def _same_store(one: StoreClient | None, other: StoreClient | None) -> bool:
+    """Whether runs saved with `one` and `other` save to the same store (or both to none)."""
+    if one is None or other is None:
+        return one is other
+    return one.store is other.store
 
 
 async def _run_loop(run: Run) -> None:

@@ -17,9 +17,23 @@ from ._frame import Frame, enter, leave
 if TYPE_CHECKING:
     from ._run import Run
 
-__all__ = ("think",)
+__all__ = ("Held", "think")
 
 _log = get_log("agent")
+
+
+class Held:
+    """The State of a tree that records a prompt in full, and whether that is saved yet.
+
+    A State naming it waits for `saved`, so a stored name never points to a prompt not yet
+    stored (the holder's failed save wakes it too: the holder saves it with its next save).
+    """
+
+    __slots__ = ("saved", "state_id")
+
+    def __init__(self, state_id: str) -> None:
+        self.state_id = state_id
+        self.saved = anyio.Event()
 
 
 async def think(run: Run) -> Reply:
@@ -36,16 +50,28 @@ async def think(run: Run) -> Reply:
     state, settings, budget = run.state, run.settings, run.budget
     allow_request(budget, state.id, run.estimate)
     merge_turn(state, settings.handlers)
-    messages = begin_think(state, model=settings.model.name, prompt=settings.prompt)
+    prompt = settings.prompt
+    held = run.held.get(prompt.digest)
+    mine = held is None  # the tree's first request with it: its State keeps it for the tree
+    if held is None:
+        held = run.held[prompt.digest] = Held(state.id)
+    holder = None if mine else held.state_id
+    messages = begin_think(state, model=settings.model.name, prompt=prompt, holder=holder)
     run.report("on_think_start", state)
     request = Request(system=settings.instructions, messages=messages, tools=settings.specs)
     try:
+        if not mine:
+            await held.saved.wait()  # the prompt it names is stored before the name is
         await run.saver.flush()
+        if mine:
+            held.saved.set()
         reply = await _respond(run, request)
         if run.pacers:
             await run.pace()  # a slow events consumer slows the run here
     except BaseException as error:
         with anyio.CancelScope(shield=True):
+            if mine and not held.saved.is_set():  # not saved: the States waiting go on
+                held.saved.set()
             record_error(state, error, again=True)
             await run.saver.flush_after(error)
         raise

@@ -40,7 +40,7 @@ from ._jsontext import dumps
 from ._reading import Readable, agent_of, read_tree
 from ._search import RunFilter
 from ._timeline import timeline_data
-from ._views import info_data, messages_data, state_data
+from ._views import info_data, messages_data, prompt_holders, state_data
 
 __all__ = (
     "HOST",
@@ -126,12 +126,13 @@ class Viewer:
             infos = self._infos()
             info = self._find(infos, state_id)
             state = self.store.load(info.id)
+            holders = prompt_holders(state, self.store.load)  # a child names its tree's prompts
         root = info
         seen = {root.id}
         while root.parent_id in infos and root.parent_id not in seen:
             root = infos[root.parent_id]
             seen.add(root.id)
-        data = state_data(state)
+        data = state_data(state, holders=holders)
         data["messages"] = messages_data(state.messages)
         data["run_id"] = root.id
         return data

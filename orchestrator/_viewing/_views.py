@@ -6,6 +6,7 @@ Everything here reads public names only: `StateInfo`, `State` and its history en
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -45,6 +46,8 @@ __all__ = (
     "info_data",
     "messages_data",
     "model_calls",
+    "prompt_holders",
+    "prompt_in",
     "run_of",
     "seconds",
     "state_data",
@@ -224,7 +227,40 @@ def _entry_data(entry: Any) -> Any:
     return json.loads(encode_entry(entry))
 
 
-def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
+def prompt_holders(state: State, load: Callable[[str], State]) -> dict[str, State]:
+    """The States holding the prompts that `state`'s requests name elsewhere, by id.
+
+    A child's request may name a prompt its ancestor or an earlier sibling stored (the tree
+    stores each prompt once); `load` opens such a State. One that does not load is left out
+    (its requests show no prompt).
+    """
+    holders: dict[str, State] = {}
+    missing: set[str] = set()
+    for entry in state.history:
+        if not isinstance(entry, ModelRequestEntry):
+            continue
+        holder = entry.content.prompt_holder
+        if holder is None or holder in holders or holder in missing:
+            continue
+        try:
+            holders[holder] = load(holder)
+        except (LookupError, ValueError):  # gone, or damaged: its prompt is not shown
+            missing.add(holder)
+    return holders
+
+
+def prompt_in(
+    state: State, request: ModelRequestEntry, holders: Mapping[str, State]
+) -> Prompt | None:
+    """The prompt `request` of `state` used: from its own history or from its holder's."""
+    prompt = state.prompt_of(request)
+    holder = holders.get(request.content.prompt_holder or "")
+    return prompt if prompt is not None or holder is None else holder.prompt_of(request)
+
+
+def state_data(
+    state: State, *, full_history: bool = True, holders: Mapping[str, State] | None = None
+) -> dict[str, Any]:
     """What ``show --json`` prints: the State's facts, its calls with timings, its history."""
     run = run_of(state)
     stopped = state.stopped
@@ -251,7 +287,7 @@ def state_data(state: State, *, full_history: bool = True) -> dict[str, Any]:
         "children": list(state.children),
         "cost": cost_of(state).data(),
         "marks": [{**mark, "at": _iso(mark["at"])} for mark in marks(state)],
-        "model_calls": [_call_data(state, call) for call in model_calls(state)],
+        "model_calls": [_call_data(state, call, holders or {}) for call in model_calls(state)],
         "tool_calls": [
             {
                 "id": tool.call.id,
@@ -276,11 +312,11 @@ def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
     return None if waiting is None else waiting.data(_iso)
 
 
-def _call_data(state: State, call: ModelCall) -> dict[str, Any]:
+def _call_data(state: State, call: ModelCall, holders: Mapping[str, State]) -> dict[str, Any]:
     """One model request as JSON: when, how long, what it was sent, the reply and its cost.
 
     ``prompt`` is what the model was told (instructions, tools, options) where the history
-    records it, else None.
+    records it, or the history of the State of `holders` it names, else None.
     """
     reply = call.reply
     usage = None if reply is None else reply.content.usage
@@ -297,7 +333,7 @@ def _call_data(state: State, call: ModelCall) -> dict[str, Any]:
         "reply": None if reply is None else messages_data((reply.content.message,))[0],
         "tool_calls": [] if reply is None else [c.id for c in reply.tool_calls],
         "error": None if call.error is None else call.error.content,
-        "prompt": _prompt_data(state.prompt_of(call.request)),
+        "prompt": _prompt_data(prompt_in(state, call.request, holders)),
     }
 
 

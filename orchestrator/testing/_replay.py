@@ -96,10 +96,10 @@ class _Script:
 
     __slots__ = ("agent", "expected", "next", "state_id")
 
-    def __init__(self, state: State) -> None:
+    def __init__(self, state: State, tree: Mapping[str, State]) -> None:
         self.state_id = state.id
         self.agent = agent_name(state)
-        self.expected = _requests(state)
+        self.expected = _requests(state, tree)
         self.next = 0
 
     def peek(self) -> _Expected | None:
@@ -133,8 +133,12 @@ def child_ids(state: State) -> list[str]:
 _REWRITES = frozenset({"compact", "clear_tool_results", "restore"})
 
 
-def _requests(state: State) -> list[_Expected]:
+def _requests(state: State, tree: Mapping[str, State]) -> list[_Expected]:
     """The requests `state` recorded, each with the reply or the error that answered it.
+
+    A request's prompt is in `state`'s history, or in that of the State of `tree` it names (a
+    child names the prompt its ancestor or an earlier sibling stored); a holder outside `tree`
+    leaves it unknown, so it is not compared.
 
     A request's messages are those of the history folded up to it: what the model was sent.
     Between two changes that rewrite messages (a compaction, cleared tool results, a restore)
@@ -167,6 +171,9 @@ def _requests(state: State) -> list[_Expected]:
             reply = entry.content if isinstance(entry, ModelReplyEntry) else None
             error = entry.content if isinstance(entry, ErrorEntry) else None
             prompt = state.prompt_of(waiting)
+            holder = tree.get(waiting.content.prompt_holder or "")
+            if prompt is None and holder is not None:
+                prompt = holder.prompt_of(waiting)
             found.append(_Expected(len(found) + 1, messages, tools, reply, error, prompt))
             waiting = None
     return found
@@ -250,7 +257,8 @@ class ReplayModel:
         self._options = None if options is None else dict(options)
         self._name = name
         self._context_window = context_window
-        self._scripts = [_Script(state) for state in states]
+        tree = {state.id: state for state in states}
+        self._scripts = [_Script(state, tree) for state in states]
         self._lock = threading.Lock()
         self._mismatch: ReplayMismatch | None = None
         self.requests: list[Request] = []
