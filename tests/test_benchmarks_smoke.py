@@ -448,7 +448,8 @@ def test_bench_prompt_fan_out() -> None:
     assert growth < metrics["prompt.fanout.entries.copies.growth"].value
     tree = recorded_tree(3)
     held = [sum(entry.kind == "prompt" for entry in state.history) for state in tree]
-    assert held == [1, 1, 0, 0]  # the lead's prompt and the subagents' prompt, once each
+    # The lead's prompt, and the subagents' once: held by whichever subagent asked first.
+    assert (held[0], sorted(held[1:])) == (1, [0, 0, 1])
     copies = with_copies(tree)
     assert [sum(entry.kind == "prompt" for entry in state.history) for state in copies] == [
         1,
