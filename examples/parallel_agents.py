@@ -18,7 +18,18 @@ from pathlib import Path
 
 import anyio
 
-from orchestrator import Agent, Message, Reply, RunStartEntry, State, Tool, ToolCall, Usage, tool
+from orchestrator import (
+    Agent,
+    Message,
+    Reply,
+    RunStartEntry,
+    State,
+    Tool,
+    ToolCall,
+    ToolResultEntry,
+    Usage,
+    tool,
+)
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
@@ -132,7 +143,12 @@ async def main(path: Path) -> None:
 
     async with SQLiteStore(path) as store:  # a new connection, as another process would open
         loaded = await store.aload(lead.id)
-        child_id = loaded.children[0]
+        # The child of the lead's first call (`children` lists them as their calls ended).
+        child_id = next(
+            entry.child_ids[0]
+            for entry in loaded.history
+            if isinstance(entry, ToolResultEntry) and entry.call.id == fan_out[0].id
+        )
         child = await loaded.achild(child_id)
     print(f"reopened {agent_of(child)} from {path.name} with achild: {child.answer}")
     same = child.snapshot() == lead.child(child_id).snapshot()
