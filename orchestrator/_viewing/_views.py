@@ -37,6 +37,7 @@ from orchestrator import (
 )
 from stores import encode_entry
 
+from ..testing._replay import request_messages
 from ._marks import Waiting, cost_of, marks, waits
 
 __all__ = (
@@ -287,7 +288,7 @@ def state_data(
         "children": list(state.children),
         "cost": cost_of(state).data(),
         "marks": [{**mark, "at": _iso(mark["at"])} for mark in marks(state)],
-        "model_calls": [_call_data(state, call, holders or {}) for call in model_calls(state)],
+        "model_calls": _calls_data(state, holders or {}),
         "tool_calls": [
             {
                 "id": tool.call.id,
@@ -310,6 +311,31 @@ def state_data(
 
 def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
     return None if waiting is None else waiting.data(_iso)
+
+
+def _calls_data(state: State, holders: Mapping[str, State]) -> list[dict[str, Any]]:
+    """Each model request of `state` as JSON (`_call_data`), with the messages it sent.
+
+    A request sends every message of the conversation so far; most were sent by the request
+    before it too. So each request carries only its messages that the previous one did not
+    send (``new_messages``) and how many it shares with it (``earlier_messages``): all of a
+    request's messages are the previous request's first ``earlier_messages`` and its new ones.
+    After a context change that rewrote them (a compaction, cleared tool results, a restore)
+    the request shares none and carries all it sent. A 200-turn run so lists each message
+    about once, not 200 times.
+    """
+    sent = request_messages(state)
+    found: list[dict[str, Any]] = []
+    before: tuple[Message, ...] = ()
+    for call in model_calls(state):
+        messages = sent[call.request.seq]
+        earlier = len(before) if messages[: len(before)] == before else 0
+        data = _call_data(state, call, holders)
+        data["earlier_messages"] = earlier
+        data["new_messages"] = messages_data(messages[earlier:])
+        found.append(data)
+        before = messages
+    return found
 
 
 def _call_data(state: State, call: ModelCall, holders: Mapping[str, State]) -> dict[str, Any]:
