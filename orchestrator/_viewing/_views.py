@@ -43,6 +43,7 @@ from ._marks import Waiting, cost_of, marks, waits
 __all__ = (
     "ModelCall",
     "RunOf",
+    "Sent",
     "ToolRun",
     "info_data",
     "messages_data",
@@ -51,6 +52,7 @@ __all__ = (
     "prompt_in",
     "run_of",
     "seconds",
+    "sent_by_request",
     "state_data",
     "status",
     "tool_runs",
@@ -313,28 +315,51 @@ def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
     return None if waiting is None else waiting.data(_iso)
 
 
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What one model request sent, told against the request before it.
+
+    A request sends every message of the conversation so far, and most of them were sent by
+    the request before it too: its messages are that request's first `earlier` and its `new`
+    ones. After a context change that rewrote them (a compaction, cleared tool results, a
+    restore) it shares none (`earlier` is 0) and `new` is all it sent.
+    """
+
+    earlier: int
+    new: tuple[Message, ...]
+
+    @property
+    def count(self) -> int:
+        """How many messages the request sent."""
+        return self.earlier + len(self.new)
+
+
+def sent_by_request(state: State) -> dict[int, Sent]:
+    """What each model request of `state` sent (`Sent`), by the request entry's `seq`."""
+    found: dict[int, Sent] = {}
+    before: tuple[Message, ...] = ()
+    for seq, messages in sorted(request_messages(state).items()):
+        earlier = len(before) if messages[: len(before)] == before else 0
+        found[seq] = Sent(earlier, messages[earlier:])
+        before = messages
+    return found
+
+
 def _calls_data(state: State, holders: Mapping[str, State]) -> list[dict[str, Any]]:
     """Each model request of `state` as JSON (`_call_data`), with the messages it sent.
 
-    A request sends every message of the conversation so far; most were sent by the request
-    before it too. So each request carries only its messages that the previous one did not
-    send (``new_messages``) and how many it shares with it (``earlier_messages``): all of a
-    request's messages are the previous request's first ``earlier_messages`` and its new ones.
-    After a context change that rewrote them (a compaction, cleared tool results, a restore)
-    the request shares none and carries all it sent. A 200-turn run so lists each message
-    about once, not 200 times.
+    ``new_messages`` are those the request before it did not send, ``earlier_messages`` how
+    many it shares with it (`Sent`): a 200-turn run lists each message about once, not 200
+    times, and a reader rebuilds a request's whole list from the requests before it.
     """
-    sent = request_messages(state)
+    sent = sent_by_request(state)
     found: list[dict[str, Any]] = []
-    before: tuple[Message, ...] = ()
     for call in model_calls(state):
-        messages = sent[call.request.seq]
-        earlier = len(before) if messages[: len(before)] == before else 0
+        told = sent[call.request.seq]
         data = _call_data(state, call, holders)
-        data["earlier_messages"] = earlier
-        data["new_messages"] = messages_data(messages[earlier:])
+        data["earlier_messages"] = told.earlier
+        data["new_messages"] = messages_data(told.new)
         found.append(data)
-        before = messages
     return found
 
 

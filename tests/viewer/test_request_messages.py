@@ -181,3 +181,26 @@ def test_a_request_opens_on_the_messages_it_sent(
         assert browser.problems() == []
         for url in browser.requested():
             assert url.startswith(server.url), url
+
+
+def test_show_says_how_many_messages_each_request_added(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    state = State(messages=[Message.user("Read up on a")])
+    with SQLiteStore(path) as store:
+        agent = Agent(FakeModel([tool_call("look", topic="a"), "read"]), tools=[look])
+        agent.run(state)
+        state.compact("We read up on a.")
+        state.add_message(Message.user("And now?"))
+        Agent(FakeModel(["more"]), tools=[look], store=store).run(state)
+    shown = CliRunner().invoke(cli, ["show", str(path), state.id, "--full"], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    requests = [
+        line.split("request", 1)[1].strip()
+        for line in shown.output.splitlines()
+        if " request " in line
+    ]
+    assert requests == [
+        "1 message to fake",
+        "3 messages to fake (2 new)",
+        "3 messages to fake (the context was rewritten: all of them new)",
+    ]
