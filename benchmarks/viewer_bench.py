@@ -7,6 +7,9 @@ nothing, all saved in SQLite. Each number stands beside its floor, measured in t
   store (`read_tree`: every State loaded, each under its call), which it cannot go below;
 - ``orchestrator show`` of the lead, a new process, beside ``show`` of a one-entry State (the
   interpreter, the imports and the store opening);
+- the JSON a State's page reads (``/api/states/ID``) of the lead and of one researcher (its
+  model requests with the messages each sent) beside the history it carries, which it holds
+  whole and cannot go below;
 - the first paint of the run in headless chromium (from navigation to the page's
   ``orchestrator:drawn`` performance mark: runs, tree, timeline and the lead drawn) beside the
   same page on a one-entry store. Without chromium that row is left out and says so.
@@ -26,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import Agent, Message, State, tool
+from orchestrator._viewing._jsontext import dumps  # the viewer's JSON, as it is served
 from orchestrator._viewing._reading import read_tree  # the viewer's own reading, in process
 from orchestrator._viewing._viewer import Viewer, running
 from orchestrator.testing import FakeModel, tool_call
@@ -91,6 +95,12 @@ def _show(path: Path, state_id: str) -> None:
     )
 
 
+def _sizes(viewer: Viewer, state_id: str) -> tuple[int, int]:
+    """The bytes of ``/api/states/ID`` and of the history in it."""
+    data = viewer.state(state_id)
+    return len(dumps(data)), len(dumps(data["history"]))
+
+
 def _paint(path: Path, repeats: int) -> float | None:
     """The best first paint of the newest run of `path`, in ms, or None without chromium."""
     if shutil.which("chromium") is None:
@@ -125,6 +135,11 @@ def bench_viewer(
             (root,) = [info for info in infos if info.id == lead_id]
             loads = _best(lambda: read_tree(store, root), repeats)
             api = _best(lambda: viewer.run(lead_id), repeats)
+            researcher = store.load(lead_id).children[0]
+            sizes = {
+                who: _sizes(viewer, state_id)
+                for who, state_id in (("lead", lead_id), ("researcher", researcher))
+            }
         progress("viewer: orchestrator show ...")
         show = _best(lambda: _show(big, lead_id), repeats)
         show_floor = _best(lambda: _show(small, tiny_id), repeats)
@@ -150,6 +165,21 @@ def bench_viewer(
         ),
         Metric("viewer.show.ms", f"orchestrator show of the lead of a {label}", show * 1e3, "ms"),
     ]
+    for who, (whole, history) in sizes.items():
+        metrics += [
+            Metric(
+                f"viewer.state_json.{who}.floor.kb",
+                f"/api/states/ID of the {who}: its history alone",
+                history / 1024,
+                "KB",
+            ),
+            Metric(
+                f"viewer.state_json.{who}.kb",
+                f"/api/states/ID of the {who} (model requests with their messages)",
+                whole / 1024,
+                "KB",
+            ),
+        ]
     if paint is not None and paint_floor is not None:
         metrics += [
             Metric(

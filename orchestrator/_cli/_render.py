@@ -42,7 +42,7 @@ from orchestrator import (
 
 from .._viewing._marks import Cost, cost_of, marks, waits
 from .._viewing._tree import TreeNode
-from .._viewing._views import model_calls, run_of, seconds, status
+from .._viewing._views import model_calls, run_of, seconds, sent_by_request, status
 
 __all__ = (
     "happened_table",
@@ -329,8 +329,15 @@ def history_table(state: State, limit: int | None) -> Table:
     table.add_column("")
     start = state.created_at
     asked: dict[str, tuple[datetime, ToolCall]] = {}
+    sent = sent_by_request(state)
+    first = min(sent, default=-1)
     for entry in state.history:
         label, details = _entry_row(entry, limit, asked)
+        told = sent.get(entry.seq) if isinstance(entry, ModelRequestEntry) else None
+        if told is not None and told.earlier:
+            details.append(f" ({len(told.new)} new)", style="dim")
+        elif told is not None and told.count and entry.seq != first:
+            details.append(" (the context was rewritten: all of them new)", style="dim")
         offset = seconds(start, entry.at)
         table.add_row(f"+{offset or 0:.3f}s", label, details)
     return table

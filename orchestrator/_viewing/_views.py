@@ -37,11 +37,13 @@ from orchestrator import (
 )
 from stores import encode_entry
 
+from ..testing._replay import request_messages
 from ._marks import Waiting, cost_of, marks, waits
 
 __all__ = (
     "ModelCall",
     "RunOf",
+    "Sent",
     "ToolRun",
     "info_data",
     "messages_data",
@@ -50,6 +52,7 @@ __all__ = (
     "prompt_in",
     "run_of",
     "seconds",
+    "sent_by_request",
     "state_data",
     "status",
     "tool_runs",
@@ -287,7 +290,7 @@ def state_data(
         "children": list(state.children),
         "cost": cost_of(state).data(),
         "marks": [{**mark, "at": _iso(mark["at"])} for mark in marks(state)],
-        "model_calls": [_call_data(state, call, holders or {}) for call in model_calls(state)],
+        "model_calls": _calls_data(state, holders or {}),
         "tool_calls": [
             {
                 "id": tool.call.id,
@@ -310,6 +313,54 @@ def state_data(
 
 def _waiting_data(waiting: Waiting | None) -> dict[str, Any] | None:
     return None if waiting is None else waiting.data(_iso)
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """What one model request sent, told against the request before it.
+
+    A request sends every message of the conversation so far, and most of them were sent by
+    the request before it too: its messages are that request's first `earlier` and its `new`
+    ones. After a context change that rewrote them (a compaction, cleared tool results, a
+    restore) it shares none (`earlier` is 0) and `new` is all it sent.
+    """
+
+    earlier: int
+    new: tuple[Message, ...]
+
+    @property
+    def count(self) -> int:
+        """How many messages the request sent."""
+        return self.earlier + len(self.new)
+
+
+def sent_by_request(state: State) -> dict[int, Sent]:
+    """What each model request of `state` sent (`Sent`), by the request entry's `seq`."""
+    found: dict[int, Sent] = {}
+    before: tuple[Message, ...] = ()
+    for seq, messages in sorted(request_messages(state).items()):
+        earlier = len(before) if messages[: len(before)] == before else 0
+        found[seq] = Sent(earlier, messages[earlier:])
+        before = messages
+    return found
+
+
+def _calls_data(state: State, holders: Mapping[str, State]) -> list[dict[str, Any]]:
+    """Each model request of `state` as JSON (`_call_data`), with the messages it sent.
+
+    ``new_messages`` are those the request before it did not send, ``earlier_messages`` how
+    many it shares with it (`Sent`): a 200-turn run lists each message about once, not 200
+    times, and a reader rebuilds a request's whole list from the requests before it.
+    """
+    sent = sent_by_request(state)
+    found: list[dict[str, Any]] = []
+    for call in model_calls(state):
+        told = sent[call.request.seq]
+        data = _call_data(state, call, holders)
+        data["earlier_messages"] = told.earlier
+        data["new_messages"] = messages_data(told.new)
+        found.append(data)
+    return found
 
 
 def _call_data(state: State, call: ModelCall, holders: Mapping[str, State]) -> dict[str, Any]:

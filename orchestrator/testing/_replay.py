@@ -63,6 +63,7 @@ __all__ = (
     "describe_message",
     "message_difference",
     "messages_difference",
+    "request_messages",
 )
 
 _SHOWN = 160  # characters of a text shown in a difference
@@ -133,19 +134,14 @@ def child_ids(state: State) -> list[str]:
 _REWRITES = frozenset({"compact", "clear_tool_results", "restore"})
 
 
-def _requests(state: State, tree: Mapping[str, State]) -> list[_Expected]:
-    """The requests `state` recorded, each with the reply or the error that answered it.
-
-    A request's prompt is in `state`'s history, or in that of the State of `tree` it names (a
-    child names the prompt its ancestor or an earlier sibling stored); a holder outside `tree`
-    leaves it unknown, so it is not compared.
+def request_messages(state: State) -> dict[int, tuple[Message, ...]]:
+    """The messages each model request of `state` sent, by the request entry's `seq`.
 
     A request's messages are those of the history folded up to it: what the model was sent.
     Between two changes that rewrite messages (a compaction, cleared tool results, a restore)
     messages are only appended, so one fold at the end of each such stretch gives the messages
     of every request in it, as the first `message_count` of them: a long State is read in one
-    pass, not one fold per request (which grows with the square of its turns). A request that
-    got neither a reply nor an error (a run still waiting) is left out.
+    pass, not one fold per request (which grows with the square of its turns).
     """
     history = state.history
     stretch_ends = [
@@ -155,19 +151,35 @@ def _requests(state: State, tree: Mapping[str, State]) -> list[_Expected]:
     ]
     stretch_ends.append(len(history))
     folded: dict[int, tuple[Message, ...]] = {}
+    sent: dict[int, tuple[Message, ...]] = {}
+    for entry in history:
+        if isinstance(entry, ModelRequestEntry):
+            end = stretch_ends[bisect.bisect_right(stretch_ends, entry.seq)]
+            if end not in folded:
+                folded[end] = tuple(State(history=history[:end]).messages)
+            sent[entry.seq] = folded[end][: entry.content.message_count]
+    return sent
+
+
+def _requests(state: State, tree: Mapping[str, State]) -> list[_Expected]:
+    """The requests `state` recorded, each with the reply or the error that answered it.
+
+    A request's prompt is in `state`'s history, or in that of the State of `tree` it names (a
+    child names the prompt its ancestor or an earlier sibling stored); a holder outside `tree`
+    leaves it unknown, so it is not compared. Its messages are `request_messages`. A request
+    that got neither a reply nor an error (a run still waiting) is left out.
+    """
+    sent = request_messages(state)
     found: list[_Expected] = []
     tools: tuple[str, ...] = ()
     waiting: ModelRequestEntry | None = None
-    for entry in history:
+    for entry in state.history:
         if isinstance(entry, RunStartEntry):
             tools = entry.content.tools
         elif isinstance(entry, ModelRequestEntry):
             waiting = entry
         elif waiting is not None and isinstance(entry, ModelReplyEntry | ErrorEntry):
-            end = stretch_ends[bisect.bisect_right(stretch_ends, waiting.seq)]
-            if end not in folded:
-                folded[end] = tuple(State(history=history[:end]).messages)
-            messages = folded[end][: waiting.content.message_count]
+            messages = sent[waiting.seq]
             reply = entry.content if isinstance(entry, ModelReplyEntry) else None
             error = entry.content if isinstance(entry, ErrorEntry) else None
             prompt = state.prompt_of(waiting)

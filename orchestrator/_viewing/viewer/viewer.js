@@ -377,12 +377,15 @@ function drawState(state) {
   document.getElementById("marks-panel").hidden = state.marks.length === 0;
   document.getElementById("requests").replaceChildren(...state.model_calls.map((call, i) =>
     drawRequest(call, i, children, timing, state)));
-  document.getElementById("messages").replaceChildren(...state.messages.map((message) => {
-    const role = roleOf(message);
-    return el("li", { class: `msg msg-${role.replace(/ /g, "-")}` },
-      el("div", { class: "role" }, role),
-      message.blocks.map((block) => drawBlock(block, children, timing, state)));
-  }));
+  document.getElementById("messages").replaceChildren(...state.messages.map((message) =>
+    drawMessage(message, children, timing, state, "li")));
+}
+
+function drawMessage(message, children, timing, state, tag) {
+  const role = roleOf(message);
+  return el(tag, { class: `msg msg-${role.replace(/ /g, "-")}` },
+    el("div", { class: "role" }, role),
+    message.blocks.map((block) => drawBlock(block, children, timing, state)));
 }
 
 const MARK_WORDS = { recovered: "recovered:", resumed: "resumed:", stopped: "stop:", approval: "decision:" };
@@ -395,17 +398,60 @@ function roleOf(message) {
   return message.role;
 }
 
-// One model request: when, how long, what it cost, why it stopped; open it for the reply and,
-// where the history records it, what the model was told (the prompt, collapsed).
+// The messages the request `i` of `calls` sent: the first `earlier_messages` of the request
+// before it, then its own new ones (the JSON lists each message once, not once per request).
+function sentBy(calls, i) {
+  let first = i;
+  while (first > 0 && calls[first].earlier_messages) first -= 1;
+  let sent = calls[first].new_messages;
+  for (let j = first + 1; j <= i; j += 1) {
+    sent = sent.slice(0, calls[j].earlier_messages).concat(calls[j].new_messages);
+  }
+  return sent;
+}
+
+// What a request sent, collapsed; drawn when first opened, so a long run's page stays light.
+// Its new messages are shown; those the request before it sent too, in a fold of their own.
+function drawSent(call, i, children, timing, state) {
+  const earlier = call.earlier_messages;
+  const fresh = call.new_messages.length;
+  const before = i > 0 ? state.model_calls[i - 1].messages : 0;
+  const words = earlier ? `${fresh} new, ${earlier} sent before`
+    : i > 0 && before ? `all ${fresh} shown: the context was rewritten (compacted, cleared or restored)`
+    : `${fresh}`;
+  const box = el("details", { class: "sent" },
+    el("summary", {}, `messages sent (${call.messages}): ${words}`));
+  box.addEventListener("toggle", () => {
+    if (!box.open || box.dataset.drawn) return;
+    box.dataset.drawn = "yes";
+    if (earlier) {
+      const fold = el("details", { class: "sent-earlier" },
+        el("summary", {}, `${earlier} earlier message${earlier === 1 ? "" : "s"}`));
+      fold.addEventListener("toggle", () => {
+        if (!fold.open || fold.dataset.drawn) return;
+        fold.dataset.drawn = "yes";
+        fold.append(...sentBy(state.model_calls, i).slice(0, earlier).map((message) =>
+          drawMessage(message, children, timing, state, "div")));
+      });
+      box.append(fold);
+    }
+    box.append(...call.new_messages.map((message) => drawMessage(message, children, timing, state, "div")));
+  });
+  return box;
+}
+
+// One model request: when, how long, what it cost, why it stopped; open it for the messages it
+// sent, the reply and, where the history records it, what the model was told (the prompt).
 function drawRequest(call, i, children, timing, state) {
   const usage = call.usage;
   const price = call.cost === null ? "-" : call.cost === "unpriced" ? "unpriced" : `$${call.cost.toFixed(4)}`;
-  const head = `#${i + 1} · turn ${call.turn} · ${call.model || "model"} · ${call.messages} messages · ${secs(call.seconds)}` +
+  const head = `#${i + 1} · turn ${call.turn} · ${call.model || "model"} · ${call.messages} message${call.messages === 1 ? "" : "s"} · ${secs(call.seconds)}` +
     (usage ? ` · ${tokens(usage)} tok · ${price}` : "") + (call.stop_reason ? ` · ${call.stop_reason}` : "");
   return el("li", { class: "request" }, el("details", {},
     el("summary", {}, head, call.error ? el("span", { class: "result-error" }, ` failed: ${call.error}`) : null),
     call.prompt ? el("details", { class: "prompt" }, el("summary", {}, "prompt"),
       el("pre", { class: "data" }, typeof call.prompt === "string" ? call.prompt : JSON.stringify(call.prompt, null, 2))) : null,
+    call.new_messages ? drawSent(call, i, children, timing, state) : null,
     call.reply ? el("div", { class: "msg msg-assistant" }, el("div", { class: "role" }, "reply"),
       call.reply.blocks.map((block) => drawBlock(block, children, timing, state))) : null));
 }
