@@ -6,6 +6,8 @@ Their requests carry the agent's instructions and its model's options but no too
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from pathlib import Path
 from typing import TypeVar
 
@@ -25,7 +27,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request
 from orchestrator.testing import FakeModel, ReplayModel, tool_call
-from stores import SQLiteStore
+from stores import SQLiteStore, decode_entry, encode_entry
 from tests.doubles import add, assert_replays
 
 pytestmark = pytest.mark.anyio
@@ -210,3 +212,31 @@ async def test_a_history_with_an_ask_replays() -> None:
     replay.check()
     assert again.answer == "3"
     assert replay.answered == 2
+
+
+async def test_an_ask_naming_an_unrecorded_prompt_cannot_follow() -> None:
+    agent = Agent(TunedModel(["It is a sum."]), instructions="Be brief.")
+    state = asked()
+    await agent.aask(state, "What kind of question is it?")
+    *before, prompt_entry, ask = state.history
+    assert isinstance(prompt_entry, PromptEntry)
+    assert isinstance(ask, AskEntry)
+    forged = dataclasses.replace(ask, seq=ask.seq - 1)
+    with pytest.raises(ValueError, match=r"an ask naming the prompt .*, which is not recorded"):
+        State(history=[*before, forged])
+
+
+async def test_an_ask_stored_before_asks_named_prompts_loads() -> None:
+    agent = Agent(TunedModel(["It is a sum."]), instructions="Be brief.")
+    state = asked()
+    await agent.aask(state, "What kind of question is it?")
+    *before, _, ask = state.history
+    assert isinstance(ask, AskEntry)
+    old = json.loads(encode_entry(ask))
+    del old["content"]["prompt"], old["content"]["prompt_holder"]
+    old["seq"] = ask.seq - 1
+    entry = decode_entry(json.dumps(old), state_id=state.id, index=ask.seq - 1)
+    assert isinstance(entry, AskEntry)
+    loaded = State(history=[*before, entry])
+    assert loaded.prompt_of(entry) is None
+    assert loaded.usage == state.usage
