@@ -757,6 +757,35 @@ def test_replay_with_changed_instructions_shows_a_diff(recorded: Recorded) -> No
 
 
 @pytest.mark.usefixtures("in_root")
+def test_replay_compares_the_options_given(recorded: Recorded) -> None:
+    args = ("replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build")
+    # The recording's model told no options: none given compares none, {} is the same.
+    assert run(*args, "--options", "{}").exit_code == 0
+    result = run(*args, "--options", '{"temperature": 0.2}')
+
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "did not match"
+    assert lines[1].endswith(
+        f"request 1 of 2 of State {recorded.lead.id} (agent 'lead'): the options differ:"
+    )
+    assert '+ "temperature": 0.2' in lines
+    data = json.loads(run(*args, "--options", '{"temperature": 0.2}', "--json").stdout)
+    assert data["matched"] is False
+    assert "the options differ" in data["difference"]
+
+
+@pytest.mark.parametrize("options", ["{not json", "[1, 2]", '"warm"'])
+def test_replay_with_bad_options_says_what_to_give(recorded: Recorded, options: str) -> None:
+    args = ("replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build")
+    result = run(*args, "--options", options)
+
+    assert result.exit_code == 2
+    assert "is not a JSON object" in result.output
+    assert """e.g. '{"temperature": 0.2}'""" in result.output
+
+
+@pytest.mark.usefixtures("in_root")
 def test_replay_of_the_lead_run_by_another_agent_differs(recorded: Recorded) -> None:
     result = run(
         "replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build",
