@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 from rich.console import Console
@@ -152,20 +152,22 @@ def _since(text: str) -> datetime:
     return moment.astimezone() if moment.tzinfo is None else moment
 
 
-def _options(context: click.Context, param: click.Parameter, text: str | None) -> Any:
+def _options(
+    context: click.Context, param: click.Parameter, text: str | None
+) -> dict[str, Any] | None:
     """The JSON object ``--options`` gives, or None when it is not given."""
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value: Any = json.loads(text)
     except ValueError:
         value = None
-    if not isinstance(value, dict):
-        raise click.BadParameter(
-            f"{text!r} is not a JSON object: give the options the agents' model sends, as"
-            """ the model's .options shows them, e.g. '{"temperature": 0.2}'."""
-        )
-    return value
+    if isinstance(value, dict):
+        return cast("dict[str, Any]", value)
+    raise click.BadParameter(
+        f"{text!r} is not a JSON object: give the options the agents' model sends, as"
+        """ the model's .options shows them, e.g. '{"temperature": 0.2}'."""
+    )
 
 
 @click.group(
