@@ -319,7 +319,9 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
     history = lines[lines.index("History") + 1 :]
     whats = [line.split()[1] for line in history if line.startswith("+")]
-    assert whats[:6] == ["messages", "data", "notice", "compacted", "ask", "restored"]
+    # The compaction's request records the prompt; the ask and the runs send the same one.
+    assert whats[:7] == ["messages", "data", "notice", "prompt", "compacted", "ask", "restored"]
+    assert whats.count("prompt") == 1
     happened = lines[lines.index("What happened") + 1 : lines.index("History")]
     assert any(line.split()[1:3] == ["resumed", "run"] for line in happened)
     assert "cleared" in whats
