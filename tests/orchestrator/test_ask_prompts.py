@@ -240,3 +240,42 @@ async def test_an_ask_stored_before_asks_named_prompts_loads() -> None:
     loaded = State(history=[*before, entry])
     assert loaded.prompt_of(entry) is None
     assert loaded.usage == state.usage
+
+
+async def test_a_subagents_ask_names_the_state_of_its_tree_that_holds_the_prompt(
+    tmp_path: Path,
+) -> None:
+    @loop(limit=1)
+    async def think_then_ask(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+        await agent.aask(state, "Anything left?")
+
+    def helper_replies(request: Request) -> str:
+        return "no" if request.messages[-1].text == "Anything left?" else "found"
+
+    helper = Agent(
+        TunedModel([helper_replies] * 4),
+        instructions="Help.",  # no tools: its turns and asks send one prompt
+        name="helper",
+        description="Helps with one task.",
+        loop=think_then_ask,
+    )
+    with SQLiteStore(tmp_path / "runs.db") as store:
+        lead = Agent(
+            FakeModel([tool_call("helper", task="one"), tool_call("helper", task="two"), "done"]),
+            tools=[helper],
+            store=store,
+        )
+        root = asked()
+        await lead.arun(root)
+        loaded = await store.aload(root.id)
+        first, second = [await loaded.achild(child_id) for child_id in loaded.children]
+    (prompt,) = prompts(first)
+    assert prompt.instructions == "Help."
+    assert prompts(second) == []  # the tree stores it once: the first helper holds it
+    ask = only(second, AskEntry)
+    assert ask.content.prompt == prompt.digest
+    assert ask.content.prompt_holder == first.id
+    assert second.prompt_of(ask) is None  # held by the first helper: ask that one
+    assert first.prompt_of(ask) == prompt
+    assert only(first, AskEntry).content.prompt_holder is None
