@@ -12,11 +12,12 @@ not match, 2 on trouble (a bad store URL, a missing id, a damaged store, a wrong
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 from collections.abc import Generator
 from datetime import UTC, datetime, timedelta
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 import click
 from rich.console import Console
@@ -149,6 +150,24 @@ def _since(text: str) -> datetime:
             " (2026-12-01T09:30, local unless it has an offset) or an age (30m, 2h, 7d, 1w)."
         ) from None
     return moment.astimezone() if moment.tzinfo is None else moment
+
+
+def _options(
+    context: click.Context, param: click.Parameter, text: str | None
+) -> dict[str, Any] | None:
+    """The JSON object ``--options`` gives, or None when it is not given."""
+    if text is None:
+        return None
+    try:
+        value: Any = json.loads(text)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        return cast("dict[str, Any]", value)
+    raise click.BadParameter(
+        f"{text!r} is not a JSON object: give the options the agents' model sends, as"
+        """ the model's .options shows them, e.g. '{"temperature": 0.2}'."""
+    )
 
 
 @click.group(
@@ -457,9 +476,21 @@ def serve_command(
     metavar="NAME",
     help="The agent to run the State with (default: the one its first run recorded).",
 )
+@click.option(
+    "--options",
+    metavar="JSON",
+    callback=_options,
+    help="The request options of the model the agents would use (its .options, a JSON object),"
+    """ compared with the recorded ones, e.g. '{"temperature": 0.2}' (default: not compared).""",
+)
 @_json_option
 def replay_command(
-    store: str, state_id: str, factory: str, agent: str | None, as_json: bool
+    store: str,
+    state_id: str,
+    factory: str,
+    agent: str | None,
+    options: dict[str, Any] | None,
+    as_json: bool,
 ) -> None:
     """Run a saved State and its subagents again, offline, and say whether it matched.
 
@@ -467,12 +498,15 @@ def replay_command(
     request that differs is reported. The tools run for real. FUNCTION(model) must return a
     dict of agent name -> Agent, every agent (subagents too) built with that model.
 
+    The instructions and tool specs of each request are compared with the recorded prompt;
+    the options too when --options gives those of the model the agents would use.
+
     Exit code 0 when the replay matched, 1 when it did not (the first difference is shown).
     """
     with _store(store) as opened:
         root = _load(opened, store, state_id)
         with _trouble():
-            model = ReplayModel(root)
+            model = ReplayModel(root, options=options)
     with _trouble():
         build = load_factory(factory)
         name, chosen = pick_agent(build(model), root, agent, factory)

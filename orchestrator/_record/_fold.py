@@ -355,6 +355,7 @@ def cleared_messages(messages: tuple[Message, ...], keep_last: int) -> tuple[Mes
 def _context_change(new: Folded, entry: ContextChangeEntry, lookup: Lookup | None) -> None:
     change = entry.content
     _require_closed_turn(new, f"a {change.kind} context change")
+    _named_prompt(new, change.prompt, change.prompt_holder, f"a {change.kind} context change")
     if change.kind == "import":
         new.messages = new.messages.extend(change.messages)
     elif change.kind == "compact":
@@ -416,14 +417,18 @@ def _model_request(new: Folded, entry: ModelRequestEntry, lookup: Lookup | None)
     _require_closed_turn(new, "a model request")
     if new.due:
         raise Inconsistent("a model request while the last turn's state updates wait to merge")
-    digest, holder = entry.content.prompt, entry.content.prompt_holder
-    if holder is not None:  # held by another State of the tree: the store keeps it there
-        if digest is None:
-            raise Inconsistent(f"a model request naming State {holder!r} but no prompt digest")
-    elif digest is not None and digest not in new.prompts:
-        raise Inconsistent(f"a model request naming the prompt {digest!r}, which is not recorded")
+    _named_prompt(new, entry.content.prompt, entry.content.prompt_holder, "a model request")
     new.turn += 1
     new.waiting = True
+
+
+def _named_prompt(new: Folded, digest: str | None, holder: str | None, what: str) -> None:
+    """Check the prompt an entry (`what`) names: recorded before it, or held by `holder`."""
+    if holder is not None:  # held by another State of the tree: the store keeps it there
+        if digest is None:
+            raise Inconsistent(f"{what} naming State {holder!r} but no prompt digest")
+    elif digest is not None and digest not in new.prompts:
+        raise Inconsistent(f"{what} naming the prompt {digest!r}, which is not recorded")
 
 
 def _prompt(new: Folded, entry: PromptEntry, lookup: Lookup | None) -> None:
@@ -522,7 +527,9 @@ def _stop(new: Folded, entry: StopEntry, lookup: Lookup | None) -> None:
 
 def _ask(new: Folded, entry: HistoryEntry, lookup: Lookup | None) -> None:
     assert entry.kind == "ask"
-    new.usage = new.usage + entry.content.usage
+    asked = entry.content
+    _named_prompt(new, asked.prompt, asked.prompt_holder, "an ask")
+    new.usage = new.usage + asked.usage
 
 
 def _approval(new: Folded, entry: ApprovalEntry, lookup: Lookup | None) -> None:

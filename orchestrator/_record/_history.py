@@ -49,7 +49,11 @@ OUTCOMES: frozenset[str] = frozenset(Outcome.__args__)  # type: ignore[attr-defi
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextChange:
-    """What changed the context: an import, a compaction, cleared tool results or a restore."""
+    """What changed the context: an import, a compaction, cleared tool results or a restore.
+
+    A compaction written by the model (`agent.compact`) names the prompt its request used,
+    as a `ModelRequest` does (`prompt`, `prompt_holder`); None for the other kinds.
+    """
 
     kind: Literal["import", "compact", "clear_tool_results", "restore"]
     messages: tuple[Message, ...] = ()
@@ -58,9 +62,11 @@ class ContextChange:
     restored_to: int | None = None
     covered: int | None = None  # a compaction's summary covers this many messages (None: all)
     usage: Usage = field(default_factory=Usage)
+    prompt: str | None = None
+    prompt_holder: str | None = None
 
     def __post_init__(self) -> None:
-        valid_fields(self, "summary")
+        valid_fields(self, "summary", "prompt", "prompt_holder")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,15 +121,21 @@ class ModelRequest:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AskRecord:
-    """An `agent.ask` that was answered: the question, the answer (JSON) and what it cost."""
+    """An `agent.ask` that was answered: the question, the answer (JSON) and what it cost.
+
+    `prompt` and `prompt_holder` name the prompt its requests used, as a `ModelRequest` does
+    (None: not recorded, as in histories written before asks recorded theirs).
+    """
 
     question: str
     answer: Any
     usage: Usage = field(default_factory=Usage)
     error: str | None = None  # set when no valid answer came: what was wrong with the last one
+    prompt: str | None = None
+    prompt_holder: str | None = None
 
     def __post_init__(self) -> None:
-        valid_fields(self, "question", "error")
+        valid_fields(self, "question", "error", "prompt", "prompt_holder")
         object.__setattr__(self, "answer", freeze(self.answer, "the answer"))
 
 

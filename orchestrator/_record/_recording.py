@@ -477,18 +477,30 @@ def begin_think(
                 " agent.athink merge them first)."
             )
         messages = value.messages
-        digest = None
-        if prompt is None or prompt.digest in value.prompts or holder == id_of(state):
-            holder = None
-        if prompt is not None:
-            digest = prompt.digest
-            if digest not in value.prompts and holder is None:
-                record(state, PromptEntry, prompt)
+        digest, holder = _name_prompt(state, value, prompt, holder)
         request = ModelRequest(
             model=model, message_count=len(messages), prompt=digest, prompt_holder=holder
         )
         record(state, ModelRequestEntry, request)
         return messages
+
+
+def _name_prompt(
+    state: StateParts, value: Folded, prompt: Prompt | None, holder: str | None
+) -> tuple[str | None, str | None]:
+    """The digest and holder an entry names for `prompt`; the prompt recorded first if due.
+
+    A prompt this State has not recorded is recorded now, unless `holder` names another State
+    of the tree that holds it: the entry names that State. Called under the State's lock, just
+    before the entry that names it (a model request, an ask, a compaction) is recorded.
+    """
+    if prompt is None:
+        return None, None
+    if prompt.digest in value.prompts or holder == id_of(state):
+        holder = None
+    if holder is None and prompt.digest not in value.prompts:
+        record(state, PromptEntry, prompt)
+    return prompt.digest, holder
 
 
 def record_reply(state: StateParts, reply: Reply) -> ModelReplyEntry:
@@ -536,11 +548,30 @@ def record_run_start(state: StateParts, start: RunStart) -> RunStartEntry:
 
 
 def record_ask(
-    state: StateParts, question: str, answer: Any, usage: Usage, error: str | None = None
+    state: StateParts,
+    question: str,
+    answer: Any,
+    usage: Usage,
+    error: str | None = None,
+    *,
+    prompt: Prompt | None = None,
+    holder: str | None = None,
 ) -> AskEntry:
-    """Record an `ask` exchange: the question, the answer as JSON (or the error), its usage."""
-    entry = AskRecord(question=question, answer=answer, usage=usage, error=error)
-    return cast("AskEntry", record(state, AskEntry, entry))
+    """Record an `ask` exchange: the question, the answer as JSON (or the error), its usage.
+
+    The entry names `prompt`, what its requests told the model, as `begin_think` does.
+    """
+    with lock_of(state):
+        digest, holder = _name_prompt(state, value_of(state), prompt, holder)
+        entry = AskRecord(
+            question=question,
+            answer=answer,
+            usage=usage,
+            error=error,
+            prompt=digest,
+            prompt_holder=holder,
+        )
+        return cast("AskEntry", record(state, AskEntry, entry))
 
 
 def record_tool_result(
@@ -682,9 +713,18 @@ def check_update(
 
 
 def record_compact(
-    state: StateParts, summary: str, usage: Usage, covered: int | None = None
+    state: StateParts,
+    summary: str,
+    usage: Usage,
+    covered: int | None = None,
+    *,
+    prompt: Prompt | None = None,
+    holder: str | None = None,
 ) -> None:
     """Record a compaction to `summary` of the first `covered` messages (None: all).
+
+    A summary the model wrote names `prompt`, what its request told the model, as
+    `begin_think` does (None: a summary given by the caller).
 
     Raises:
         TypeError: `summary` is not a str.
@@ -696,7 +736,15 @@ def record_compact(
         raise ValueError("compact got an empty summary: say what the model should keep.")
     with lock_of(state):
         require_closed_turn(state, "compact")
-        change = ContextChange(kind="compact", summary=summary, usage=usage, covered=covered)
+        digest, holder = _name_prompt(state, value_of(state), prompt, holder)
+        change = ContextChange(
+            kind="compact",
+            summary=summary,
+            usage=usage,
+            covered=covered,
+            prompt=digest,
+            prompt_holder=holder,
+        )
         record(state, ContextChangeEntry, change)
 
 

@@ -22,6 +22,7 @@ from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByFinish
 from ._fold import cleared_messages, replay
 from ._history import (
+    AskEntry,
     ContextChange,
     ContextChangeEntry,
     ExtraDataChange,
@@ -290,21 +291,26 @@ class State(StateParts):
         """The schema given with `State(schema=...)` or bound by an Agent, or None."""
         return None if self._schema is None else self._schema.source
 
-    def prompt_of(self, request: ModelRequestEntry) -> Prompt | None:
+    def prompt_of(
+        self, request: ModelRequestEntry | AskEntry | ContextChangeEntry
+    ) -> Prompt | None:
         """The prompt (instructions, tools, options) that `request` used, if this history has it.
 
-        None when the request did not record one (histories written before prompts were), or
-        when another State of the tree holds it: a subagent's request names the State that
-        stored the prompt first (`request.content.prompt_holder`, its ancestor or an earlier
-        sibling), so ask that one: ``store.load(holder).prompt_of(request)``.
+        `request` is a model request entry of `state.history`, or an `ask` or a compaction
+        entry (their requests record their prompt too: the instructions and options, no tools).
+        None when the entry did not record one (histories written before prompts were, a
+        compaction whose summary the caller gave), or when another State of the tree holds it:
+        a subagent's request names the State that stored the prompt first
+        (`request.content.prompt_holder`, its ancestor or an earlier sibling), so ask that one:
+        ``store.load(holder).prompt_of(request)``.
 
         Raises:
-            TypeError: `request` is not a `ModelRequestEntry`.
+            TypeError: `request` is not one of those entries.
         """
-        if not isinstance(request, ModelRequestEntry):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if not isinstance(request, ModelRequestEntry | AskEntry | ContextChangeEntry):  # pyright: ignore[reportUnnecessaryIsInstance]
             raise TypeError(
-                f"prompt_of takes a model request entry of state.history, got"
-                f" {type(request).__name__}."
+                f"prompt_of takes a model request, ask or compaction entry of state.history,"
+                f" got {type(request).__name__}."
             )
         digest = request.content.prompt
         return None if digest is None else self._folded.prompts.get(digest)

@@ -537,8 +537,10 @@ class Agent:
     async def aask(self, state: State, prompt: str, returns: Any = str, *, retries: int = 2) -> Any:
         """Ask the model a question about `state` and return a value of type `returns`.
 
-        The context does not change; the exchange is recorded as one `ask` entry. A reply that
-        does not validate is shown to the model with the error, up to `retries` times.
+        The context does not change; the exchange is recorded as one `ask` entry, which names
+        the prompt its requests sent (the instructions and options, no tools; `state.prompt_of`
+        gives it). A reply that does not validate is shown to the model with the error, up to
+        `retries` times.
 
         Raises:
             OutputError: No valid answer after the retries.
@@ -564,7 +566,11 @@ class Agent:
         return run_sync(call, name="ask")
 
     async def acompact(self, state: State) -> None:
-        """Have the model summarize the conversation, then `state.compact(summary)`."""
+        """Have the model summarize the conversation, then `state.compact(summary)`.
+
+        The compaction names the prompt its request sent (the instructions and options, no
+        tools), as an `ask` does.
+        """
         await step(self, self._settings, state, compact)
 
     def compact(self, state: State) -> None:

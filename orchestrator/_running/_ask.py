@@ -14,6 +14,7 @@ from .._base._reply import Usage
 from .._record._recording import compaction, record_ask, record_compact, require_closed_turn
 from ..models import Request
 from ._budget import allow_request, spend
+from ._think import saved_holder
 
 if TYPE_CHECKING:
     from ._run import Run
@@ -84,6 +85,13 @@ async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
     except pydantic.PydanticSchemaGenerationError as error:
         raise TypeError(f"ask cannot validate the type {returns!r}: {error}") from None
     messages = [*state.messages, Message.user(prompt + _instructions(adapter, returns))]
+    told = settings.prompt_without_tools  # what its requests tell the model besides messages
+
+    def record(answer: Any, usage: Usage, error: str | None = None) -> None:
+        holder = saved_holder(run, told)
+        record_ask(state, prompt, answer, usage, error=error, prompt=told, holder=holder)
+        run.saver.mark()
+
     usage = Usage()
     problem = ""
     for _ in range(retries + 1):
@@ -93,8 +101,7 @@ async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
             reply = await settings.model.respond(request)
         except BaseException as error:
             if not usage.is_empty():  # earlier replies were paid for: keep their usage
-                record_ask(state, prompt, None, usage, error=f"{type(error).__name__}: {error}")
-                run.saver.mark()
+                record(None, usage, f"{type(error).__name__}: {error}")
             raise
         usage = usage + reply.usage
         if run.budget is not None:
@@ -110,11 +117,9 @@ async def ask(run: Run, prompt: str, returns: Any, retries: int) -> Any:
                 ),
             ]
             continue
-        record_ask(state, prompt, adapter.dump_python(value, mode="json"), usage)
-        run.saver.mark()
+        record(adapter.dump_python(value, mode="json"), usage)
         return value
-    record_ask(state, prompt, None, usage, error=problem)
-    run.saver.mark()
+    record(None, usage, problem)
     raise OutputError(
         f"The model gave no valid answer to ask(..., returns={_name(returns)})"
         f" after {retries + 1} tries; the last problem: {problem}. Make the prompt clearer or"
@@ -143,10 +148,22 @@ async def compact(run: Run) -> None:
         if run.budget is not None:
             spend(run.budget, state.id, reply.usage)
         summary = reply.message.text.strip()
+        told = settings.prompt_without_tools  # what the request told the model
+        holder = saved_holder(run, told)
         if not summary:
             # Nothing to compact with, but the request was paid for: record what it spent.
-            record_ask(state, COMPACT_PROMPT, None, reply.usage, error="empty summary")
+            record_ask(
+                state,
+                COMPACT_PROMPT,
+                None,
+                reply.usage,
+                error="empty summary",
+                prompt=told,
+                holder=holder,
+            )
             run.saver.mark()
             raise OutputError("The model returned an empty summary, so nothing was compacted.")
-        record_compact(state, summary, reply.usage, covered=len(messages))
+        record_compact(
+            state, summary, reply.usage, covered=len(messages), prompt=told, holder=holder
+        )
         run.saver.mark()

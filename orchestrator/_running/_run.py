@@ -117,11 +117,16 @@ class Settings:
     tool_errors: ToolErrors = "raise"
     limits: Limits | None = None  # what each run of the agent may spend, its subtree included
     prompt: Prompt = field(init=False)  # what each request tells the model, made once
+    # What the requests of ask and compact tell it: the same instructions and options, no tools.
+    prompt_without_tools: Prompt = field(init=False)
 
     def __post_init__(self) -> None:
         model = self.model
         options = model.options if isinstance(model, ModelWithOptions) else None
-        object.__setattr__(self, "prompt", Prompt.of(self.instructions, self.specs, options))
+        prompt = Prompt.of(self.instructions, self.specs, options)
+        bare = prompt if not self.specs else Prompt.of(self.instructions, (), options)
+        object.__setattr__(self, "prompt", prompt)
+        object.__setattr__(self, "prompt_without_tools", bare)
 
 
 class Run:

@@ -9,6 +9,7 @@ import anyio
 from .._base._logs import get_log
 from .._base._messages import Message, ToolCall
 from .._base._reply import Reply
+from .._record._prompt import Prompt
 from .._record._recording import begin_think, merge_turn, record_error, record_reply
 from ..models import Model, Request
 from ._budget import allow_request, spend
@@ -17,7 +18,7 @@ from ._frame import Frame, enter, leave
 if TYPE_CHECKING:
     from ._run import Run
 
-__all__ = ("Held", "think")
+__all__ = ("Held", "saved_holder", "think")
 
 _log = get_log("agent")
 
@@ -34,6 +35,17 @@ class Held:
     def __init__(self, state_id: str) -> None:
         self.state_id = state_id
         self.saved = anyio.Event()
+
+
+def saved_holder(run: Run, prompt: Prompt) -> str | None:
+    """The State of the run's tree whose saved history holds `prompt`, or None.
+
+    For a request that records its entry after the exchange (`ask`, `compact`): it names a
+    State that stored the prompt already, else records the prompt itself. It waits for none
+    and claims none, so a think never waits for it.
+    """
+    held = run.held.get(prompt.digest)
+    return held.state_id if held is not None and held.saved.is_set() else None
 
 
 async def think(run: Run) -> Reply:

@@ -21,6 +21,7 @@ __all__ = (
     "TextCallback",
     "model_from_string",
     "ollama_base_url",
+    "options_of",
     "resolve_model",
 )
 
@@ -73,6 +74,11 @@ class ModelWithOptions(Protocol):
     def options(self) -> dict[str, Any]:
         """The request options, as JSON."""
         ...
+
+
+def options_of(model: Model) -> dict[str, Any]:
+    """The request options `model` tells (`ModelWithOptions`), or none: what a wrapper forwards."""
+    return dict(model.options) if isinstance(model, ModelWithOptions) else {}
 
 
 _MODEL_MEMBERS = ("name", "context_window", "respond")

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from .._base._errors import ProviderError
 from .._base._logs import get_log
 from .._base._reply import Reply
-from ._base import Model, Request, TextCallback, resolve_model
+from ._base import Model, Request, TextCallback, options_of, resolve_model
 
 __all__ = ("FallbackModel",)
 
@@ -58,6 +59,16 @@ class FallbackModel:
     def name(self) -> str:
         """The first model's name: the one a request goes to first."""
         return self._models[0].name
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The first model's request options (none if it tells none): what a run records.
+
+        A request's prompt is recorded before it is sent, when which model will answer is not
+        known yet; the first model is the one every request goes to. A reply from a later
+        model says so (`Reply.model`): its own options applied to that request.
+        """
+        return options_of(self._models[0])
 
     @property
     def context_window(self) -> int | None:

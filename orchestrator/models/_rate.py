@@ -28,7 +28,7 @@ from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -44,7 +44,7 @@ from .._base._messages import (
     ToolResultBlock,
 )
 from .._base._reply import Reply, Usage
-from ._base import Model, Request, TextCallback, resolve_model
+from ._base import Model, Request, TextCallback, options_of, resolve_model
 
 if TYPE_CHECKING:
     from .._tooling._tools import ToolSpec
@@ -676,6 +676,11 @@ class RateLimited:
     def context_window(self) -> int | None:
         """The wrapped model's context window."""
         return self._model.context_window
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The wrapped model's request options (none if it tells none): what a run records."""
+        return options_of(self._model)
 
     @property
     def limit(self) -> RateLimit:

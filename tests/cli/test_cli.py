@@ -319,7 +319,9 @@ def test_show_a_state_with_every_kind_of_entry(tmp_path: Path) -> None:
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
     history = lines[lines.index("History") + 1 :]
     whats = [line.split()[1] for line in history if line.startswith("+")]
-    assert whats[:6] == ["messages", "data", "notice", "compacted", "ask", "restored"]
+    # The compaction's request records the prompt; the ask and the runs send the same one.
+    assert whats[:7] == ["messages", "data", "notice", "prompt", "compacted", "ask", "restored"]
+    assert whats.count("prompt") == 1
     happened = lines[lines.index("What happened") + 1 : lines.index("History")]
     assert any(line.split()[1:3] == ["resumed", "run"] for line in happened)
     assert "cleared" in whats
@@ -754,6 +756,35 @@ def test_replay_with_changed_instructions_shows_a_diff(recorded: Recorded) -> No
         f"request 1 of 2 of State {recorded.lead.id} (agent 'lead'): the instructions differ:"
     )
     assert lines[-2:] == ["-Split the question.", "+Split the question in two."]
+
+
+@pytest.mark.usefixtures("in_root")
+def test_replay_compares_the_options_given(recorded: Recorded) -> None:
+    args = ("replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build")
+    # The recording's model told no options: none given compares none, {} is the same.
+    assert run(*args, "--options", "{}").exit_code == 0
+    result = run(*args, "--options", '{"temperature": 0.2}')
+
+    assert result.exit_code == 1
+    lines = result.stdout.splitlines()
+    assert lines[0] == "did not match"
+    assert lines[1].endswith(
+        f"request 1 of 2 of State {recorded.lead.id} (agent 'lead'): the options differ:"
+    )
+    assert '+ "temperature": 0.2' in lines
+    data = json.loads(run(*args, "--options", '{"temperature": 0.2}', "--json").stdout)
+    assert data["matched"] is False
+    assert "the options differ" in data["difference"]
+
+
+@pytest.mark.parametrize("options", ["{not json", "[1, 2]", '"warm"'])
+def test_replay_with_bad_options_says_what_to_give(recorded: Recorded, options: str) -> None:
+    args = ("replay", recorded.target, recorded.lead.id, "--agents", "tests.cli.team:build")
+    result = run(*args, "--options", options)
+
+    assert result.exit_code == 2
+    assert "is not a JSON object" in result.output
+    assert """e.g. '{"temperature": 0.2}'""" in result.output
 
 
 @pytest.mark.usefixtures("in_root")

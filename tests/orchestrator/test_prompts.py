@@ -143,8 +143,9 @@ def test_an_old_history_without_prompts_loads_and_says_not_recorded() -> None:
 def test_prompt_of_takes_a_request_entry() -> None:
     state = asked()
     two_turns().run(state)
-    with pytest.raises(TypeError, match="model request entry"):
-        state.prompt_of(state.history[0])  # type: ignore[arg-type]
+    reply = next(entry for entry in state.history if entry.kind == "model_reply")
+    with pytest.raises(TypeError, match="model request, ask or compaction entry"):
+        state.prompt_of(reply)  # type: ignore[arg-type]
 
 
 def test_a_stored_prompt_loads_and_an_edited_one_is_damage(tmp_path: Path) -> None:
