@@ -528,6 +528,14 @@ def test_viewer_bench_measures_the_api_show_and_paint_beside_their_floors() -> N
         "viewer.show.ms",
         "viewer.paint.floor.ms",
         "viewer.paint.ms",
+        *(
+            f"viewer.state_json.{who}.{part}"
+            for who in ("lead", "researcher")
+            for part in ("floor.kb", "kb")
+        ),
     }
     by_key = check(metrics, keys)
     assert "-entry tree, 3 States" in by_key["viewer.api_run.ms"].label
+    for who in ("lead", "researcher"):  # a page holds its history and the requests' messages
+        page = by_key[f"viewer.state_json.{who}.kb"].value
+        assert page > by_key[f"viewer.state_json.{who}.floor.kb"].value > 0
