@@ -50,10 +50,11 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._apps._events import limit_info
 from .._base._errors import StoreConflictError
 from .._base._json import thaw
 from .._base._limits import LIMIT_NAMES, Limits
-from .._base._stopped import StoppedByApproval, StoppedByLimit
+from .._base._stopped import StoppedByApproval
 from .._record._recording import validate_id
 from .._record._store_client import client_of
 from . import agui, vercel
@@ -115,21 +116,10 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         },
         "stopped": None if stopped is None else str(stopped),
         "stop_kind": None if stopped is None else stopped.kind,
-        "limit": _limit_json(stopped) if isinstance(stopped, StoppedByLimit) else None,
+        "limit": limit_info(stopped),
         "waiting": waiting,
         "created_at": None if info.created_at is None else info.created_at.isoformat(),
         "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
-    }
-
-
-def _limit_json(stopped: StoppedByLimit) -> dict[str, Any]:
-    """The limit a run stopped at: its name, maximum, what was spent, whose, and by whom."""
-    return {
-        "name": stopped.limit,
-        "maximum": stopped.maximum if stopped.limit != "turns" else stopped.turns,
-        "spent": stopped.spent,
-        "owner": stopped.owner,
-        "by": stopped.by,
     }
 
 

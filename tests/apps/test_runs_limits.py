@@ -7,6 +7,7 @@ started again on its State keeps its budget; a decision continues a run under it
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -72,6 +73,13 @@ async def test_a_run_started_with_limits_stops_at_them_and_says_so_in_get_and_ev
     (end,) = ended
     assert end.model_dump()["stop_kind"] == "limit"
     assert f"limit requests=3 of State {handle.state_id} reached" in end.model_dump()["stopped"]
+    assert end.model_dump()["limit"] == {
+        "name": "requests",
+        "maximum": 3,
+        "spent": 3,
+        "owner": handle.state_id,
+        "by": handle.state_id,
+    }
 
 
 async def test_a_childs_spending_stops_the_tree_at_the_limit_of_the_run() -> None:
@@ -95,6 +103,14 @@ async def test_a_childs_spending_stops_the_tree_at_the_limit_of_the_run() -> Non
     assert info.usage.requests == 4
     assert ends[child_id]["stop_kind"] == "limit"
     assert f"the last by State {child_id}" in ends[child_id]["stopped"]
+    assert ends[child_id]["limit"] == {
+        "name": "requests",
+        "maximum": 4,
+        "spent": 4,
+        "owner": handle.state_id,
+        "by": child_id,
+    }
+    assert ends[handle.state_id]["limit"]["owner"] == handle.state_id
 
 
 async def test_a_callers_limits_tighten_the_agents_own_and_never_loosen_them() -> None:
@@ -188,8 +204,12 @@ async def test_http_limits_stop_the_run_and_its_json_names_the_limit() -> None:
         "by": shown["id"],
     }
     assert shown["usage"]["requests"] == 2
-    assert "event: run_end" in events
-    assert '"stop_kind":"limit"' in events.replace(" ", "")
+    (end,) = [
+        json.loads(line.removeprefix("data: "))
+        for line in events.splitlines()
+        if line.startswith("data: ") and '"run_end"' in line
+    ]
+    assert (end["stop_kind"], end["limit"]) == ("limit", shown["limit"])
 
 
 async def test_http_limits_can_only_tighten_the_agents_own() -> None:
