@@ -62,6 +62,7 @@ from ._events import (
     ToolEnded,
     awaiting_infos,
     call_info,
+    limit_info,
     usage_info,
 )
 
@@ -309,6 +310,7 @@ class _Place:
             answer=thaw(answer) if error is None else None,
             stopped=None if stopped is None else str(stopped),
             stop_kind=None if stopped is None else stopped.kind,
+            limit=limit_info(stopped),
             error=error,
             usage=usage_info(value.usage),
         )

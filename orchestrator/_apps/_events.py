@@ -37,7 +37,7 @@ import pydantic
 
 from .._base._errors import error_text
 from .._base._json import thaw
-from .._base._stopped import StoppedByApproval
+from .._base._stopped import StoppedByApproval, StoppedByLimit
 from ._reporting import DEFAULT_BUFFER, Reporter
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ __all__ = (
     "ToolDeferred",
     "ToolEnded",
     "ToolStarted",
+    "limit_info",
     "open_events",
     "usage_info",
 )
@@ -109,12 +110,17 @@ class RunStarted(_EventBase):
 
 
 class RunEnded(_EventBase):
-    """A run ended: its answer, why it stopped (`stopped`, `stop_kind`), or its `error`."""
+    """A run ended: its answer, why it stopped (`stopped`, `stop_kind`), or its `error`.
+
+    A run stopped by a limit has `limit`: its ``name``, ``maximum``, what was ``spent``, the
+    State whose limit it is (``owner``) and the State that spent the last of it (``by``).
+    """
 
     kind: Literal["run_end"] = "run_end"
     answer: Any = None
     stopped: str | None = None
     stop_kind: str | None = None
+    limit: dict[str, Any] | None = None
     error: str | None = None
     usage: dict[str, Any] = pydantic.Field(default_factory=dict[str, Any])
 
@@ -245,6 +251,19 @@ def usage_info(usage: Usage) -> dict[str, Any]:
         "output_tokens": usage.output_tokens,
         "requests": usage.requests,
         "cost": usage.cost,
+    }
+
+
+def limit_info(stopped: object) -> dict[str, Any] | None:
+    """The limit a run stopped at, as events and the run JSON show it (None: not a limit)."""
+    if not isinstance(stopped, StoppedByLimit):
+        return None
+    return {
+        "name": stopped.limit,
+        "maximum": stopped.turns if stopped.limit == "turns" else stopped.maximum,
+        "spent": stopped.spent,
+        "owner": stopped.owner,
+        "by": stopped.by,
     }
 
 
@@ -566,6 +585,7 @@ class _Sink(Reporter):
                 answer=thaw(state.answer) if error is None else None,
                 stopped=None if stopped is None else str(stopped),
                 stop_kind=None if stopped is None else stopped.kind,
+                limit=limit_info(stopped),
                 error=None if error is None else error_text(error),
                 usage=usage_info(state.usage),
             )

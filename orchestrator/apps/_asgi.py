@@ -2,7 +2,8 @@
 
 Routes (JSON in and out; a run is its root State's id):
 
-    POST /runs                                   {"agent", "input", "state_id"?} -> 201 run
+    POST /runs                                   {"agent", "input", "state_id"?, "limits"?}
+                                                 -> 201 run
     GET  /runs                                   ?limit=N: the stored runs, newest first
     GET  /runs/{id}                              the run's info
     GET  /runs/{id}/events                       its events as SSE; Last-Event-ID or ?after=
@@ -22,6 +23,11 @@ that changes something must send JSON (``Content-Type: application/json``) and, 
 browser sends an ``Origin``, one that is allowed (the app's own, or one listed), so another
 site's page cannot start or approve runs; a body larger than `max_body` is refused. Bad input
 gets a 4xx with ``{"error": "..."}`` that says what to send, never a 500.
+
+A run's ``"limits"`` (``{"total_tokens": 20000, "cost": 0.5}``: any fields of `Limits`, each a
+number >= 0 or null) bound it beside its agent's own limits, the tighter of each field holding:
+a caller can tighten what an agent may spend, never loosen it. Give an agent the most a caller
+may have it spend as ``Agent(limits=...)``.
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ from starlette.responses import JSONResponse, RedirectResponse, Response, Stream
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from .._apps._events import limit_info
 from .._base._errors import StoreConflictError
 from .._base._json import thaw
+from .._base._limits import LIMIT_NAMES, Limits
 from .._base._stopped import StoppedByApproval
 from .._record._recording import validate_id
 from .._record._store_client import client_of
@@ -108,10 +116,44 @@ def run_json(info: RunInfo) -> dict[str, Any]:
         },
         "stopped": None if stopped is None else str(stopped),
         "stop_kind": None if stopped is None else stopped.kind,
+        "limit": limit_info(stopped),
         "waiting": waiting,
         "created_at": None if info.created_at is None else info.created_at.isoformat(),
         "updated_at": None if info.updated_at is None else info.updated_at.isoformat(),
     }
+
+
+_WHOLE = ("a whole number", int)
+_NUMBER = ("a number", (int, float))
+
+
+def _limits(body: dict[str, Any]) -> Limits | None:
+    """The body's ``"limits"`` object as `Limits`, or None when it is absent or null."""
+    value = body.get("limits")
+    if value is None:
+        return None
+    known = ", ".join(LIMIT_NAMES)
+    if not isinstance(value, dict):
+        raise _BadRequest(
+            f'"limits" must be a JSON object such as {{"total_tokens": 20000}} (fields: {known}),'
+            f" got {json.dumps(value)}."
+        )
+    given = cast("dict[str, Any]", value)
+    for name, amount in given.items():
+        if name not in LIMIT_NAMES:
+            raise _BadRequest(f'"limits" has no field {json.dumps(name)}: use {known}.')
+        what, kinds = _NUMBER if name in ("cost", "seconds") else _WHOLE
+        if amount is not None and (
+            isinstance(amount, bool) or not isinstance(amount, kinds) or not amount >= 0
+        ):
+            raise _BadRequest(
+                f'"limits.{name}" must be {what} >= 0, or null for no limit, got'
+                f" {json.dumps(amount)}."
+            )
+    try:
+        return Limits(**given)
+    except ValueError as error:  # what the checks above let through
+        raise _BadRequest(f'"limits": {error}') from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -451,7 +493,8 @@ def asgi_app(
         text = _text(body, "input")
         if text is not None and not text.strip():
             raise _BadRequest('"input" is empty: send the text the agent should answer.')
-        handle = await runs.start(agent, text, state_id=state_id)
+        limits = _limits(body)
+        handle = await runs.start(agent, text, state_id=state_id, limits=limits)
         info = await runs.get(handle.state_id)
         return JSONResponse(run_json(info), 201, headers={"Location": f"/runs/{handle.state_id}"})
 

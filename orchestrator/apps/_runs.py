@@ -12,6 +12,13 @@ pending calls and is saved before the block returns (a cancelled run saves itsel
 
 An agent is found by its name, which each run records in its history (`RunStart.agent`): the
 process that continues a run after an approval or a restart looks its agent up by that name.
+
+``start(..., limits=Limits(...))`` bounds one run and its subagents beside the agent's own
+``Agent(limits=)``: the tighter of each field holds, so a caller can tighten an agent's limits,
+never loosen them. What the run spent before is in its history, so a run started again on the
+same State keeps its budget. A run that waits for a decision continues with its limits when
+this service takes the decision; the limits are not in the history, so another process (or
+this one after a restart) continues it under its agent's limits only.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import anyio.abc
 from .._apps._approvals import aapprove, adeny, awaiting
 from .._apps._events import Event, TextDelta
 from .._base._errors import OrchestratorError
+from .._base._limits import Limits
 from .._base._messages import Message
 from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
@@ -145,11 +153,22 @@ class _Running:
     wake-up) is called on each new delta and at the run's end.
     """
 
-    __slots__ = ("agent", "deltas", "done", "error", "scope", "seq", "state", "watchers")
+    __slots__ = (
+        "agent",
+        "deltas",
+        "done",
+        "error",
+        "limits",
+        "scope",
+        "seq",
+        "state",
+        "watchers",
+    )
 
-    def __init__(self, agent: Agent, state: State) -> None:
+    def __init__(self, agent: Agent, state: State, limits: Limits | None) -> None:
         self.agent = agent
         self.state = state
+        self.limits = limits
         self.scope = anyio.CancelScope()
         self.done = anyio.Event()
         self.error: BaseException | None = None
@@ -262,6 +281,7 @@ class Runs:
         self._client: StoreClient = client_of(store)
         self._max_runs = max_runs
         self._running: dict[str, _Running] = {}
+        self._waiting_limits: dict[str, Limits] = {}  # the limits of runs waiting for a decision
         self._deciding = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
         self._boot = secrets.token_hex(4)
@@ -384,6 +404,7 @@ class Runs:
         input: str | Message | None = None,
         *,
         state_id: str | None = None,
+        limits: Limits | None = None,
     ) -> RunHandle:
         """Start a run of the agent named `agent` in the service; return once it is saved.
 
@@ -391,12 +412,23 @@ class Runs:
         the stored State of that id continues (`input`, if given, is added to it first), or a
         new State gets that id. The run goes on after the caller (a request) is gone.
 
+        `limits` bound this run and its subagents beside the agent's own limits: the tighter
+        of each field holds, so they can tighten the agent's limits, never loosen them. What
+        the State spent before counts (its history holds it), so a continued run keeps its
+        budget. A decision this service takes continues the run with the same limits.
+
         Raises:
             KeyError: No agent has that name.
             TooManyRunsError: `max_runs` runs are running.
+            TypeError: `limits` is not a `Limits`.
             ValueError: The State is running here already, is finished, or a new State has no
                 input.
         """
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError(
+                f"limits must be a Limits, e.g. limits=Limits(total_tokens=100_000), got"
+                f" {type(limits).__name__}."
+            )
         group = self._open_group()
         chosen = self._agent(agent)
         if state_id is not None and state_id in self._running:
@@ -417,7 +449,7 @@ class Runs:
             if new_id not in self._running:
                 await self._release(new_id)
             raise
-        return self._launch(group, chosen, state, since)
+        return self._launch(group, chosen, state, since, limits)
 
     async def _prepare(
         self, state_id: str, new: bool, message: Message | None
@@ -452,23 +484,31 @@ class Runs:
             )
 
     def _launch(
-        self, group: anyio.abc.TaskGroup, agent: Agent, state: State, since: int
+        self,
+        group: anyio.abc.TaskGroup,
+        agent: Agent,
+        state: State,
+        since: int,
+        limits: Limits | None,
     ) -> RunHandle:
-        running = _Running(agent, state)
+        running = _Running(agent, state, limits)
         self._running[state.id] = running
+        self._waiting_limits.pop(state.id, None)
         group.start_soon(self._drive, running, name=f"run {state.id}")
         return RunHandle(state.id, state, self, since)
 
     async def _drive(self, running: _Running) -> None:
         try:
             with running.scope:
-                async with running.agent.events(running.state) as events:
+                async with running.agent.events(running.state, limits=running.limits) as events:
                     async for event in events:
                         running.take(event)
         except Exception as error:  # recorded in the State's history by the run itself
             running.error = error
         finally:
             del self._running[running.state.id]
+            if running.limits is not None and isinstance(running.state.stopped, StoppedByApproval):
+                self._waiting_limits[running.state.id] = running.limits  # a decision continues it
             await self._release(running.state.id)
             running.done.set()
             running.wake()
@@ -555,7 +595,8 @@ class Runs:
                 if awaiting(state):
                     return _info_of_state(state, running=False)
                 self._check_room()
-                self._launch(group, self._agent_of(state), state, len(state.history))
+                limits = self._waiting_limits.get(state_id)
+                self._launch(group, self._agent_of(state), state, len(state.history), limits)
                 launched = True
                 return _info_of_state(state, running=True)
             finally:
