@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal, TypeAlias
 
 from .._base._json import FrozenList, freeze, freeze_values, valid_fields
+from .._base._limits import Limits
 from .._base._messages import Message, ToolCall, ToolResultBlock
 from .._base._reply import Reply, Usage
 from .._base._stopped import AnyStopped
@@ -88,13 +89,19 @@ class ExtraDataChange:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStart:
-    """A run began: who started it (`parent_id`, `parent_call_id`) and with which agent."""
+    """A run began: who started it (`parent_id`, `parent_call_id`) and with which agent.
+
+    `limits` are the limits the run was given (its agent's and its call's, the tighter of
+    each; None: none), so whoever continues it later (a decision taken in another process)
+    can continue it under the same limits.
+    """
 
     parent_id: str | None = None
     parent_call_id: str | None = None
     agent: str | None = None
     model: str | None = None
     tools: tuple[str, ...] = ()
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         valid_fields(self, "parent_id", "parent_call_id", "agent", "model", "tools")

@@ -138,7 +138,8 @@ class Run:
     that call; None: the State's id). `writer` writes the marked save points of
     this run and of the runs started in it. `depth` is how many subagent levels the run is
     below its root run in this process (0: a root). `budget` holds the limits of the run and
-    of the runs above it (None: no limits); `estimate` is the input tokens its next model
+    of the runs above it (None: no limits), `limits` the run's own (its agent's and its
+    call's, recorded in its run start); `estimate` is the input tokens its next model
     request is expected to have. `held` maps the digest of each prompt a State of the run's
     tree records in full to that State: shared by the runs of one tree and store in this
     process, so a child names its ancestor's or earlier sibling's prompt, not a copy.
@@ -151,6 +152,7 @@ class Run:
         "effect_scope",
         "estimate",
         "held",
+        "limits",
         "linked_call",
         "pacers",
         "parent_call",
@@ -196,6 +198,7 @@ class Run:
         self.effect_scope: str | None = None
         self.depth = 0
         self.budget: Budget | None = None
+        self.limits: Limits | None = None
         self.estimate = 0
         self.held: dict[str, Held] = {}
         limit = settings.max_concurrency
@@ -422,6 +425,7 @@ async def _run_agent(
     run.depth = depth
     if above_run is not None and _same_store(above_run.store, store):
         run.held = above_run.held  # the tree's prompts: a child names them, stores no copy
+    run.limits = own
     run.budget = budget_for(own, state, above, depth)
     if parent is not None and above is not None:
         parent.counted.append(state.id)  # it spends against the limits above as it runs
@@ -512,6 +516,7 @@ def _start(run: Run, parent: CallContext | None, link: Link | None) -> None:
         agent=settings.name,
         model=settings.model.name,
         tools=tuple(settings.tools),
+        limits=run.limits,
     )
     record_run_start(state, start)
     link_child(run, parent, link)

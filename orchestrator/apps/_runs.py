@@ -16,9 +16,8 @@ process that continues a run after an approval or a restart looks its agent up b
 ``start(..., limits=Limits(...))`` bounds one run and its subagents beside the agent's own
 ``Agent(limits=)``: the tighter of each field holds, so a caller can tighten an agent's limits,
 never loosen them. What the run spent before is in its history, so a run started again on the
-same State keeps its budget. A run that waits for a decision continues with its limits when
-this service takes the decision; the limits are not in the history, so another process (or
-this one after a restart) continues it under its agent's limits only.
+same State keeps its budget. The limits a run was given are in its history (`RunStart.limits`),
+so a run that waits for a decision continues under them, whichever process takes it.
 """
 
 from __future__ import annotations
@@ -45,6 +44,7 @@ from .._base._limits import Limits
 from .._base._messages import Message
 from .._base._reply import Usage
 from .._base._stopped import Stopped, StoppedByApproval, StoppedByUntil
+from .._record._history import RunStart, RunStartEntry
 from .._record._leases import AsyncRunLeases
 from .._record._state import State
 from .._record._storage import AsyncTreeFollowable, StateInfo, title_of
@@ -281,7 +281,6 @@ class Runs:
         self._client: StoreClient = client_of(store)
         self._max_runs = max_runs
         self._running: dict[str, _Running] = {}
-        self._waiting_limits: dict[str, Limits] = {}  # the limits of runs waiting for a decision
         self._deciding = anyio.Lock()
         self._group: anyio.abc.TaskGroup | None = None
         self._boot = secrets.token_hex(4)
@@ -415,7 +414,8 @@ class Runs:
         `limits` bound this run and its subagents beside the agent's own limits: the tighter
         of each field holds, so they can tighten the agent's limits, never loosen them. What
         the State spent before counts (its history holds it), so a continued run keeps its
-        budget. A decision this service takes continues the run with the same limits.
+        budget. A decision continues the run under the same limits, whichever process takes it
+        (the run's history records them).
 
         Raises:
             KeyError: No agent has that name.
@@ -493,7 +493,6 @@ class Runs:
     ) -> RunHandle:
         running = _Running(agent, state, limits)
         self._running[state.id] = running
-        self._waiting_limits.pop(state.id, None)
         group.start_soon(self._drive, running, name=f"run {state.id}")
         return RunHandle(state.id, state, self, since)
 
@@ -507,8 +506,6 @@ class Runs:
             running.error = error
         finally:
             del self._running[running.state.id]
-            if running.limits is not None and isinstance(running.state.stopped, StoppedByApproval):
-                self._waiting_limits[running.state.id] = running.limits  # a decision continues it
             await self._release(running.state.id)
             running.done.set()
             running.wake()
@@ -595,26 +592,24 @@ class Runs:
                 if awaiting(state):
                     return _info_of_state(state, running=False)
                 self._check_room()
-                limits = self._waiting_limits.get(state_id)
-                self._launch(group, self._agent_of(state), state, len(state.history), limits)
+                start = _last_start(state)
+                self._launch(
+                    group, self._agent_of(start, state), state, len(state.history), start.limits
+                )
                 launched = True
                 return _info_of_state(state, running=True)
             finally:
                 if not launched:
                     await self._release(state_id)
 
-    def _agent_of(self, state: State) -> Agent:
-        """The agent the last run of `state` ran with, found by the name it recorded."""
-        for entry in reversed(state.history):
-            if entry.kind == "run_start":
-                name = entry.content.agent
-                if name is None:
-                    break
-                return self._agent(name)
-        raise LookupError(
-            f"Run {state.id} records no agent name, so this service cannot tell which agent"
-            " continues it: run it with agent.arun(state) yourself."
-        )
+    def _agent_of(self, start: RunStart, state: State) -> Agent:
+        """The agent `start`, the last run start of `state`, ran with, found by its name."""
+        if start.agent is None:
+            raise LookupError(
+                f"Run {state.id} records no agent name, so this service cannot tell which agent"
+                " continues it: run it with agent.arun(state) yourself."
+            )
+        return self._agent(start.agent)
 
     def follow(self, state_id: str, *, after: str | None = None, since: int = 0) -> Following:
         """The events of run `state_id` and all its subagents: what is stored, then live.
@@ -709,3 +704,11 @@ def _message(input: str | Message | None) -> Message | None:
             raise ValueError("The input is empty: give the text the agent should answer.")
         return Message.user(input)
     raise TypeError(f"input must be a str or a Message, got {type(input).__name__}.")
+
+
+def _last_start(state: State) -> RunStart:
+    """The last run start `state` recorded: its agent and limits (empty when it has none)."""
+    for entry in reversed(state.history):
+        if isinstance(entry, RunStartEntry):
+            return entry.content
+    return RunStart()

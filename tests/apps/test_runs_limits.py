@@ -164,6 +164,23 @@ async def test_a_decision_continues_the_run_under_the_limits_it_started_with() -
     assert (done.stopped.limit, done.stopped.maximum) == ("requests", 1)
 
 
+async def test_a_decision_in_another_service_continues_the_run_under_its_limits(
+    tmp_path: Path,
+) -> None:
+    """The limits are in the run's history: a service that did not start the run applies them."""
+    path = tmp_path / "runs.db"
+    async with SQLiteStore(path) as store, Runs([helper_agent()], store) as first:
+        handle = await first.start("helper", "mail bob", limits=Limits(requests=1))
+        waiting = (await handle.wait()).stopped
+    assert isinstance(waiting, StoppedByApproval)
+    async with SQLiteStore(path) as store, Runs([helper_agent()], store) as second:
+        await second.approve(handle.state_id, waiting.calls[0].call.id)
+        done = await second.wait(handle.state_id)
+    assert SENT == ["bob"]  # the approved call ran; the request after it was over the limit
+    assert isinstance(done.stopped, StoppedByLimit)
+    assert (done.stopped.limit, done.stopped.maximum) == ("requests", 1)
+
+
 async def test_start_refuses_limits_that_are_not_limits() -> None:
     async with Runs([talker()], MemoryStore()) as runs:
         with pytest.raises(TypeError, match=r"limits=Limits\(total_tokens=100_000\)"):
