@@ -79,7 +79,7 @@ const tokens = (usage) => `${usage.input_tokens.toLocaleString("en")}→${usage.
 
 function secs(value) {
   if (value === null || value === undefined) return "-";
-  if (value === 0) return "0";
+  if (value === 0) return "0 ms"; // faster than the clock ticks
   if (value < 1) return `${(value * 1000).toFixed(value < 0.01 ? 2 : 1)} ms`;
   return `${value.toFixed(value < 10 ? 3 : 1)} s`;
 }
