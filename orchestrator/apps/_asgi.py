@@ -123,10 +123,6 @@ def run_json(info: RunInfo) -> dict[str, Any]:
     }
 
 
-_WHOLE = ("a whole number", int)
-_NUMBER = ("a number", (int, float))
-
-
 def _limits(body: dict[str, Any]) -> Limits | None:
     """The body's ``"limits"`` object as `Limits`, or None when it is absent or null."""
     value = body.get("limits")
@@ -142,18 +138,15 @@ def _limits(body: dict[str, Any]) -> Limits | None:
     for name, amount in given.items():
         if name not in LIMIT_NAMES:
             raise _BadRequest(f'"limits" has no field {json.dumps(name)}: use {known}.')
-        what, kinds = _NUMBER if name in ("cost", "seconds") else _WHOLE
-        if amount is not None and (
-            isinstance(amount, bool) or not isinstance(amount, kinds) or not amount >= 0
-        ):
+        try:
+            Limits(**{name: amount})  # the field's own check, named the way JSON says it
+        except ValueError:
+            what = "a number" if name in ("cost", "seconds") else "a whole number"
             raise _BadRequest(
                 f'"limits.{name}" must be {what} >= 0, or null for no limit, got'
                 f" {json.dumps(amount)}."
-            )
-    try:
-        return Limits(**given)
-    except ValueError as error:  # what the checks above let through
-        raise _BadRequest(f'"limits": {error}') from None
+            ) from None
+    return Limits(**given)
 
 
 @dataclass(frozen=True, slots=True)
