@@ -37,7 +37,7 @@ from orchestrator import (
 )
 from stores import encode_entry
 
-from ..testing._replay import request_messages
+from .._record._sent import request_messages
 from ._marks import Waiting, cost_of, marks, waits
 
 __all__ = (

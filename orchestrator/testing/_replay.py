@@ -16,7 +16,6 @@ It uses only the public names of `orchestrator` (this module is imported by
 
 from __future__ import annotations
 
-import bisect
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,6 @@ import anyio.lowlevel
 from orchestrator import (
     AuthError,
     Block,
-    ContextChangeEntry,
     ContextTooLongError,
     ErrorEntry,
     Image,
@@ -52,6 +50,7 @@ from orchestrator import (
 )
 from orchestrator.models import Request, TextCallback
 
+from .._record._sent import request_messages
 from .._record._store_client import AnyStore, client_of
 
 __all__ = (
@@ -63,7 +62,6 @@ __all__ = (
     "describe_message",
     "message_difference",
     "messages_difference",
-    "request_messages",
 )
 
 _SHOWN = 160  # characters of a text shown in a difference
@@ -128,37 +126,6 @@ def child_ids(state: State) -> list[str]:
         if isinstance(entry, ToolResultEntry):
             ids.update(dict.fromkeys(entry.child_ids))
     return list(ids)
-
-
-# The context changes that rewrite earlier messages; every other entry only appends to them.
-_REWRITES = frozenset({"compact", "clear_tool_results", "restore"})
-
-
-def request_messages(state: State) -> dict[int, tuple[Message, ...]]:
-    """The messages each model request of `state` sent, by the request entry's `seq`.
-
-    A request's messages are those of the history folded up to it: what the model was sent.
-    Between two changes that rewrite messages (a compaction, cleared tool results, a restore)
-    messages are only appended, so one fold at the end of each such stretch gives the messages
-    of every request in it, as the first `message_count` of them: a long State is read in one
-    pass, not one fold per request (which grows with the square of its turns).
-    """
-    history = state.history
-    stretch_ends = [
-        entry.seq
-        for entry in history
-        if isinstance(entry, ContextChangeEntry) and entry.content.kind in _REWRITES
-    ]
-    stretch_ends.append(len(history))
-    folded: dict[int, tuple[Message, ...]] = {}
-    sent: dict[int, tuple[Message, ...]] = {}
-    for entry in history:
-        if isinstance(entry, ModelRequestEntry):
-            end = stretch_ends[bisect.bisect_right(stretch_ends, entry.seq)]
-            if end not in folded:
-                folded[end] = tuple(State(history=history[:end]).messages)
-            sent[entry.seq] = folded[end][: entry.content.message_count]
-    return sent
 
 
 def _requests(state: State, tree: Mapping[str, State]) -> list[_Expected]:
