@@ -363,8 +363,13 @@ class _ChatStream:
         cached = as_int(details.get("cached_tokens")) or as_int(
             usage.get("prompt_cache_hit_tokens")
         )
+        reasoning = as_int(as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
         return request_usage(
-            price, input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached
+            price,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cached,
+            reasoning_tokens=reasoning,
         )
 
 

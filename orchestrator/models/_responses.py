@@ -241,11 +241,13 @@ class _ResponsesStream:
     def _usage(self, price: Price | None) -> Usage:
         usage = as_dict(self.response.get("usage") if self.response else None)
         cached = as_int(as_dict(usage.get("input_tokens_details")).get("cached_tokens"))
+        reasoning = as_int(as_dict(usage.get("output_tokens_details")).get("reasoning_tokens"))
         return request_usage(
             price,
             input_tokens=as_int(usage.get("input_tokens")),
             output_tokens=as_int(usage.get("output_tokens")),
             cache_read_tokens=cached,
+            reasoning_tokens=reasoning,
         )
 
 
