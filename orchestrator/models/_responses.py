@@ -146,8 +146,9 @@ class _ResponsesStream:
     """Accumulates Responses API stream events into a `Reply`.
 
     Each finished output item (``response.output_item.done``) becomes blocks, in output order;
-    text deltas go to ``on_text`` as they come, and stand in for a message item that never
-    finished.
+    text deltas (a refusal's too) go to ``on_text`` as they come, and stand in for a message
+    item that never finished. A server that sends no item events has its items read from the
+    completed response's ``output``.
     """
 
     def __init__(self, provider: str, model: str) -> None:
@@ -171,7 +172,7 @@ class _ResponsesStream:
         payload = as_dict(json.loads(data))
         kind = payload.get("type", event.event)
         index = as_int(payload.get("output_index"))
-        if kind == "response.output_text.delta":
+        if kind in ("response.output_text.delta", "response.refusal.delta"):
             delta = payload.get("delta")
             if isinstance(delta, str) and delta:
                 self.deltas.setdefault(index, []).append(delta)
@@ -203,6 +204,10 @@ class _ResponsesStream:
             raise self.error
         if self.response is None:
             raise StreamBroken("ended the stream before the reply was complete")
+        if not self.items and not self.deltas:
+            output: object = self.response.get("output")
+            items = cast("list[Any]", output) if isinstance(output, list) else []
+            self.items = {index: as_dict(item) for index, item in enumerate(items)}
         blocks: list[Block] = []
         calls = False
         for index in sorted(self.items.keys() | self.deltas.keys()):

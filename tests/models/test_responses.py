@@ -415,3 +415,30 @@ async def test_a_stream_cut_after_text_is_not_retried(server: ScriptedServer) ->
     assert reporter.text == ["Hello"]
     assert len(server.requests) == 1
     assert state.messages == (Message.user("Hi"),)
+
+
+@pytest.mark.anyio
+async def test_a_refusal_streams_and_items_only_in_the_response_are_read(
+    server: ScriptedServer,
+) -> None:
+    refusal = {"type": "refusal", "refusal": "I can't help with that."}
+    item = {"type": "message", "id": "msg_1", "role": "assistant", "content": [refusal]}
+    delta = {"type": "response.refusal.delta", "output_index": 0, "delta": "I can't help"}
+    rest = {"type": "response.refusal.delta", "output_index": 0, "delta": " with that."}
+    done = {"type": "response.output_item.done", "output_index": 0, "item": item}
+    server.push(Scripted(events=sse(created(), delta, rest, done, completed(), named=True)))
+    chunks: list[str] = []
+    reply_ = await make_model(server).respond(hello_request(), on_text=chunks.append)
+    assert reply_.message.text == "I can't help with that."
+    assert chunks == ["I can't help", " with that."]
+
+    # A server that sends only the completed response, its output items in it.
+    thought = reasoning_item("rs_9", "gAAAA-only")
+    whole = response("completed", output=[thought, call_item("call_z", "weather", "{}")])
+    server.push(Scripted(events=sse({"type": "response.completed", "response": whole})))
+    reply_ = await make_model(server).respond(hello_request())
+    assert reply_.message.content == (
+        RawBlock(provider_of(server), thought),
+        ToolCall("call_z", "weather", {}),
+    )
+    assert reply_.stop_reason == "tool_calls"
