@@ -88,8 +88,9 @@ def _assistant(message: Message, provider: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for block in message.content:
         if isinstance(block, RawBlock):
-            if block.provider == provider:
-                out.append(as_dict(thaw(block.data)))
+            item = as_dict(thaw(block.data))
+            if block.provider == provider and item.get("type"):  # an item, not other data
+                out.append(item)
         elif isinstance(block, TextBlock):
             if block.text:
                 out.append({"role": "assistant", "content": block.text})

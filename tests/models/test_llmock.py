@@ -1,4 +1,7 @@
-"""Both provider models against LLMock, a third-party mock of the provider APIs.
+"""The provider models against LLMock, a third-party mock of the provider APIs.
+
+`OpenAIModel` (Chat Completions), `OpenAIResponsesModel` (LLMock's Responses router) and
+`AnthropicModel` run the same tests.
 
 LLMock (``llmock`` on PyPI) scripts replies, tool calls, HTTP errors in each provider's own
 format, and stream faults; see `tests.models._llmock`. These tests run the same behaviour our own
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import pydantic
 import pytest
 
 from orchestrator import (
@@ -16,6 +20,7 @@ from orchestrator import (
     AuthError,
     ContextTooLongError,
     Message,
+    PromptEntry,
     ProviderError,
     RateLimitError,
     State,
@@ -327,3 +332,29 @@ async def test_anthropic_at_a_custom_base_url_needs_no_key(mockapi: LLMock) -> N
     message = str(caught.value)
     assert message.startswith(f"The Anthropic-compatible server at {url} refused the API key")
     assert "Set ANTHROPIC_API_KEY to a valid key" in message
+
+
+# -- the Responses API -----------------------------------------------------------------------------
+
+
+class Forecast(pydantic.BaseModel):
+    """A forecast."""
+
+    city: str
+    celsius: int
+
+
+@pytest.mark.anyio
+async def test_a_structured_answer_over_the_responses_api(mockapi: LLMock) -> None:
+    await mockapi.script(reply('{"city": "Paris", "celsius": 21}'))
+    model = build(mockapi, "openai-responses", max_tokens=300, params={"reasoning": {"x": 1}})
+    state = State(messages=[Message.user("Plan a trip to Paris.")])
+    answer = await Agent(model).aask(state, "The forecast?", Forecast)
+    assert answer == Forecast(city="Paris", celsius=21)
+    [prompt] = [entry.content for entry in state.history if isinstance(entry, PromptEntry)]
+    assert dict(prompt.options) == model.options
+    assert model.options["max_output_tokens"] == 300
+    [request] = await mockapi.requests()
+    assert request["path"] == "/v1/responses"
+    assert request["body"]["store"] is False
+    assert "matches this JSON schema" in request["body"]["input"][-1]["content"][0]["text"]

@@ -90,6 +90,7 @@ async def test_request_body_maps_every_block(server: ScriptedServer) -> None:
                 RawBlock(provider_of(server), kept),
                 RawBlock("openai-responses", reasoning_item("rs_0", "from OpenAI itself")),
                 RawBlock("anthropic", {"type": "thinking", "thinking": "x", "signature": "s"}),
+                RawBlock(provider_of(server), {"reasoning_content": "not an item"}),
                 TextBlock("Checking."),
                 ToolCall("call_1", "read_file", {"path": "a.py"}),
             ),
