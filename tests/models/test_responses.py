@@ -443,3 +443,17 @@ async def test_a_refusal_streams_and_items_only_in_the_response_are_read(
         ToolCall("call_z", "weather", {}),
     )
     assert reply_.stop_reason == "tool_calls"
+
+
+@pytest.mark.anyio
+async def test_a_call_without_an_id_gets_one_and_done_markers_are_skipped(
+    server: ScriptedServer,
+) -> None:
+    nameless = {"type": "function_call", "name": "weather", "arguments": '{"city": "Oslo"}'}
+    whole = reply(nameless)
+    assert whole.events is not None
+    server.push(Scripted(events=(*whole.events, "data: [DONE]\n\n")))
+    reply_ = await make_model(server).respond(hello_request())
+    [call] = reply_.message.tool_calls
+    assert call.id.startswith("call_")
+    assert (call.name, dict(call.args)) == ("weather", {"city": "Oslo"})
