@@ -240,8 +240,15 @@ SCHEMA = (
     """,
     # The order of `list`: most recently updated first, ties by id.
     "CREATE INDEX IF NOT EXISTS states_by_update ON states (updated_at DESC, id)",
-    "CREATE INDEX IF NOT EXISTS states_by_parent ON states (parent_id, updated_at DESC, id)",
     *ENTRIES_TABLE,
+)
+# A parent's children in the order of `list`. Partial: a State without a parent has no row in
+# it, so a root's save (which moves its `updated_at`) writes no page of it; 7 pages a save, not
+# 8. A file made before it had `states_by_parent` over every row: replaced when it opens.
+PARENT_INDEX = (
+    "DROP INDEX IF EXISTS states_by_parent",
+    "CREATE INDEX IF NOT EXISTS states_with_parent ON states (parent_id, updated_at DESC, id)"
+    " WHERE parent_id IS NOT NULL",
 )
 MEMORY_SCHEMA = (
     """
@@ -424,7 +431,7 @@ def open_plan(where: str) -> Plan[None]:
         for statement in SCHEMA:
             yield Query(statement)
         yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
-    for statement in MEMORY_SCHEMA:
+    for statement in (*PARENT_INDEX, *MEMORY_SCHEMA):
         yield Query(statement)
     yield Query(SQLITE_LEASE_TABLE)
     yield Query(SQLITE_RATE_TABLE)

@@ -16,7 +16,7 @@ import pytest
 from orchestrator import Message, State, StoreDamagedError, TreeEntry, UserEntry
 from stores import FORMAT_VERSION, FileStore, SQLiteStore
 from stores._contract_tree import linked
-from stores._sql import TREE_END, TREE_ENTRIES, roots_of_links
+from stores._sql import LIST_CHILDREN, TREE_END, TREE_ENTRIES, roots_of_links
 
 
 def keys(feed: tuple[TreeEntry, ...]) -> list[tuple[str, int]]:
@@ -74,6 +74,53 @@ def test_the_tree_page_and_probe_read_the_trees_rows_only(tmp_path: Path) -> Non
             assert "SCAN" not in plan, plan
     finally:
         db.close()
+
+
+def test_only_states_with_a_parent_are_in_the_parent_index(tmp_path: Path) -> None:
+    """A root's save moves its `updated_at` without writing a page of the parent index."""
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        root, kid, _ = a_tree(store)
+    db = sqlite3.connect(path)
+    try:
+        plan = " | ".join(
+            row[3] for row in db.execute("EXPLAIN QUERY PLAN " + LIST_CHILDREN, ("root", 10))
+        )
+        assert "INDEX states_with_parent (parent_id=?)" in plan, plan
+        (sql,) = db.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'states_with_parent'"
+        ).fetchone()
+        assert sql.endswith("WHERE parent_id IS NOT NULL"), sql  # the root has no row in it
+    finally:
+        db.close()
+    with SQLiteStore(path) as store:
+        assert [info.id for info in store.list(parent_id="root")] == [kid.id]
+        assert [info.id for info in store.list(parent_id="kid")] == ["grandkid"]
+        assert store.list(parent_id=root.id)[0].parent_id == "root"
+
+
+def test_a_file_with_the_old_parent_index_gets_the_partial_one(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        a_tree(store)
+    db = sqlite3.connect(path)
+    with db:  # the index every file had before it was partial
+        db.execute("DROP INDEX states_with_parent")
+        db.execute("CREATE INDEX states_by_parent ON states (parent_id, updated_at DESC, id)")
+    db.close()
+    with SQLiteStore(path) as store:
+        assert [info.id for info in store.list(parent_id="root")] == ["kid"]
+        store.save(linked("kid2", "root"))
+        assert {info.id for info in store.list(parent_id="root")} == {"kid", "kid2"}
+    db = sqlite3.connect(path)
+    try:
+        names = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    finally:
+        db.close()
+    assert "states_with_parent" in names
+    assert "states_by_parent" not in names
 
 
 def test_positions_survive_a_vacuum(tmp_path: Path) -> None:
