@@ -125,6 +125,7 @@ __all__ = (
     "CHECKPOINT",
     "CHECKPOINT_FRAMES",
     "COMMIT",
+    "FORMAT",
     "ISOLATION_LEVEL",
     "ROLLBACK",
     "SET_BUSY_TIMEOUT",
