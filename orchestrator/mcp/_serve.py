@@ -248,7 +248,10 @@ def serve_tools(
 
 
 def _progress(event: Event) -> str | None:
-    """What a client is told of `event` as progress, or None for an event it need not see."""
+    """What a client is told of `event` as progress, or None for an event it need not see.
+
+    A subagent's steps start with its State's id in brackets.
+    """
     where = "" if event.parent_id is None else f"[{event.state_id}] "
     if event.kind == "model_reply":
         calls = ", ".join(call.name for call in event.tool_calls)
@@ -256,7 +259,7 @@ def _progress(event: Event) -> str | None:
     if event.kind == "tool_end":
         return f"{where}{event.name} {event.outcome}"
     if event.kind == "child_start":
-        return f"[{event.state_id}] subagent {event.agent or ''} started".replace("  ", " ")
+        return f"{where}subagent {event.agent or 'started'}" + (" started" if event.agent else "")
     return None
 
 
