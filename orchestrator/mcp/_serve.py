@@ -53,11 +53,6 @@ __all__ = ("http_app", "run_stdio", "serve_agent", "serve_tools")
 
 _log = get_log("mcp.serve")
 
-CallHandler = Callable[
-    [ServerRequestContext[Any], mcp_types.CallToolRequestParams],
-    Awaitable[mcp_types.CallToolResult],
-]
-
 PROMPT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"prompt": {"type": "string", "description": "The task for the agent."}},

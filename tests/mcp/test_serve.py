@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import sys
 from collections.abc import AsyncGenerator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -324,6 +325,18 @@ def test_tools_that_cannot_be_served_are_refused() -> None:
         serve_agent("agent")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="path must start with '/'"):
         http_app(serve_tools([first]), path="mcp")
+
+
+def test_mcp_serve_is_listed_in_the_help() -> None:
+    from click.testing import CliRunner
+
+    from orchestrator._cli import cli
+
+    shown = CliRunner().invoke(cli, ["--help"])
+    assert re.search(r"^\s+mcp-serve\s+Serve an agent, or tools, to MCP", shown.output, re.M)
+    usage = CliRunner().invoke(cli, ["mcp-serve", "--help"])
+    assert usage.exit_code == 0
+    assert "Usage: cli mcp-serve [OPTIONS] MODULE:FUNCTION" in usage.output
 
 
 def test_the_cli_names_a_function_that_returns_nothing_to_serve() -> None:
