@@ -26,12 +26,17 @@ PNG = bytes.fromhex(
     "89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c489"
     "0000000d4944415478da63fccf0c0000030101007a1f1bd50000000049454e44ae426082"
 )
-marks = Path(os.environ["MCP_TEST_DIR"]) if os.environ.get("MCP_TEST_DIR") else None
+
+
+def marks() -> Path | None:
+    """Where to leave marks (read at each use: an in-process test sets it after import)."""
+    return Path(os.environ["MCP_TEST_DIR"]) if os.environ.get("MCP_TEST_DIR") else None
 
 
 def mark(name: str) -> None:
-    if marks is not None:
-        (marks / name).write_text(name, encoding="utf-8")
+    folder = marks()
+    if folder is not None:
+        (folder / name).write_text(name, encoding="utf-8")
 
 
 @tool(read_only=True)
@@ -104,7 +109,8 @@ def plain_tools() -> list[Any]:
 
 
 def _store() -> SQLiteStore | None:
-    return SQLiteStore(marks / "runs.db") if marks is not None else None
+    folder = marks()
+    return SQLiteStore(folder / "runs.db") if folder is not None else None
 
 
 def _adder(request: Request) -> Any:
@@ -151,3 +157,13 @@ def broken_agent() -> Agent:
 def not_servable() -> int:
     """Returns nothing the CLI can serve."""
     return 42
+
+
+def not_tools() -> list[int]:
+    """A list, but not of tools."""
+    return [1, 2]
+
+
+def server() -> Server[Any]:
+    """A server built already: served as it is."""
+    return tools()

@@ -1,7 +1,8 @@
 """`orchestrator.mcp` serving: our tools and agents, called by the SDK's own client.
 
 Each server runs as ``orchestrator mcp-serve tests.mcp.served:<function>`` in a subprocess, over
-stdio or over streamable HTTP on 127.0.0.1 (an ephemeral port), and every test runs over both.
+stdio or over streamable HTTP on 127.0.0.1 (an ephemeral port), and every test runs over both,
+and once more with the server in the test's process.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import anyio
 import mcp
 import mcp_types
 import pytest
+from starlette.routing import Route
 
 from orchestrator import Agent, Memory, tool
 from orchestrator.mcp import http_app, serve_agent, serve_tools
@@ -86,10 +88,23 @@ async def over_http(function: str, tmp_path: Path) -> AsyncGenerator[mcp.Client]
         yield client
 
 
-@pytest.fixture(params=["stdio", "http"])
-def connect(request: pytest.FixtureRequest, tmp_path: Path) -> Connect:
-    """Open a client on the served `function`, over each transport."""
-    opener = over_stdio if request.param == "stdio" else over_http
+@asynccontextmanager
+async def in_process(function: str, tmp_path: Path) -> AsyncGenerator[mcp.Client]:
+    """The client connected to the server in this process (the SDK's own shortcut)."""
+    from orchestrator._cli._mcp import load_server
+
+    async with mcp.Client(load_server(f"tests.mcp.served:{function}")) as client:
+        yield client
+
+
+@pytest.fixture(params=["stdio", "http", "in-process"])
+def connect(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Connect:
+    """Open a client on the served `function`: over each transport, and in this process."""
+    monkeypatch.setenv("MCP_TEST_DIR", str(tmp_path))  # for the server in this process
+    openers = {"stdio": over_stdio, "http": over_http, "in-process": in_process}
+    opener = openers[str(request.param)]
     return lambda function: opener(function, tmp_path)
 
 
@@ -325,6 +340,9 @@ def test_tools_that_cannot_be_served_are_refused() -> None:
         serve_agent("agent")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="path must start with '/'"):
         http_app(serve_tools([first]), path="mcp")
+    (route,) = http_app(serve_tools([first]), path="/tools").routes
+    assert isinstance(route, Route)
+    assert route.path == "/tools"
 
 
 def test_mcp_serve_is_listed_in_the_help() -> None:
@@ -347,3 +365,17 @@ def test_the_cli_names_a_function_that_returns_nothing_to_serve() -> None:
     result = CliRunner().invoke(cli, ["mcp-serve", "tests.mcp.served:not_servable"])
     assert result.exit_code != 0
     assert "must return an Agent, a list of tools or an MCP server" in result.output
+
+
+def test_the_cli_serves_an_agent_a_list_of_tools_or_a_server_as_they_come() -> None:
+    from mcp.server import Server
+
+    from orchestrator._cli._mcp import load_server
+    from orchestrator._cli._replaying import FactoryError
+
+    for function in ("agent", "plain_tools", "server"):
+        assert isinstance(load_server(f"tests.mcp.served:{function}"), Server)
+    with pytest.raises(FactoryError, match="returned a list that is not tools"):
+        load_server("tests.mcp.served:not_tools")
+    with pytest.raises(FactoryError, match="got int"):
+        load_server("tests.mcp.served:not_servable")
