@@ -53,6 +53,22 @@ __all__ = ("http_app", "run_stdio", "serve_agent", "serve_tools")
 
 _log = get_log("mcp.serve")
 
+# The worker threads of served sync tools: 40 at once per event loop, whichever server runs them
+# (a limiter belongs to the loop it first ran on, and one server may be served by several).
+_THREADS: anyio.lowlevel.RunVar[anyio.CapacityLimiter] = anyio.lowlevel.RunVar(
+    "orchestrator.mcp.threads"
+)
+_MAX_THREADS = 40
+
+
+def _threads() -> anyio.CapacityLimiter:
+    limiter = _THREADS.get(None)
+    if limiter is None:
+        limiter = anyio.CapacityLimiter(_MAX_THREADS)
+        _THREADS.set(limiter)
+    return limiter
+
+
 PROMPT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"prompt": {"type": "string", "description": "The task for the agent."}},
@@ -133,7 +149,6 @@ class _ToolCalls:
     def __init__(self, tools: Mapping[str, Tool], permissions: Sequence[Permission] | None) -> None:
         self.tools = tools
         self.permissions = permissions
-        self.threads = anyio.CapacityLimiter(40)
 
     async def __call__(
         self, ctx: ServerRequestContext[Any], params: mcp_types.CallToolRequestParams
@@ -183,7 +198,7 @@ class _ToolCalls:
         if tool.is_async:
             return await tool.acall(kwargs)
         # A worker thread, abandoned (not waited for) when the client cancels the call.
-        return await in_thread(functools.partial(tool.call, kwargs), self.threads)
+        return await in_thread(functools.partial(tool.call, kwargs), _threads())
 
 
 class _TimedOut(Exception):

@@ -180,3 +180,14 @@ async def test_an_agent_stopped_without_an_answer_and_a_wrong_tool_name_are_erro
         "No tool named 'other': this server has run_agent.",
         True,
     )
+
+
+def test_one_server_serves_on_one_event_loop_after_another() -> None:
+    @tool
+    def double(n: int) -> int:
+        return n * 2
+
+    server = serve_tools([double])
+    for backend in ("asyncio", "trio", "asyncio"):
+        result = anyio.run(call, server, "double", {"n": 21}, backend=backend)
+        assert text_of(result) == "42"
