@@ -80,7 +80,9 @@ def test_the_inspector_calls_our_agent_over_stdio() -> None:
     assert result == {"content": [{"type": "text", "text": "the sum is 5"}], "isError": False}
 
 
-def test_the_inspector_calls_our_tools_over_http(http_url: str) -> None:
+def test_the_inspector_lists_and_calls_our_tools_over_http(http_url: str) -> None:
+    listed = inspect([http_url], "--method", "tools/list", "--transport", "http")
+    assert [item["name"] for item in listed["tools"]][:2] == ["add", "fail"]
     call = ("--method", "tools/call", "--transport", "http", "--tool-name")
     added = inspect([http_url], *call, "add", "--tool-arg", "a=2", "b=40")
     wrong = inspect([http_url], *call, "add", "--tool-arg", "a=two")
