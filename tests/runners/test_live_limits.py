@@ -1,0 +1,122 @@
+"""A child run elsewhere counts against its parent's limits as it saves, not when it ends.
+
+The children run on `ThreadRunner` (a thread and event loop of their own, as on a worker), in
+a shared SQLite file; two of them at once each get what is left of the lead's limit, so only
+the lead, following the store's feed, sees them use it up together.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator import Agent, Limits, Message, State, StoppedByLimit, ToolCall
+from orchestrator.runners import Runner
+from orchestrator.testing import FakeModel
+from stores import SQLiteStore
+from tests.doubles import results
+from tests.runners import ray_agents
+from tests.runners.thread_runner import ThreadRunner
+
+REGISTRY = "tests.runners.ray_agents"
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 2200  # total tokens: 20 of the spender's replies (110 each)
+
+
+def lead(store: Any, runner: Runner, *tasks: str) -> Agent:
+    """A lead that gives the spender `tasks` in one turn (parallel calls), then answers."""
+    calls = [ToolCall(f"call_lead_{n}", "spender", {"task": t}) for n, t in enumerate(tasks)]
+    return Agent(
+        FakeModel([calls, "done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=runner,
+    )
+
+
+def tokens(state: State) -> int:
+    return state.usage.input_tokens + state.usage.output_tokens
+
+
+@pytest.mark.anyio
+async def test_parallel_remote_children_stop_once_together_they_use_up_the_leads_limit(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    runner = ThreadRunner(REGISTRY)
+    await lead(store, runner, "spend 60", "spend 60").arun(state, limits=Limits(total_tokens=LIMIT))
+    found = results(state)
+    kids = [await store.aload(result.child_ids[0]) for result in found]
+    # Each child alone was given the whole limit, and would have spent it: stopped by the lead
+    # mid-run instead: cancelled there, closed cleanly (no call left open), never answered.
+    for result, kid in zip(found, kids, strict=True):
+        assert result.outcome == "error"
+        assert "was stopped: limit total_tokens=" in result.content.content[0].text  # type: ignore[union-attr]
+        assert kid.answer != "spent"
+        assert not isinstance(kid.stopped, StoppedByLimit)  # not its own limit
+        assert not kid.pending_calls
+        assert {r.outcome for r in results(kid)} <= {"done", "interrupted"}
+    spent = sum(tokens(kid) for kid in kids)
+    assert LIMIT <= spent < 1.5 * LIMIT  # unfollowed, they spend 2 x LIMIT
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert stopped.limit == "total_tokens"
+    assert stopped.by in {kid.id for kid in kids}  # who spent the last of it
+    # Counted once: each reply as its save committed, nothing again when the child ended.
+    assert stopped.spent == spent == tokens(state)
+    assert state.usage.requests == 1 + sum(kid.usage.requests for kid in kids)
+    # A reload in a new process keeps the budget: the lead stops at once, before a request.
+    again = _rerun(store.path, state.id, LIMIT)
+    assert again == {"limit": "total_tokens", "spent": spent, "requests": 0}
+
+
+@pytest.mark.anyio
+async def test_a_remote_child_within_the_limit_is_counted_once(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    runner = ThreadRunner(REGISTRY)
+    # The child spends 330: counted twice (as it saved, and again when it ended), the lead
+    # could not send its last request under 500.
+    answer = await lead(store, runner, "spend 3").arun(state, limits=Limits(total_tokens=500))
+    assert answer == "done"
+    assert not isinstance(state.stopped, StoppedByLimit)
+    (result,) = results(state)
+    kid = await store.aload(result.child_ids[0])
+    assert (result.outcome, kid.answer, tokens(kid)) == ("done", "spent", 330)
+    assert tokens(state) == 330
+    again = _rerun(store.path, state.id, 330)
+    assert again == {"limit": "total_tokens", "spent": 330, "requests": 0}
+
+
+def _rerun(path: str | Path, state_id: str, limit: int) -> dict[str, Any]:
+    """In a new process: load the lead and run it again under `limit` total tokens."""
+    script = textwrap.dedent(
+        f"""
+        import json
+        from orchestrator import Agent, Limits, Message
+        from orchestrator.testing import FakeModel
+        from stores import SQLiteStore
+
+        store = SQLiteStore({str(path)!r})
+        state = store.load({state_id!r})
+        state.add_message(Message.user("go on"))
+        model = FakeModel(["more"])
+        Agent(model, store=store).run(state, limits=Limits(total_tokens={limit}))
+        stopped = state.stopped
+        print(json.dumps({{"limit": stopped.limit, "spent": stopped.spent,
+                          "requests": len(model.requests)}}))
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
