@@ -16,7 +16,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator import Agent, Limits, Message, State, StoppedByLimit, ToolCall
+from orchestrator import (
+    Agent,
+    AsyncTreeFollowable,
+    Limits,
+    Message,
+    State,
+    StoppedByLimit,
+    ToolCall,
+)
 from orchestrator.runners import Runner
 from orchestrator.testing import FakeModel
 from stores import SQLiteStore
@@ -94,6 +102,54 @@ async def test_a_remote_child_within_the_limit_is_counted_once(tmp_path: Path) -
     assert tokens(state) == 330
     again = _rerun(store.path, state.id, 330)
     assert again == {"limit": "total_tokens", "spent": 330, "requests": 0}
+
+
+class Unfollowed:
+    """An SQLite store seen only through the `Store` protocol: it has no tree feed."""
+
+    def __init__(self, inner: SQLiteStore) -> None:
+        self.inner = inner
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def save(self, state: State) -> None:
+        self.inner.save(state)
+
+    def load(self, state_id: str) -> State:
+        return self.inner.load(state_id)
+
+    def list(self, *args: Any, **kwargs: Any) -> Any:
+        return self.inner.list(*args, **kwargs)
+
+    def delete(self, state_id: str) -> None:
+        self.inner.delete(state_id)
+
+    async def aload(self, state_id: str) -> State:
+        return await self.inner.aload(state_id)
+
+
+@pytest.mark.anyio
+async def test_a_store_without_a_tree_feed_counts_a_remote_child_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    sqlite = SQLiteStore(tmp_path / "runs.db")
+    store = Unfollowed(sqlite)
+    assert not isinstance(store, AsyncTreeFollowable)
+    state = State(messages=[Message.user("go")])
+    runner = ThreadRunner(REGISTRY)
+    await lead(store, runner, "spend 60", "spend 60").arun(state, limits=Limits(total_tokens=LIMIT))
+    kids = [sqlite.load(result.child_ids[0]) for result in results(state)]
+    # Unseen while they ran, each spent all it was given (what was left when it started),
+    # then stopped itself at it; the lead counted both when they ended, once.
+    for kid in kids:
+        assert isinstance(kid.stopped, StoppedByLimit)
+        assert (kid.stopped.limit, kid.stopped.maximum) == ("total_tokens", LIMIT)
+        assert tokens(kid) == LIMIT
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert (stopped.limit, stopped.spent) == ("total_tokens", 2 * LIMIT)
 
 
 def _rerun(path: str | Path, state_id: str, limit: int) -> dict[str, Any]:
