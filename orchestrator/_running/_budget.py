@@ -16,7 +16,11 @@ request's input plus output tokens, since a conversation only grows), before a t
 calls (`before_tools`) and before a child starts (`before_child`). A request sent under the
 limit may spend past it, so with N States running at once a token or cost limit is overshot by
 at most what N requests spend (one in flight per running State). Requests, tool calls,
-children and depth are reserved when checked, and never overshot.
+children and depth are reserved when checked, and never overshot by runs here.
+
+A child run elsewhere is counted from what it saves (`spend_elsewhere`, read from the store's
+tree feed by `orchestrator._running._remote`), and stopped once `used_up` finds a limit above
+it used up; it also keeps to the limits it was given (`remaining`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ both). The link is recorded in the child's first `run_start` (`parent_id`, `pare
 the parent's `tool_result` lists the `child_ids` and adds their usage when the call closes.
 
 An `AgentTool` hands its child run to a runner (`orchestrator.runners`) as a `ChildJob` with an
-explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`).
+explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`). A child
+elsewhere is counted against the limits above it from what it saves (`_running._remote`).
 
 Resume: when a crash cut off a subagent call, the loaded parent shows the call closed
 ``unknown`` with its children listed. Running the parent again first continues each child that
