@@ -49,11 +49,22 @@ _PAGE = 500  # entries read at once
 class Spending:
     """What a child run elsewhere, and the children below it, spent as counted here."""
 
-    __slots__ = ("budget", "child_id", "cursor", "ours", "root", "seen", "stopped", "usage")
+    __slots__ = (
+        "budget",
+        "child_id",
+        "counted",
+        "cursor",
+        "ours",
+        "root",
+        "seen",
+        "stopped",
+        "usage",
+    )
 
-    def __init__(self, budget: Budget, child_id: str) -> None:
+    def __init__(self, budget: Budget, child_id: str, counted: list[str]) -> None:
         self.budget = budget
         self.child_id = child_id
+        self.counted = counted  # the children spending here, against the budgets as they run
         self.ours: set[str] = {child_id}  # the child and every State started below it
         self.seen: set[tuple[str, int]] = set()  # (State id, entry index) counted
         self.usage = Usage()  # the usage counted, of all of them
@@ -65,8 +76,8 @@ class Spending:
         """Count the feed's entry `item` if it is the spending of the child or one below it."""
         state_id, entry = item.state_id, item.entry
         key = (state_id, item.index)
-        if key in self.seen:
-            return
+        if key in self.seen or self.child_id in self.counted:
+            return  # counted already, or a runner ran it here after all: it spent as it ran
         children = 0
         if state_id not in self.ours:
             if not isinstance(entry, RunStartEntry) or entry.parent_id not in self.ours:

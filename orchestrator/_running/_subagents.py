@@ -176,7 +176,7 @@ class AgentTool(Tool):
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
-        spending = None if budget is None else Spending(budget, state_id)
+        spending = None if budget is None else Spending(budget, state_id, context.counted)
         feed = _feed(context, runner, spending)
         try:
             if feed is None or spending is None:

@@ -25,7 +25,7 @@ from orchestrator import (
     StoppedByLimit,
     ToolCall,
 )
-from orchestrator.runners import Runner
+from orchestrator.runners import ChildJob, LocalRunner, Runner
 from orchestrator.testing import FakeModel
 from stores import SQLiteStore
 from tests.doubles import results
@@ -102,6 +102,28 @@ async def test_a_remote_child_within_the_limit_is_counted_once(tmp_path: Path) -
     assert tokens(state) == 330
     again = _rerun(store.path, state.id, 330)
     assert again == {"limit": "total_tokens", "spent": 330, "requests": 0}
+
+
+class Here:
+    """A runner of its own that runs each child here, in the parent's task (as LocalRunner)."""
+
+    def check(self, job: ChildJob) -> None:
+        """Every job runs here."""
+
+    async def run(self, job: ChildJob) -> State:
+        return await LocalRunner().run(job)
+
+
+@pytest.mark.anyio
+async def test_a_child_a_runner_runs_here_is_not_counted_again_from_the_feed(
+    tmp_path: Path,
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    # It spends against the limits as it runs; counted from the feed too, 660 of 500.
+    answer = await lead(store, Here(), "spend 3").arun(state, limits=Limits(total_tokens=500))
+    assert answer == "done"
+    assert tokens(state) == 330
 
 
 class Unfollowed:
