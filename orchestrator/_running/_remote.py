@@ -95,8 +95,8 @@ class Spending:
     async def follow(self, feed: AsyncTreeFollowable, parent_id: str) -> None:
         """Count the child's saves as they commit; return once a limit above is used up.
 
-        A feed that cannot be read (the parent not stored there) is left: the child is then
-        counted when it ends.
+        A feed that cannot be read (the parent not stored there) is logged and left: this
+        then waits until the child's end cancels it, and the child is counted then.
         """
         try:
             self.root = await feed.aroot_of(parent_id)
@@ -108,9 +108,9 @@ class Spending:
                     self.stopped = stopped
                     return
         except Exception as error:  # the child's own outcome matters, not the follower's
-            self.root = None
             _log.warning("state.limit.unfollowed", state_id=self.child_id, error=f"{error!r}")
-            await anyio.sleep_forever()
+        self.root = None  # counted when it ends instead
+        await anyio.sleep_forever()
 
     async def catch_up(self, feed: AsyncTreeFollowable) -> None:
         """Count the entries saved since the last page read (the child ended)."""

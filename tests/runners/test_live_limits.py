@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from orchestrator import (
     Agent,
@@ -172,6 +173,28 @@ async def test_a_store_without_a_tree_feed_counts_a_remote_child_when_it_ends(
     stopped = state.stopped
     assert isinstance(stopped, StoppedByLimit)
     assert (stopped.limit, stopped.spent) == ("total_tokens", 2 * LIMIT)
+
+
+class Unreadable(SQLiteStore):
+    """An SQLite store whose tree feed fails (as a feed of a store that lost its parent)."""
+
+    async def aroot_of(self, state_id: str) -> str:
+        raise LookupError(f"no State {state_id!r} here")
+
+
+@pytest.mark.anyio
+async def test_a_tree_feed_that_fails_leaves_the_remote_child_counted_when_it_ends(
+    tmp_path: Path,
+) -> None:
+    store = Unreadable(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    with capture_logs() as logs:
+        await lead(store, ThreadRunner(REGISTRY), "spend 3").arun(
+            state, limits=Limits(total_tokens=500)
+        )
+    assert [log["event"] for log in logs].count("state.limit.unfollowed") == 1
+    assert tokens(state) == 330  # counted once, at its end: the lead's last request fit
+    assert not isinstance(state.stopped, StoppedByLimit)
 
 
 def _rerun(path: str | Path, state_id: str, limit: int) -> dict[str, Any]:
