@@ -30,6 +30,7 @@ from orchestrator.runners import ChildJob, LocalRunner, Runner
 from orchestrator.testing import FakeModel
 from stores import SQLiteStore
 from tests.doubles import results
+from tests.postgres import fresh_schema
 from tests.runners import ray_agents
 from tests.runners.thread_runner import ThreadRunner
 
@@ -85,6 +86,26 @@ async def test_parallel_remote_children_stop_once_together_they_use_up_the_leads
     # A reload in a new process keeps the budget: the lead stops at once, before a request.
     again = _rerun(store.path, state.id, LIMIT)
     assert again == {"limit": "total_tokens", "spent": spent, "requests": 0}
+
+
+@pytest.mark.anyio
+async def test_postgres_notifies_the_lead_of_its_remote_childrens_spending() -> None:
+    """The same stop through PostgreSQL's feed (LISTEN/NOTIFY), not a polled file."""
+    from stores import PostgresStore
+
+    with fresh_schema("live") as (dsn, schema), PostgresStore(dsn, schema=schema) as store:
+        state = State(messages=[Message.user("go")])
+        await lead(store, ThreadRunner(REGISTRY), "spend 60", "spend 60").arun(
+            state, limits=Limits(total_tokens=LIMIT)
+        )
+        kids = [await store.aload(result.child_ids[0]) for result in results(state)]
+    assert all(kid.answer != "spent" and not kid.pending_calls for kid in kids)
+    spent = sum(tokens(kid) for kid in kids)
+    assert LIMIT <= spent < 1.5 * LIMIT
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert (stopped.limit, stopped.spent) == ("total_tokens", spent)
+    assert stopped.by in {kid.id for kid in kids}
 
 
 @pytest.mark.anyio
