@@ -61,7 +61,9 @@ class Spending:
         "usage",
     )
 
-    def __init__(self, budget: Budget, child_id: str, counted: list[str]) -> None:
+    def __init__(
+        self, budget: Budget, child_id: str, counted: list[str], *, after: str | None = None
+    ) -> None:
         self.budget = budget
         self.child_id = child_id
         self.counted = counted  # the children spending here, against the budgets as they run
@@ -69,7 +71,7 @@ class Spending:
         self.seen: set[tuple[str, int]] = set()  # (State id, entry index) counted
         self.usage = Usage()  # the usage counted, of all of them
         self.root: str | None = None
-        self.cursor: str | None = None
+        self.cursor = after  # where the feed is read from: what came before is not the child's
         self.stopped: StoppedByLimit | None = None
 
     def read(self, item: TreeEntry) -> None:

@@ -176,7 +176,10 @@ class AgentTool(Tool):
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
-        spending = None if budget is None else Spending(budget, state_id, context.counted)
+        spending = None
+        if budget is not None:
+            after = context.run.fed if resume is None else None  # a new child: from the tail
+            spending = Spending(budget, state_id, context.counted, after=after)
         feed = _feed(context, runner, spending)
         try:
             if feed is None or spending is None:
@@ -186,6 +189,7 @@ class AgentTool(Tool):
         finally:
             if spending is not None and state_id not in context.counted:
                 _count_elsewhere(spending, context, state_id)  # what was not counted yet
+                context.run.fed = spending.cursor or context.run.fed
         halted = None if spending is None else spending.stopped
         if halted is not None:
             raise ToolError(f"The subagent {self.name!r} was stopped: {halted}")

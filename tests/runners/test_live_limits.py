@@ -25,6 +25,7 @@ from orchestrator import (
     State,
     StoppedByLimit,
     ToolCall,
+    TreeEntry,
 )
 from orchestrator.runners import ChildJob, LocalRunner, Runner
 from orchestrator.testing import FakeModel
@@ -106,6 +107,47 @@ async def test_postgres_notifies_the_lead_of_its_remote_childrens_spending() -> 
     assert isinstance(stopped, StoppedByLimit)
     assert (stopped.limit, stopped.spent) == ("total_tokens", spent)
     assert stopped.by in {kid.id for kid in kids}
+
+
+class Reads(SQLiteStore):
+    """An SQLite store that counts the feed entries it gives, by State."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.given: dict[str, int] = {}
+
+    def tree_entries(self, root_id: str, **options: Any) -> tuple[TreeEntry, ...]:
+        page = super().tree_entries(root_id, **options)  # what every async read comes to
+        for item in page:
+            self.given[item.state_id] = self.given.get(item.state_id, 0) + 1
+        return page
+
+
+@pytest.mark.anyio
+async def test_a_later_remote_child_is_followed_from_where_the_last_one_was(
+    tmp_path: Path,
+) -> None:
+    store = Reads(tmp_path / "runs.db")
+    first = [ToolCall("call_first", "spender", {"task": "spend 3"})]
+    later = [ToolCall(f"call_later_{n}", "spender", {"task": "spend 60"}) for n in range(2)]
+    agent = Agent(
+        FakeModel([first, later, "done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=ThreadRunner(REGISTRY),
+    )
+    state = State(messages=[Message.user("go")])
+    await agent.arun(state, limits=Limits(total_tokens=LIMIT))
+    one, *two = results(state)
+    kid = await store.aload(one.child_ids[0])
+    # The first child's entries were read by its own follower only, not again by the later two.
+    assert store.given[kid.id] == len(kid.history)
+    kids = [await store.aload(result.child_ids[0]) for result in two]
+    assert all(kid.answer != "spent" for kid in kids)
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert stopped.spent == tokens(state) == 330 + sum(tokens(kid) for kid in kids)
 
 
 @pytest.mark.anyio
