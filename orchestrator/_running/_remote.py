@@ -145,6 +145,7 @@ class Spending:
             cache_write_tokens=max(after.cache_write_tokens - before.cache_write_tokens, 0),
             requests=max(after.requests - before.requests, 0),
             cost=cost,
+            reasoning_tokens=max(after.reasoning_tokens - before.reasoning_tokens, 0),
         )
 
 
