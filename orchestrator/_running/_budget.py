@@ -16,7 +16,11 @@ request's input plus output tokens, since a conversation only grows), before a t
 calls (`before_tools`) and before a child starts (`before_child`). A request sent under the
 limit may spend past it, so with N States running at once a token or cost limit is overshot by
 at most what N requests spend (one in flight per running State). Requests, tool calls,
-children and depth are reserved when checked, and never overshot.
+children and depth are reserved when checked, and never overshot by runs here.
+
+A child run elsewhere is counted from what it saves (`spend_elsewhere`, read from the store's
+tree feed by `orchestrator._running._remote`), and stopped once `used_up` finds a limit above
+it used up; it also keeps to the limits it was given (`remaining`).
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ __all__ = (
     "spend",
     "spend_elsewhere",
     "stop_for_limit",
+    "used_up",
 )
 
 _log = get_log("limits")
@@ -312,8 +317,8 @@ def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
 def remaining(budget: Budget, depth: int) -> Limits:
     """What is left of every limit up the chain, for a child `depth` levels below its root.
 
-    A child run elsewhere (another process or machine) gets it as limits of its own: the
-    budgets here cannot see it spend until it ends.
+    A child run elsewhere (another process or machine) gets it as limits of its own, so it
+    keeps to them even where the budgets here only learn what it spent when it ends.
     """
     left: dict[str, float] = {}
     item: Budget | None = budget
@@ -337,14 +342,45 @@ def remaining(budget: Budget, depth: int) -> Limits:
     return Limits(**whole)
 
 
-def spend_elsewhere(budget: Budget, state: State) -> None:
-    """Count what `state`, a child that ran elsewhere, spent, once it ended."""
-    usage = state.usage
-    spend(budget, state.id, usage)
+def spend_elsewhere(
+    budget: Budget, state_id: str, usage: Usage, *, tool_calls: int = 0, children: int = 0
+) -> None:
+    """Count what `state_id`, a run elsewhere, spent: `usage` (its requests too), and its calls.
+
+    A child run elsewhere is counted from what it saved (`orchestrator._running._remote`):
+    each reply as the store's feed shows it, and the rest when it ends.
+    """
+    spend(budget, state_id, usage)
+    counts = (("requests", usage.requests), ("tool_calls", tool_calls), ("children", children))
     item: Budget | None = budget
     while item is not None:
-        item.spent["requests"] += usage.requests
+        spent = item.spent
+        for limit, amount in counts:
+            if amount:
+                spent[limit] += amount
+                most = item.maximum.get(limit)
+                if most is not None and spent[limit] >= most and limit not in item.by:
+                    item.by[limit] = state_id
         item = item.parent
+
+
+def used_up(budget: Budget) -> StoppedByLimit | None:
+    """The stop of the first limit up the chain that the tree has used up, or None.
+
+    A token or cost limit is used up when nothing is left (no request of the tree would be
+    sent); a count (requests, tool calls, children) when the tree went past it, which only
+    runs elsewhere can do. A run elsewhere is stopped when this is not None.
+    """
+    item: Budget | None = budget
+    while item is not None:
+        spent = item.spent
+        for limit, most in item.maximum.items():
+            if limit in ("depth", "seconds"):
+                continue  # a run elsewhere is given what is left of them, and keeps to it
+            if spent[limit] > most or (limit in _SPENT_AT_ONCE and spent[limit] >= most):
+                return item.stop(limit, item.by.get(limit) or item.last or item.owner)
+        item = item.parent
+    return None
 
 
 def allow_request(budget: Budget | None, state_id: str, estimate: int) -> None:

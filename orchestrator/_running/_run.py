@@ -142,7 +142,9 @@ class Run:
     call's, recorded in its run start); `estimate` is the input tokens its next model
     request is expected to have. `held` maps the digest of each prompt a State of the run's
     tree records in full to that State: shared by the runs of one tree and store in this
-    process, so a child names its ancestor's or earlier sibling's prompt, not a copy.
+    process, so a child names its ancestor's or earlier sibling's prompt, not a copy. `fed` is
+    the last cursor of the store's tree feed read while a child of the run ran elsewhere: the
+    next such child is followed from there (a new child saved nothing before it).
     """
 
     __slots__ = (
@@ -151,6 +153,7 @@ class Run:
         "depth",
         "effect_scope",
         "estimate",
+        "fed",
         "held",
         "limits",
         "linked_call",
@@ -201,6 +204,7 @@ class Run:
         self.limits: Limits | None = None
         self.estimate = 0
         self.held: dict[str, Held] = {}
+        self.fed: str | None = None
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None

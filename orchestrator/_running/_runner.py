@@ -47,7 +47,8 @@ class ChildJob:
         limits: The child's own limits (its tool's slice), or None.
         remaining: What is left of the limits above the child when it starts, or None. A
             runner here ignores it (the child spends against them live); a runner elsewhere
-            gives it to the child as limits of its own, since they cannot see it spend there.
+            gives it to the child as limits of its own, so it keeps to them there (the parent
+            also counts what it saves, from the store's tree feed, and stops it at a limit).
     """
 
     agent: Agent

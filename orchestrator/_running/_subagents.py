@@ -6,7 +6,8 @@ both). The link is recorded in the child's first `run_start` (`parent_id`, `pare
 the parent's `tool_result` lists the `child_ids` and adds their usage when the call closes.
 
 An `AgentTool` hands its child run to a runner (`orchestrator.runners`) as a `ChildJob` with an
-explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`).
+explicit `Link`: here (`LocalRunner`, the default) or on other machines (`RayRunner`). A child
+elsewhere is counted against the limits above it from what it saves (`_running._remote`).
 
 Resume: when a crash cut off a subagent call, the loaded parent shows the call closed
 ``unknown`` with its children listed. Running the parent again first continues each child that
@@ -41,9 +42,11 @@ from .._base._stopped import StoppedByApproval, StoppedByLimit
 from .._record._history import ToolResultEntry
 from .._record._recording import add_child, bind_client, record_tool_result, store_of, value_of
 from .._record._state import State
+from .._record._storage import AsyncTreeFollowable
 from .._tooling._tools import Tool
-from ._budget import Budget, before_child, remaining, spend_elsewhere
+from ._budget import before_child, remaining, spend_elsewhere
 from ._frame import CallContext, Frame, current_frame
+from ._remote import Spending, run_followed
 from ._runner import ChildJob, LocalRunner, Runner
 
 if TYPE_CHECKING:
@@ -173,11 +176,25 @@ class AgentTool(Tool):
         )
         runner = self.runner_for(context.run)
         runner.check(job)  # a setup mistake ends the run: it is not the model's to handle
+        spending = None
+        if budget is not None:
+            after = context.run.fed if resume is None else None  # a new child: from the tail
+            spending = Spending(budget, state_id, context.counted, after=after)
+        feed = _feed(context, runner, spending)
         try:
-            child = await self._guarded(runner.run(job), context)
+            if feed is None or spending is None:
+                child = await self._guarded(runner.run(job), context)
+            else:  # elsewhere: counted from the store's feed as it saves
+                child = await self._guarded(run_followed(runner, job, feed, spending), context)
         finally:
-            if budget is not None and state_id not in context.counted:
-                _count_elsewhere(budget, context, state_id)  # it ran where we could not see it
+            if spending is not None and state_id not in context.counted:
+                _count_elsewhere(spending, context, state_id)  # what was not counted yet
+                context.run.fed = spending.cursor or context.run.fed
+        halted = None if spending is None else spending.stopped
+        if halted is not None:
+            raise ToolError(f"The subagent {self.name!r} was stopped: {halted}")
+        if child is None:  # pragma: no cover - only a stopped child is missing
+            raise ToolError(f"The subagent {self.name!r} saved nothing.")
         stopped = child.stopped
         if isinstance(stopped, StoppedByApproval) and all(
             stopped is not known for known in context.suspended
@@ -329,11 +346,26 @@ def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext 
     return None
 
 
-def _count_elsewhere(budget: Budget, context: CallContext, state_id: str) -> None:
-    """Count against `budget` what the child `state_id`, run elsewhere, spent (if it is known)."""
+def _feed(
+    context: CallContext, runner: Runner, spending: Spending | None
+) -> AsyncTreeFollowable | None:
+    """The tree feed that counts a child run on `runner` as it saves, or None (at its end).
+
+    None for a child run here (it spends against the limits as it runs), for a run without
+    limits, and for a store without a tree feed.
+    """
+    client = context.run.store
+    if spending is None or client is None or isinstance(runner, LocalRunner):
+        return None
+    store = client.store
+    return store if isinstance(store, AsyncTreeFollowable) else None
+
+
+def _count_elsewhere(spending: Spending, context: CallContext, state_id: str) -> None:
+    """Count what the child `state_id`, run elsewhere, spent that was not counted yet."""
     for child in context.children:
         if child.id == state_id:
-            spend_elsewhere(budget, child)
+            spend_elsewhere(spending.budget, state_id, spending.rest(child))
             return
 
 

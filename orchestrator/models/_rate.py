@@ -7,8 +7,9 @@ the request may go. That is one atomic update of one row, so a store can keep th
 processes on several machines share one pace (`AsyncRateLimits`); by default the row lives in
 this process (`LocalRates`), shared by every agent and child that uses the limit's key.
 
-A provider's rate-limit headers tighten the pace (nothing left until the reset: every caller
-waits for it), and a 429 holds the whole limit back, not the one caller that got it.
+A provider's rate-limit headers tighten the pace gradually (what is left spread until the
+reset; nothing left: every caller waits for the reset), and a 429 holds the whole limit back,
+not the one caller that got it.
 
 At most `concurrent` requests go at once. Without a store they are counted in this process;
 with one, each request holds a slot: a row of the store's ``rate_slots`` table, taken by one
@@ -373,7 +374,7 @@ class RateLimit:
         holds the limit back (`RateTicket.hold`) when the provider says so. Cancelled while it
         waits, nothing is sent.
         """
-        return RateTicket(self, tokens)
+        return RateTicket(self, tokens, spacing=max(self._ask.requests, tokens * self._tokens_step))
 
     async def acquire(self, tokens: int = 0) -> AsyncExitStack:
         """Wait for the pace, then take a concurrent slot: leaving the stack gives it back.
@@ -488,14 +489,15 @@ class RateTicket:
     Entering waits for the limit; leaving gives back the concurrent slot.
     """
 
-    __slots__ = ("_held", "limit", "tokens")
+    __slots__ = ("_held", "_spacing", "limit", "tokens")
 
     limit: RateLimit
     tokens: int
 
-    def __init__(self, limit: RateLimit, tokens: int) -> None:
+    def __init__(self, limit: RateLimit, tokens: int, *, spacing: float = 0.0) -> None:
         self.limit = limit
         self.tokens = tokens
+        self._spacing = spacing  # seconds the limit's own pace puts between such requests
         self._held: AsyncExitStack | None = None
 
     async def __aenter__(self) -> RateTicket:
@@ -522,9 +524,13 @@ class RateTicket:
         await self.limit.hold(seconds)
 
     async def read_headers(self, headers: Mapping[str, str]) -> None:
-        """Hold the limit back until the provider's reset when its headers say nothing is left."""
-        seconds = header_hold(headers)
-        if seconds:
+        """Tighten the limit to what the provider's headers say is left (`header_hold`).
+
+        The limit is held back only when the headers ask for a longer wait than its own pace
+        gives a request: a provider with plenty left costs nothing (no write to a store).
+        """
+        seconds = header_hold(headers, tokens=self.tokens)
+        if seconds > self._spacing:
             await self.limit.hold(seconds)
 
 
@@ -624,19 +630,34 @@ def _reset_seconds(text: str, now: datetime) -> float | None:
     return (when - now).total_seconds()
 
 
-def header_hold(headers: Mapping[str, str], *, now: datetime | None = None) -> float:
-    """Seconds to hold a limit back: until the latest reset of what a provider says is used up.
+def header_hold(
+    headers: Mapping[str, str], *, now: datetime | None = None, tokens: int = 1
+) -> float:
+    """Seconds to hold a limit back, so what a provider says is left lasts until its reset.
 
-    0 when something is left of every limit the headers name (or they name none).
+    For each limit the headers name, what is left is spread evenly until its reset: with R
+    requests left, the next waits a share ``reset / (R + 1)``; with R tokens left, a request of
+    `tokens` tokens waits ``reset * tokens / (R + tokens)``. So the pace tightens gradually
+    as a limit runs low, and nothing left holds until the reset. The longest of them, or 0
+    when the headers name no limit with a reset (a reset past two minutes is not believed).
     """
     hold = 0.0
+    size = max(tokens, 1)
     for remaining, reset in _HEADER_PAIRS:
         left, when = headers.get(remaining), headers.get(reset)
-        if left is None or when is None or left.strip() not in ("0", "0.0"):
+        if left is None or when is None:
+            continue
+        try:
+            count = float(left.strip())
+        except ValueError:
+            continue
+        if not math.isfinite(count) or count < 0:
             continue
         seconds = _reset_seconds(when, now or datetime.now(UTC))
-        if seconds is not None and 0 < seconds <= _HOLD_MOST:
-            hold = max(hold, seconds)
+        if seconds is None or not 0 < seconds <= _HOLD_MOST:
+            continue
+        cost = 1 if "requests" in remaining else size
+        hold = max(hold, seconds * cost / (count + cost))
     return hold
 
 

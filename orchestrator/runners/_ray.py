@@ -15,7 +15,9 @@ Guarantees, as for a child run here:
   child (its open calls closed ``unknown``), saves it, and its call gets a `ChildRunError`
   naming the child; the next child gets a new actor;
 - a parent process that dies takes its actors with it (Ray's owner fate-sharing): its children
-  stop, and running the parent again continues them from the store.
+  stop, and running the parent again continues them from the store;
+- a child spends against the limits above it as it saves (the parent follows the store's tree
+  feed), and the cancellation above stops it once they are used up.
 
 Ray is imported when the first child is sent, never at import: ``pip install 'orchestrator[ray]'``.
 """

@@ -328,7 +328,7 @@ def test_the_estimate_counts_the_request_text() -> None:
 
 
 def test_headers_hold_until_the_reset_of_what_is_used_up() -> None:
-    assert header_hold({"x-ratelimit-remaining-requests": "3"}) == 0
+    assert header_hold({"x-ratelimit-remaining-requests": "0"}) == 0  # no reset: not known
     assert header_hold(
         {"x-ratelimit-remaining-requests": "0", "x-ratelimit-reset-requests": "1m0.5s"}
     ) == pytest.approx(60.5)
@@ -348,6 +348,54 @@ def test_headers_hold_until_the_reset_of_what_is_used_up() -> None:
     }
     assert header_hold(anthropic, now=now) == pytest.approx(7.0)
     assert header_hold({**anthropic, "anthropic-ratelimit-tokens-reset": "soon"}, now=now) == 0
+
+
+def test_headers_spread_what_is_left_until_the_reset() -> None:
+    """The pace tightens as a provider's limit runs low, not only once nothing is left."""
+
+    def requests_left(count: str) -> dict[str, str]:
+        return {"x-ratelimit-remaining-requests": count, "x-ratelimit-reset-requests": "12s"}
+
+    holds = [header_hold(requests_left(str(n))) for n in (5, 3, 2, 1, 0)]
+    assert holds == pytest.approx([2.0, 3.0, 4.0, 6.0, 12.0])
+    tokens_left = {"x-ratelimit-remaining-tokens": "9000", "x-ratelimit-reset-tokens": "10s"}
+    assert header_hold(tokens_left, tokens=1000) == pytest.approx(1.0)  # 10 such requests
+    assert header_hold(tokens_left) == pytest.approx(10 / 9001)  # size unknown: one token
+    both = {**requests_left("1"), **tokens_left}
+    assert header_hold(both, tokens=1000) == pytest.approx(6.0)  # the longest
+    assert header_hold({**requests_left("many")}) == 0  # not a number: ignored
+    assert header_hold({**requests_left("-1")}) == 0
+
+
+@pytest.mark.anyio
+async def test_headers_with_plenty_left_cost_no_hold_and_running_low_holds(
+    server: ScriptedServer,
+) -> None:
+    plenty = {"x-ratelimit-remaining-requests": "4999", "x-ratelimit-reset-requests": "12ms"}
+    low = {"x-ratelimit-remaining-requests": "2", "x-ratelimit-reset-requests": "30s"}
+    server.push(
+        dataclasses.replace(text_reply("one"), headers=plenty),
+        dataclasses.replace(text_reply("two"), headers=low),
+    )
+    holds: list[float] = []
+
+    class Holds(MemoryStore):
+        async def arate_hold(self, key: str, seconds: float, tolerance: float) -> None:
+            holds.append(seconds)
+            await super().arate_hold(key, seconds, tolerance)
+
+    store = Holds()
+    limit = RateLimit(requests_per_minute=600, store=store, key="openai")
+    model = OpenAIModel("gpt-4o", base_url=server.url, api_key="sk-test", rate_limit=limit)
+    request = Request(system=None, messages=(Message.user("Hi"),))
+    ask = RateAsk(requests=0.0, tokens=0.0)
+    assert (await model.respond(request)).message.text == "one"
+    # 12 ms over 5,000 requests is less than the limit's own 0.1 s a request: no hold written.
+    assert holds == []
+    assert (await model.respond(request)).message.text == "two"
+    assert holds == [pytest.approx(10.0)]
+    # Two left for 30 s: the next request waits a third of it, not the whole reset.
+    assert 9.0 < (await store.arate_take("openai", ask)).wait(ask) <= 10.0
 
 
 @pytest.mark.anyio

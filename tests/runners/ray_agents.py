@@ -4,6 +4,7 @@ The researcher's model decides each reply from its task, so any number of childr
 registry: ``"turns N"`` takes N turns, ``"remember KEY"`` writes memory, ``"wait PATH"`` touches
 PATH and waits, ``"die PATH"`` touches PATH and kills its worker with SIGKILL, and
 ``"vanish PATH"`` does that as its run starts, before anything of the child is saved.
+The spender (``"spend N"``) spends `SPENT` per reply for N turns, pausing in a tool each turn.
 """
 
 from __future__ import annotations
@@ -19,13 +20,22 @@ import anyio
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from orchestrator import Agent, Memory, Reporter, State, ToolCall, tool
+from orchestrator import Agent, Memory, Message, Reply, Reporter, State, ToolCall, Usage, tool
 from orchestrator.models import Request
 from orchestrator.otel import OtelReporter
 from orchestrator.permissions import ApproveLater
 from orchestrator.testing import FakeModel
 
-__all__ = ("JsonLines", "agents", "decide", "publisher", "researcher", "traced")
+__all__ = (
+    "SPENT",
+    "JsonLines",
+    "agents",
+    "decide",
+    "publisher",
+    "researcher",
+    "spender",
+    "traced",
+)
 
 
 def decide(request: Request) -> Any:
@@ -141,9 +151,40 @@ def publisher(store: Any = None) -> Agent:
     )
 
 
+SPENT = Usage(input_tokens=100, output_tokens=10, requests=1)
+"""What each of the spender's replies spends."""
+
+
+def _spending(request: Request) -> Reply:
+    """A pause each turn, ``"spend N"`` times, then the answer; each reply spends `SPENT`."""
+    turns = sum(1 for message in request.messages if message.role == "assistant")
+    if turns + 1 < int(request.messages[0].text.split(" ")[1]):
+        message = Message.assistant(tool_calls=[ToolCall(f"call_{turns}", "pause", {})])
+        return Reply(message, SPENT, stop_reason="tool_use")
+    return Reply(Message.assistant("spent"), SPENT, stop_reason="end_turn")
+
+
+@tool
+async def pause() -> str:
+    """Wait a tenth of a second (a tool that takes time)."""
+    await anyio.sleep(0.1)
+    return "paused"
+
+
+def spender(store: Any = None) -> Agent:
+    """An agent whose every reply spends tokens (`SPENT`), for the limits of a remote child."""
+    return Agent(
+        FakeModel([_spending] * 10_000),
+        name="spender",
+        description="Spends tokens for a number of turns",
+        tools=[pause],
+        store=store,
+    )
+
+
 def agents(store: Any) -> list[Agent]:
     """The registry: the agents a worker can run, built on the worker's store."""
-    return [researcher(store), publisher(store)]
+    return [researcher(store), publisher(store), spender(store)]
 
 
 def traced(store: Any) -> list[Agent]:

@@ -108,7 +108,7 @@ async def test_a_remote_child_gets_what_is_left_of_the_limits_and_counts_against
     assert (child.stopped.limit, child.stopped.maximum) == ("requests", 2)
     assert result.outcome == "error"
     assert "stopped: limit requests=2 of State" in result.content.content[0].text  # type: ignore[union-attr]
-    # Its spending counted against the lead when it ended: the lead stops, nothing left.
+    # Its spending counted against the lead: the lead stops, nothing left.
     assert isinstance(state.stopped, StoppedByLimit)
     assert (state.stopped.limit, state.stopped.spent, state.stopped.owner) == (
         "requests",
@@ -116,6 +116,38 @@ async def test_a_remote_child_gets_what_is_left_of_the_limits_and_counts_against
         state.id,
     )
     assert store.load(state.id).stopped == state.stopped
+
+
+async def test_ray_children_spending_together_past_the_leads_limit_are_stopped_while_they_run(
+    runner: RayRunner, tmp_path: Path
+) -> None:
+    store = SQLiteStore(tmp_path / "runs.db")
+    state = State(messages=[Message.user("go")])
+    limit = 2200  # 20 of the spender's replies; each child alone was given all of it
+    calls = [ToolCall(f"call_lead_{n}", "spender", {"task": "spend 60"}) for n in range(2)]
+    spending_lead = Agent(
+        FakeModel([calls, "done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=runner,
+    )
+    await spending_lead.arun(state, limits=Limits(total_tokens=limit))
+    found = results(state)
+    kids = [store.load(result.child_ids[0]) for result in found]
+    for result, kid in zip(found, kids, strict=True):
+        assert result.outcome == "error"
+        assert "was stopped: limit total_tokens=" in result.content.content[0].text  # type: ignore[union-attr]
+        assert kid.answer != "spent"  # stopped while it ran, not after
+        assert not isinstance(kid.stopped, StoppedByLimit)  # by the lead, not by itself
+        assert not kid.pending_calls
+    spent = sum(kid.usage.input_tokens + kid.usage.output_tokens for kid in kids)
+    assert limit <= spent < 1.5 * limit  # counted only when they ended, they spend 2 x limit
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert (stopped.limit, stopped.spent) == ("total_tokens", spent)  # each reply counted once
+    assert stopped.by in {kid.id for kid in kids}
+    assert store.load(state.id).stopped == stopped
 
 
 def effects(db: Path) -> list[tuple[str, str]]:
