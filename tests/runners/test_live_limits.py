@@ -141,8 +141,10 @@ async def test_a_later_remote_child_is_followed_from_where_the_last_one_was(
     await agent.arun(state, limits=Limits(total_tokens=LIMIT))
     one, *two = results(state)
     kid = await store.aload(one.child_ids[0])
-    # The first child's entries were read by its own follower only, not again by the later two.
-    assert store.given[kid.id] == len(kid.history)
+    # The first child's entries were read by its own follower only, not again by the later two
+    # (each would read all of them from the start). Its follower may read them twice at most:
+    # a page read when the child ended is dropped by the cancel and read again by the catch-up.
+    assert len(kid.history) <= store.given[kid.id] <= 2 * len(kid.history)
     kids = [await store.aload(result.child_ids[0]) for result in two]
     assert all(kid.answer != "spent" for kid in kids)
     stopped = state.stopped
