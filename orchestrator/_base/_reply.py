@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from ._json import valid_fields
 from ._messages import Message
 
-__all__ = ("NO_USAGE", "Reply", "Usage")
+__all__ = ("NO_USAGE", "Reply", "Usage", "usage_since")
 
 _COUNTS = (
     "input_tokens",
@@ -116,3 +116,21 @@ class Reply:
         if not isinstance(self.usage, Usage):
             raise TypeError(f"Reply.usage must be a Usage, got {type(self.usage).__name__}.")
         valid_fields(self, "stop_reason", "model")
+
+
+def usage_since(after: Usage, before: Usage) -> Usage:
+    """What was spent between two readings of one usage: `after` less `before`, never below 0.
+
+    The cost is unknown when `after`'s is; an unknown earlier cost counts as 0, since only an
+    empty `Usage()` (nothing spent) has no cost while a later reading has one.
+    """
+    cost = None if after.cost is None else max(after.cost - (before.cost or 0.0), 0.0)
+    return Usage(
+        input_tokens=max(after.input_tokens - before.input_tokens, 0),
+        output_tokens=max(after.output_tokens - before.output_tokens, 0),
+        cache_read_tokens=max(after.cache_read_tokens - before.cache_read_tokens, 0),
+        cache_write_tokens=max(after.cache_write_tokens - before.cache_write_tokens, 0),
+        requests=max(after.requests - before.requests, 0),
+        cost=cost,
+        reasoning_tokens=max(after.reasoning_tokens - before.reasoning_tokens, 0),
+    )

@@ -21,7 +21,7 @@ import anyio
 import anyio.lowlevel
 
 from .._base._logs import get_log
-from .._base._reply import Usage
+from .._base._reply import Usage, usage_since
 from .._record._history import (
     AskEntry,
     ContextChangeEntry,
@@ -134,19 +134,7 @@ class Spending:
 
     def rest(self, child: State) -> Usage:
         """What `child`, ended, spent that was not counted yet (what the feed did not show)."""
-        after, before = child.usage, self.usage
-        cost = None
-        if after.cost is not None:
-            cost = max(after.cost - (before.cost or 0.0), 0.0)
-        return Usage(
-            input_tokens=max(after.input_tokens - before.input_tokens, 0),
-            output_tokens=max(after.output_tokens - before.output_tokens, 0),
-            cache_read_tokens=max(after.cache_read_tokens - before.cache_read_tokens, 0),
-            cache_write_tokens=max(after.cache_write_tokens - before.cache_write_tokens, 0),
-            requests=max(after.requests - before.requests, 0),
-            cost=cost,
-            reasoning_tokens=max(after.reasoning_tokens - before.reasoning_tokens, 0),
-        )
+        return usage_since(child.usage, self.usage)
 
 
 def _spent_by(entry: HistoryEntry) -> Usage | None:

@@ -37,7 +37,7 @@ from .._base._errors import (
 from .._base._limits import Limits
 from .._base._link import Link, child_scope
 from .._base._messages import Message, TextBlock, ToolCall, ToolResultBlock
-from .._base._reply import Usage
+from .._base._reply import Usage, usage_since
 from .._base._stopped import StoppedByApproval, StoppedByLimit
 from .._record._history import ToolResultEntry
 from .._record._recording import add_child, bind_client, record_tool_result, store_of, value_of
@@ -259,9 +259,9 @@ class AgentTool(Tool):
                     answers.append(f"(the subagent failed: {error_text(error)})")
                     state = getattr(error, "state", None)
                     if isinstance(state, State):
-                        spent = spent + _spent(state.usage, before)
+                        spent = spent + usage_since(state.usage, before)
                     continue
-            spent = spent + _spent(child.usage, before)
+            spent = spent + usage_since(child.usage, before)
             stopped = child.stopped
             if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
                 failed = True
@@ -430,20 +430,6 @@ def trace_context(run: Run, call: ToolCall) -> dict[str, str]:
 
 def _text(content: tuple[Any, ...]) -> str:
     return "\n".join(block.text for block in content if isinstance(block, TextBlock))
-
-
-def _spent(after: Usage, before: Usage) -> Usage:
-    """What was spent between two readings of one State's usage."""
-    cost = None if after.cost is None or before.cost is None else after.cost - before.cost
-    return Usage(
-        input_tokens=after.input_tokens - before.input_tokens,
-        output_tokens=after.output_tokens - before.output_tokens,
-        cache_read_tokens=after.cache_read_tokens - before.cache_read_tokens,
-        cache_write_tokens=after.cache_write_tokens - before.cache_write_tokens,
-        requests=after.requests - before.requests,
-        cost=cost,
-        reasoning_tokens=after.reasoning_tokens - before.reasoning_tokens,
-    )
 
 
 def check_runner(runner: object) -> None:
