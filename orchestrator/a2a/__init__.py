@@ -1,4 +1,4 @@
-"""A2A 1.0: agents served to other frameworks' clients (``pip install 'orchestrator[a2a]'``).
+"""A2A 1.0: agents served to, and called from, other frameworks (``orchestrator[a2a]``).
 
 Built on the official ``a2a-sdk``. Serve the agents of a `Runs` service with
 ``asgi_app(runs, routes=a2a_routes(runs))``: each agent answers at ``/a2a/<name>/`` (JSON-RPC)
@@ -21,6 +21,11 @@ Host allow-list, the bearer token when it has one, JSON bodies).
   message marked by ``metadata.orchestrator``), the ``answer`` artifact, and the final status
   with the run's usage in its metadata.
 
+- **Calling.** ``a2a_agent(url, name=..., description=...).as_tool()`` is a remote A2A agent
+  as a subagent tool: each call starts a child State that records the remote task
+  (`TASK_KEY`), saved before the message goes out, so a resume re-attaches to the task and
+  never sends the message again; a cancelled call cancels the remote task.
+
 Example:
     ```python
     from orchestrator.a2a import a2a_routes
@@ -35,9 +40,12 @@ import importlib.util as _util
 if _util.find_spec("a2a") is None:  # pragma: no cover - the extra is missing
     raise ImportError("orchestrator.a2a needs the A2A SDK: pip install 'orchestrator[a2a]'")
 
+from ._calling import TASK_KEY as TASK_KEY
+from ._calling import A2ACallError as A2ACallError
+from ._calling import A2AModel as A2AModel
+from ._calling import a2a_agent as a2a_agent
 from ._serving import APPROVE_WORDS as APPROVE_WORDS
 from ._serving import DEFAULT_PREFIX as DEFAULT_PREFIX
-from ._serving import A2AHandler as A2AHandler
 from ._serving import a2a_routes as a2a_routes
 from ._serving import agent_card as agent_card
 from ._tasks import ANSWER_ARTIFACT as ANSWER_ARTIFACT
@@ -46,7 +54,10 @@ __all__ = (
     "ANSWER_ARTIFACT",
     "APPROVE_WORDS",
     "DEFAULT_PREFIX",
-    "A2AHandler",
+    "TASK_KEY",
+    "A2ACallError",
+    "A2AModel",
+    "a2a_agent",
     "a2a_routes",
     "agent_card",
 )

@@ -33,7 +33,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
 from orchestrator import Agent, State, tool
-from orchestrator.a2a import A2AHandler, a2a_routes, agent_card
+from orchestrator.a2a import a2a_routes, agent_card
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.permissions import ApproveLater
 from orchestrator.testing import FakeModel, tool_call
@@ -181,7 +181,7 @@ def test_an_agent_without_a_name_has_no_card() -> None:
 async def test_a_handler_for_an_unknown_agent_says_which_there_are() -> None:
     async with Runs([greeter()], MemoryStore()) as runs:
         with pytest.raises(KeyError, match="'greeter'"):
-            A2AHandler(runs, "nobody")
+            a2a_routes(runs, ["nobody"])
 
 
 async def test_a_message_runs_the_agent_and_the_task_completes_with_its_answer() -> None:

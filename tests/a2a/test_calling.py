@@ -1,0 +1,155 @@
+"""A remote A2A agent called as a subagent tool, against an A2A server on 127.0.0.1.
+
+The server is our own `a2a_routes` on the SDK's JSON-RPC routes, run by uvicorn (asyncio: uvicorn
+has no trio loop).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import anyio
+import pytest
+
+from orchestrator import Agent, Message, Reply, State, Usage, tool
+from orchestrator.a2a import TASK_KEY, A2ACallError, A2AModel, a2a_agent, a2a_routes
+from orchestrator.apps import Runs, asgi_app
+from orchestrator.testing import FakeModel, tool_call
+from stores import MemoryStore
+from tests.apps.serving import serving
+
+pytestmark = pytest.mark.anyio
+ON_ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+ENTERED: dict[str, anyio.Event] = {}
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    ENTERED.clear()
+
+
+def entered(key: str) -> anyio.Event:
+    return ENTERED.setdefault(key, anyio.Event())
+
+
+@tool
+async def hold(key: str) -> str:
+    """Wait until cancelled."""
+    entered(key).set()
+    await anyio.sleep_forever()
+    return key
+
+
+@asynccontextmanager
+async def served(agent: Agent, store: MemoryStore) -> AsyncGenerator[tuple[Runs, str]]:
+    """A Runs service of `agent` served over A2A on 127.0.0.1; the service and its base URL."""
+    async with (
+        Runs([agent], store) as runs,
+        serving(asgi_app(runs, routes=a2a_routes(runs))) as base,
+    ):
+        yield runs, base
+
+
+def remote_greeter(model: FakeModel) -> Agent:
+    return Agent(model, name="greeter", description="Greets.")
+
+
+def lead(tool_name: str, url: str, *after: Any) -> Agent:
+    remote = a2a_agent(url, name=tool_name, description="A remote agent.")
+    return Agent(
+        FakeModel([tool_call(tool_name, task="say hello"), *(after or ["all done"])]),
+        tools=[remote.as_tool()],
+    )
+
+
+@ON_ASYNCIO
+async def test_a_remote_agent_is_a_subagent_whose_child_records_the_task() -> None:
+    reply = Reply(
+        Message.assistant("hello there"), Usage(input_tokens=5, output_tokens=7, requests=1)
+    )
+    remote_model = FakeModel([reply])
+    remote_store = MemoryStore()
+    store = MemoryStore()
+    async with served(remote_greeter(remote_model), remote_store) as (_runs, base):
+        agent = lead("greeter", f"{base}/a2a/greeter").copy(store=store)
+        state = State(messages=[Message.user("go")])
+        await agent.arun(state)
+    assert state.answer == "all done"
+    result = next(e for e in state.history if e.kind == "tool_result")
+    assert result.content.text == "hello there"  # type: ignore[union-attr]
+    (child_id,) = result.child_ids  # type: ignore[union-attr]
+    child = store.load(child_id)
+    assert child.parent_id == state.id
+    recorded = child.get(TASK_KEY)
+    assert recorded["status"] == "completed"
+    assert recorded["url"] == f"{base}/a2a/greeter"
+    assert [m["text"] for m in recorded["messages"]] == ["say hello", "hello there"]
+    assert recorded["artifacts"][0]["id"] == "answer"
+    remote_task = remote_store.load(recorded["task_id"])
+    assert remote_task.answer == "hello there"
+    assert (child.usage.input_tokens, child.usage.output_tokens) == (5, 7)
+    assert state.usage.input_tokens >= 5
+    assert len(remote_model.requests) == 1
+
+
+@ON_ASYNCIO
+async def test_a_failed_remote_task_is_an_error_result_for_the_model() -> None:
+    remote_model = FakeModel([RuntimeError("remote model down")])
+    async with served(remote_greeter(remote_model), MemoryStore()) as (_runs, base):
+        state = State(messages=[Message.user("go")])
+        await lead("greeter", f"{base}/a2a/greeter").arun(state)
+    result = next(e for e in state.history if e.kind == "tool_result")
+    assert result.content.is_error  # type: ignore[union-attr]
+    assert "remote model down" in result.content.text  # type: ignore[union-attr]
+
+
+@ON_ASYNCIO
+async def test_cancelling_the_parent_cancels_the_remote_task() -> None:
+    holder = Agent(FakeModel([tool_call("hold", key="r")]), name="holder", tools=[hold])
+    remote_store = MemoryStore()
+    store = MemoryStore()
+    async with served(holder, remote_store) as (runs, base):
+        agent = lead("holder", f"{base}/a2a/holder").copy(store=store)
+        state = State(messages=[Message.user("go")])
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.arun, state)
+            with anyio.fail_after(10):
+                await entered("r").wait()
+            group.cancel_scope.cancel()
+        (remote_id,) = [info.id for info in remote_store.list()]
+        with anyio.fail_after(10):
+            info = await runs.wait(remote_id)
+    assert info.status == "idle"  # cancelled: its last run ended on the cancel
+    assert remote_store.load(remote_id).history[-1].content.startswith("Cancelled")  # type: ignore[union-attr]
+    child_id = next(iter(store.load(state.id).children))
+    assert store.load(child_id).get(TASK_KEY)["task_id"] == remote_id
+
+
+@ON_ASYNCIO
+async def test_a_resume_re_attaches_to_the_remote_task_and_never_sends_again() -> None:
+    remote_model = FakeModel(["hello there"])
+    async with served(remote_greeter(remote_model), MemoryStore()) as (_runs, base):
+        url = f"{base}/a2a/greeter"
+        first = State(messages=[Message.user("hi")])
+        await Agent(A2AModel(url), name="greeter").arun(first)
+        task_id = first.get(TASK_KEY)["task_id"]
+        # A State that recorded the send (its task id came back), as a crash leaves it.
+        again = State(messages=[Message.user("hi")])
+        again.set(TASK_KEY, {"url": url, "message_id": "x", "for": 1, "task_id": task_id})
+        await Agent(A2AModel(url), name="greeter").arun(again)
+        # One that recorded the send, not the task id: the message is never sent again.
+        lost = State(messages=[Message.user("hi")])
+        lost.set(TASK_KEY, {"url": url, "message_id": "y", "for": 1, "task_id": None})
+        with pytest.raises(A2ACallError, match="not sent again"):
+            await Agent(A2AModel(url), name="greeter").arun(lost)
+    assert again.answer == "hello there"
+    assert again.get(TASK_KEY)["task_id"] == task_id
+    assert len(remote_model.requests) == 1  # the remote agent ran once
+
+
+def test_a_bad_url_says_what_to_give() -> None:
+    with pytest.raises(ValueError, match="http"):
+        A2AModel("ftp://x")
