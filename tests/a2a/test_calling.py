@@ -12,12 +12,16 @@ from typing import Any
 
 import anyio
 import pytest
+from a2a.server.context import ServerCallContext
+from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
+from a2a.types.a2a_pb2 import TaskState
 
 from orchestrator import Agent, Message, Reply, State, Usage, tool
 from orchestrator.a2a import TASK_KEY, A2ACallError, A2AModel, a2a_agent, a2a_routes
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.testing import FakeModel, tool_call
 from stores import MemoryStore
+from tests.a2a.sdk_server import EchoExecutor, sdk_app
 from tests.apps.serving import serving
 
 pytestmark = pytest.mark.anyio
@@ -51,6 +55,18 @@ async def served(agent: Agent, store: MemoryStore) -> AsyncGenerator[tuple[Runs,
         serving(asgi_app(runs, routes=a2a_routes(runs))) as base,
     ):
         yield runs, base
+
+
+async def recorded_task(store: MemoryStore) -> str:
+    """The remote task id a child State of `store` recorded, once one did (polled)."""
+    for _ in range(1000):
+        for info in store.list():
+            if info.parent_id is not None:
+                recorded = store.load(info.id).get(TASK_KEY)
+                if recorded and recorded.get("task_id"):
+                    return str(recorded["task_id"])
+        await anyio.sleep(0.01)
+    raise AssertionError("no child recorded a remote task")
 
 
 def remote_greeter(model: FakeModel) -> Agent:
@@ -118,6 +134,7 @@ async def test_cancelling_the_parent_cancels_the_remote_task() -> None:
             group.start_soon(agent.arun, state)
             with anyio.fail_after(10):
                 await entered("r").wait()
+                await recorded_task(store)
             group.cancel_scope.cancel()
         (remote_id,) = [info.id for info in remote_store.list()]
         with anyio.fail_after(10):
@@ -153,3 +170,63 @@ async def test_a_resume_re_attaches_to_the_remote_task_and_never_sends_again() -
 def test_a_bad_url_says_what_to_give() -> None:
     with pytest.raises(ValueError, match="http"):
         A2AModel("ftp://x")
+
+
+# -- against the SDK's own server --------------------------------------------------------------
+
+
+@ON_ASYNCIO
+async def test_the_sdks_own_server_answers_a_subagent_call() -> None:
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    store = MemoryStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        agent = lead("echo", base).copy(store=store)
+        state = State(messages=[Message.user("go")])
+        await agent.arun(state)
+    result = next(e for e in state.history if e.kind == "tool_result")
+    assert result.content.text == "echo: say hello"  # type: ignore[union-attr]
+    (child_id,) = result.child_ids  # type: ignore[union-attr]
+    recorded = store.load(child_id).get(TASK_KEY)
+    assert recorded["status"] == "completed"
+    assert recorded["artifacts"][0]["name"] == "echo"
+    assert recorded["messages"][0] == {"role": "user", "text": "say hello"}
+    assert executor.executed == ["say hello"]
+    assert store.load(child_id).usage.requests == 1  # the SDK server reports no usage
+
+
+@ON_ASYNCIO
+async def test_cancelling_a_call_cancels_the_task_on_the_sdks_server() -> None:
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    store = MemoryStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        agent = Agent(
+            FakeModel([tool_call("echo", task="hold on")]),
+            tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
+            store=store,
+        )
+        state = State(messages=[Message.user("go")])
+        async with anyio.create_task_group() as group:
+            group.start_soon(agent.arun, state)
+            with anyio.fail_after(10):
+                await executor.holding.wait()
+                await recorded_task(store)  # the call knows the remote task: it can cancel it
+            group.cancel_scope.cancel()
+    task_id = await recorded_task(store)
+    assert executor.cancelled == [task_id]
+    stored = await tasks.get(task_id, ServerCallContext())
+    assert stored is not None
+    assert stored.status.state == TaskState.TASK_STATE_CANCELED
+
+
+@ON_ASYNCIO
+async def test_a_resume_re_attaches_to_a_task_of_the_sdks_server() -> None:
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        first = State(messages=[Message.user("hi")])
+        await Agent(A2AModel(base), name="echo").arun(first)
+        task_id = first.get(TASK_KEY)["task_id"]
+        again = State(messages=[Message.user("hi")])
+        again.set(TASK_KEY, {"url": base, "message_id": "x", "for": 1, "task_id": task_id})
+        await Agent(A2AModel(base), name="echo").arun(again)
+    assert again.answer == "echo: hi"
+    assert executor.executed == ["hi"]
