@@ -6,8 +6,10 @@ has no trio loop).
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -20,13 +22,14 @@ from orchestrator import Agent, Message, Reply, State, Usage, tool
 from orchestrator.a2a import TASK_KEY, A2ACallError, A2AModel, a2a_agent, a2a_routes
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.testing import FakeModel, tool_call
-from stores import MemoryStore
+from stores import FileStore, MemoryStore
 from tests.a2a.sdk_server import EchoExecutor, sdk_app
 from tests.apps.serving import serving
 
 pytestmark = pytest.mark.anyio
 ON_ASYNCIO = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
+ROOT = Path(__file__).resolve().parents[2]
 ENTERED: dict[str, anyio.Event] = {}
 
 
@@ -230,3 +233,79 @@ async def test_a_resume_re_attaches_to_a_task_of_the_sdks_server() -> None:
         await Agent(A2AModel(base), name="echo").arun(again)
     assert again.answer == "echo: hi"
     assert executor.executed == ["hi"]
+
+
+# -- a real crash: the calling process dies mid-call --------------------------------------------
+
+CRASHING_LEAD = """
+import os, sys
+import anyio
+from orchestrator import Agent, Message, State
+from orchestrator.a2a import TASK_KEY, a2a_agent
+from orchestrator.testing import FakeModel, tool_call
+from stores import FileStore
+
+store = FileStore(sys.argv[1])
+remote = a2a_agent(sys.argv[2], name="holder", description="Holds.").as_tool()
+agent = Agent(FakeModel([tool_call("holder", task="hold on")]), tools=[remote], store=store)
+
+
+async def main() -> None:
+    state = State(id="lead", messages=[Message.user("go")])
+    async with anyio.create_task_group() as group:
+        group.start_soon(agent.arun, state)
+        for _ in range(1000):
+            await anyio.sleep(0.01)
+            for info in store.list():
+                if info.parent_id and (store.load(info.id).get(TASK_KEY) or {}).get("task_id"):
+                    os._exit(1)  # the remote task is known and saved: die, cleaning nothing up
+
+
+anyio.run(main)
+"""
+
+
+@ON_ASYNCIO
+async def test_a_crash_mid_call_leaves_it_unknown_and_the_resume_re_attaches(
+    tmp_path: Path,
+) -> None:
+    release = anyio.Event()
+
+    @tool
+    async def wait_here(key: str) -> str:
+        """Wait until the test releases it."""
+        entered(key).set()
+        await release.wait()
+        return "released"
+
+    remote_model = FakeModel([tool_call("wait_here", key="r"), "held and done"])
+    holder = Agent(remote_model, name="holder", tools=[wait_here])
+    store = FileStore(tmp_path / "runs")
+    async with served(holder, MemoryStore()) as (runs, base):
+        url = f"{base}/a2a/holder"
+        done = await anyio.run_process(
+            [sys.executable, "-c", CRASHING_LEAD, str(tmp_path / "runs"), url],
+            cwd=ROOT,
+            check=False,
+        )
+        assert done.returncode == 1, done.stderr.decode()
+        assert entered("r").is_set()
+        crashed = store.load("lead")
+        result = next(e for e in crashed.history if e.kind == "tool_result")
+        assert result.outcome == "unknown"  # type: ignore[union-attr]
+        (child_id,) = result.child_ids  # type: ignore[union-attr]
+        release.set()  # the remote task goes on without its caller
+        again = Agent(
+            FakeModel(["Done after the resume."]),
+            tools=[a2a_agent(url, name="holder", description="Holds.").as_tool()],
+            store=store,
+        )
+        await again.arun(crashed)
+        assert runs.running == ()
+    assert crashed.answer == "Done after the resume."
+    late = [e for e in crashed.history if e.kind == "tool_result" and e.late]  # type: ignore[union-attr]
+    assert [e.content.text for e in late] == ["held and done"]  # type: ignore[union-attr]
+    child = store.load(child_id)
+    assert child.get(TASK_KEY)["status"] == "completed"
+    assert len(remote_model.requests) == 2  # one remote run: its tool call, then its answer
+    assert [r.messages[0].text for r in remote_model.requests] == ["hold on", "hold on"]
