@@ -126,11 +126,18 @@ class A2AModel:
     answers with what it asks for.
     """
 
-    def __init__(self, url: str, *, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError(f"url must be the agent's http(s) URL, got {url!r}.")
         self.url: str = url
         self.headers: dict[str, str] = dict(headers or {})
+        self.transport: httpx.AsyncBaseTransport | None = transport
 
     @property
     def name(self) -> str:
@@ -149,7 +156,8 @@ class A2AModel:
         sent_for = len(request.messages)
         found: Any = None if state is None else state.get(TASK_KEY)
         recorded = dict(cast("Mapping[str, Any]", found)) if isinstance(found, Mapping) else {}
-        async with httpx.AsyncClient(headers=self.headers, timeout=None) as http:
+        http = httpx.AsyncClient(headers=self.headers, timeout=None, transport=self.transport)
+        async with http:
             client = await create_client(self.url, ClientConfig(httpx_client=http))
             async with client:
                 if recorded.get("for") == sent_for:  # sent before this process stopped
@@ -259,11 +267,13 @@ def a2a_agent(
     name: str,
     description: str,
     headers: Mapping[str, str] | None = None,
+    transport: httpx.AsyncBaseTransport | None = None,
 ) -> Agent:
     """A remote A2A agent as an `Agent`: ``.as_tool()`` makes it a subagent tool.
 
     `url` is the agent's base URL (where its card is: ``<url>/.well-known/agent-card.json``);
-    `headers` go with every request (``{"Authorization": "Bearer ..."}``).
+    `headers` go with every request (``{"Authorization": "Bearer ..."}``); `transport` is the
+    httpx transport to reach it by (``httpx.ASGITransport(app)`` for an app in this process).
 
     Example:
         ```python
@@ -272,4 +282,5 @@ def a2a_agent(
         lead = Agent("openai:gpt-4o", tools=[remote.as_tool()])
         ```
     """
-    return Agent(A2AModel(url, headers=headers), name=name, description=description)
+    model = A2AModel(url, headers=headers, transport=transport)
+    return Agent(model, name=name, description=description)

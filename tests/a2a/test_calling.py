@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import httpx
 import pytest
 from a2a.server.context import ServerCallContext
 from a2a.server.tasks.inmemory_task_store import InMemoryTaskStore
@@ -309,3 +310,26 @@ async def test_a_crash_mid_call_leaves_it_unknown_and_the_resume_re_attaches(
     assert child.get(TASK_KEY)["status"] == "completed"
     assert len(remote_model.requests) == 2  # one remote run: its tool call, then its answer
     assert [r.messages[0].text for r in remote_model.requests] == ["hold on", "hold on"]
+
+
+async def test_a_call_through_a_transport_runs_on_asyncio_and_trio() -> None:
+    remote_model = FakeModel(["hello there"])
+    async with Runs([remote_greeter(remote_model)], MemoryStore()) as runs:
+        app = asgi_app(runs, routes=a2a_routes(runs), viewer=False)
+        remote = a2a_agent(
+            "http://127.0.0.1/a2a/greeter",
+            name="greeter",
+            description="Greets.",
+            transport=httpx.ASGITransport(app),
+            headers={"X-Caller": "lead"},
+        )
+        agent = Agent(
+            FakeModel([tool_call("greeter", task="say hello"), "all done"]),
+            tools=[remote.as_tool()],
+        )
+        state = State(messages=[Message.user("go")])
+        await agent.arun(state)
+    assert state.answer == "all done"
+    (child_id,) = state.children
+    assert state.child(child_id).answer == "hello there"
+    assert [r.messages[0].text for r in remote_model.requests] == ["say hello"]
