@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import contextlib
 import json
+import ssl
 from collections.abc import Mapping
 from typing import Any, cast
 
 import anyio
 import httpx
-from a2a.client import Client, ClientConfig, create_client
+from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 from a2a.helpers.proto_helpers import get_text_parts
 from a2a.types.a2a_pb2 import (
+    AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
     Message,
@@ -123,7 +125,8 @@ class A2AModel:
     and never sends the message again. A cancelled request cancels the remote task.
 
     A task that fails, is rejected or cancelled raises `A2ACallError`; one that waits for input
-    answers with what it asks for.
+    answers with what it asks for. The agent's card is looked up at the first request and kept;
+    each request opens its own connection, closed when it returns.
     """
 
     def __init__(
@@ -138,6 +141,8 @@ class A2AModel:
         self.url: str = url
         self.headers: dict[str, str] = dict(headers or {})
         self.transport: httpx.AsyncBaseTransport | None = transport
+        self._tls: ssl.SSLContext | None = None  # made once: loading the CAs takes ~50 ms
+        self._card: AgentCard | None = None  # resolved once: the card says where to send
 
     @property
     def name(self) -> str:
@@ -156,9 +161,16 @@ class A2AModel:
         sent_for = len(request.messages)
         found: Any = None if state is None else state.get(TASK_KEY)
         recorded = dict(cast("Mapping[str, Any]", found)) if isinstance(found, Mapping) else {}
-        http = httpx.AsyncClient(headers=self.headers, timeout=None, transport=self.transport)
+        if self._tls is None:
+            self._tls = httpx.create_ssl_context()
+        http = httpx.AsyncClient(
+            headers=self.headers, timeout=None, transport=self.transport, verify=self._tls
+        )
         async with http:
-            client = await create_client(self.url, ClientConfig(httpx_client=http))
+            config = ClientConfig(httpx_client=http)
+            if self._card is None:
+                self._card = await A2ACardResolver(http, self.url).get_agent_card()
+            client = await create_client(self._card, config)
             async with client:
                 if recorded.get("for") == sent_for:  # sent before this process stopped
                     task = await self._reattach(client, recorded)
