@@ -18,9 +18,10 @@ OPT_OUT = "ORCHESTRATOR_TEST_NODE"
 def node_program() -> str:
     """The `node` program with the clients installed; fails (or skips, if opted out) without."""
     node = shutil.which("node")
-    installed = (NODE_DIR / "node_modules" / "ai").is_dir() and (
-        NODE_DIR / "node_modules" / "@ag-ui" / "client"
-    ).is_dir()
+    modules = NODE_DIR / "node_modules"
+    installed = all(
+        (modules / package).is_dir() for package in ("ai", "@ag-ui/client", "@a2a-js/sdk")
+    )
     if node is not None and installed:
         return node
     message = (
