@@ -24,6 +24,7 @@ from orchestrator.a2a import TASK_KEY, A2ACallError, A2AModel, a2a_agent, a2a_ro
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.testing import FakeModel, tool_call
 from stores import FileStore, MemoryStore
+from tests.a2a.calls import recorded_task
 from tests.a2a.sdk_server import EchoExecutor, sdk_app
 from tests.apps.serving import serving
 
@@ -59,18 +60,6 @@ async def served(agent: Agent, store: MemoryStore) -> AsyncGenerator[tuple[Runs,
         serving(asgi_app(runs, routes=a2a_routes(runs))) as base,
     ):
         yield runs, base
-
-
-async def recorded_task(store: MemoryStore) -> str:
-    """The remote task id a child State of `store` recorded, once one did (polled)."""
-    for _ in range(1000):
-        for info in store.list():
-            if info.parent_id is not None:
-                recorded = store.load(info.id).get(TASK_KEY)
-                if recorded and recorded.get("task_id"):
-                    return str(recorded["task_id"])
-        await anyio.sleep(0.01)
-    raise AssertionError("no child recorded a remote task")
 
 
 def remote_greeter(model: FakeModel) -> Agent:
