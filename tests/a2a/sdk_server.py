@@ -5,7 +5,11 @@ starting with ``hold`` holds until cancelled. Served by the tests with uvicorn o
 from __future__ import annotations
 
 import anyio
-from a2a.helpers.proto_helpers import new_task_from_user_message, new_text_part
+from a2a.helpers.proto_helpers import (
+    new_task_from_user_message,
+    new_text_message,
+    new_text_part,
+)
 from a2a.server.agent_execution.agent_executor import AgentExecutor
 from a2a.server.agent_execution.context import RequestContext
 from a2a.server.events import EventQueue
@@ -24,7 +28,8 @@ __all__ = ("EchoExecutor", "sdk_app")
 
 
 class EchoExecutor(AgentExecutor):
-    """Answers ``echo: <text>`` as an artifact; ``hold ...`` waits until cancelled."""
+    """Answers ``echo: <text>`` as an artifact; ``hold ...`` waits until cancelled; ``message
+    ...`` answers with a message and no task."""
 
     def __init__(self) -> None:
         self.executed: list[str] = []
@@ -34,6 +39,9 @@ class EchoExecutor(AgentExecutor):
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
         self.executed.append(text)
+        if text.startswith("message"):  # answered with a message, no task
+            await event_queue.enqueue_event(new_text_message(f"echo: {text}"))
+            return
         task = context.current_task
         if task is None:
             assert context.message is not None

@@ -6,6 +6,7 @@ has no trio loop).
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
@@ -322,3 +323,67 @@ async def test_a_call_through_a_transport_runs_on_asyncio_and_trio() -> None:
     (child_id,) = state.children
     assert state.child(child_id).answer == "hello there"
     assert [r.messages[0].text for r in remote_model.requests] == ["say hello"]
+
+
+@ON_ASYNCIO
+async def test_an_answer_without_a_task_is_the_messages_text() -> None:
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        state = State(messages=[Message.user("message me")])
+        await Agent(A2AModel(base), name="echo").arun(state)
+    assert state.answer == "echo: message me"
+    assert state.get(TASK_KEY)["status"] == "completed"
+
+
+async def test_a_structured_remote_answer_comes_back_as_json() -> None:
+    @tool
+    def found(city: str, state: State) -> str:
+        """Give the city found."""
+        state.finish({"city": city})
+        return "found"
+
+    finder = Agent(
+        FakeModel([tool_call("found", city="Oslo")]), name="finder", description="Finds cities."
+    )
+    finder = finder.copy(tools=[found])
+    async with Runs([finder], MemoryStore()) as runs:
+        app = asgi_app(runs, routes=a2a_routes(runs), viewer=False)
+        model = A2AModel("http://127.0.0.1/a2a/finder", transport=httpx.ASGITransport(app))
+        state = State(messages=[Message.user("where?")])
+        await Agent(model, name="finder").arun(state)
+    assert json.loads(state.answer) == [{"data": {"city": "Oslo"}}]
+
+
+@ON_ASYNCIO
+async def test_a_resume_re_attaches_to_a_task_still_working() -> None:
+    release = anyio.Event()
+
+    @tool
+    async def wait_here() -> str:
+        """Wait until the test releases it."""
+        await release.wait()
+        return "released"
+
+    remote_model = FakeModel([tool_call("wait_here"), "worked it out"])
+    holder = Agent(remote_model, name="holder", tools=[wait_here])
+    async with served(holder, MemoryStore()) as (runs, base):
+        url = f"{base}/a2a/holder"
+        handle = await runs.start("holder", "work")  # as if our process had sent it, then died
+        cut_off = State(messages=[Message.user("work")])
+        cut_off.set(TASK_KEY, {"url": url, "message_id": "x", "for": 1, "task_id": handle.state_id})
+        async with anyio.create_task_group() as group:
+            group.start_soon(Agent(A2AModel(url), name="holder").arun, cut_off)
+            await anyio.sleep(0.2)  # mostly re-attached by now: it subscribes to the task
+            release.set()
+    assert cut_off.answer == "worked it out"
+    assert len(remote_model.requests) == 2
+
+
+@ON_ASYNCIO
+async def test_a_task_the_server_does_not_know_cannot_be_re_attached_to() -> None:
+    async with served(remote_greeter(FakeModel([])), MemoryStore()) as (_runs, base):
+        url = f"{base}/a2a/greeter"
+        lost = State(messages=[Message.user("hi")])
+        lost.set(TASK_KEY, {"url": url, "message_id": "x", "for": 1, "task_id": "gone"})
+        with pytest.raises(A2ACallError, match="cannot be re-attached"):
+            await Agent(A2AModel(url), name="greeter").arun(lost)

@@ -17,7 +17,10 @@ import pytest
 from a2a.client import A2ACardResolver, Client, ClientConfig, create_client
 from a2a.types.a2a_pb2 import (
     CancelTaskRequest,
+    DeleteTaskPushNotificationConfigRequest,
+    GetTaskPushNotificationConfigRequest,
     GetTaskRequest,
+    ListTaskPushNotificationConfigsRequest,
     ListTasksRequest,
     Message,
     Part,
@@ -27,12 +30,13 @@ from a2a.types.a2a_pb2 import (
     StreamResponse,
     SubscribeToTaskRequest,
     Task,
+    TaskPushNotificationConfig,
     TaskState,
 )
 from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
-from orchestrator import Agent, State, tool
+from orchestrator import Agent, Limits, State, tool
 from orchestrator.a2a import a2a_routes, agent_card
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.permissions import ApproveLater
@@ -453,3 +457,133 @@ def test_routes_need_a_clean_prefix() -> None:
     runs = Runs([greeter()], MemoryStore())
     with pytest.raises(ValueError, match="prefix"):
         a2a_routes(runs, prefix="a2a/")
+
+
+async def test_a_follow_up_that_decides_some_calls_leaves_the_others_waiting() -> None:
+    agent = mailer([[tool_call("send", to="amy"), tool_call("send", to="bob")], "mailed both"])
+    async with (
+        Runs([agent], MemoryStore()) as runs,
+        a2a_client(runs, "mailer", streaming=False) as client,
+    ):
+        first = final_task(await collect(client, user("mail both")))
+        waiting = MessageToDict(first.status.message.parts[1].data)["waiting"]
+        amy, bob = (call["call_id"] for call in waiting)
+        half = final_task(await collect(client, user(task_id=first.id, data={"approve": [amy]})))
+        assert half.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+        assert SENT == []
+        done = final_task(
+            await collect(client, user(task_id=first.id, data={"deny": [bob], "reason": "no"}))
+        )
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert SENT == ["amy"]
+
+
+async def test_a_streamed_partial_decision_gives_the_waiting_task_only() -> None:
+    agent = mailer([[tool_call("send", to="amy"), tool_call("send", to="bob")], "mailed both"])
+    async with Runs([agent], MemoryStore()) as runs, a2a_client(runs, "mailer") as client:
+        first = await collect(client, user("mail both"))
+        waiting = MessageToDict(first[-1].status_update.status.message.parts[1].data)["waiting"]
+        again = await collect(
+            client, user(task_id=first[0].task.id, data={"approve": [waiting[0]["call_id"]]})
+        )
+    assert kinds(again) == ["task"]
+    assert again[0].task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+async def test_follow_ups_that_cannot_decide_say_what_to_send() -> None:
+    async with (
+        Runs([mailer()], MemoryStore()) as runs,
+        a2a_client(runs, "mailer", streaming=False) as client,
+    ):
+        task_id = final_task(await collect(client, user("mail bob"))).id
+        with pytest.raises(A2AError, match="must be a list of call ids"):
+            await collect(client, user(task_id=task_id, data={"approve": "all"}))
+        with pytest.raises(A2AError, match="reply 'approve'"):
+            await collect(client, user(task_id=task_id, data={"other": 1}))
+    assert SENT == []
+
+
+async def test_a_working_task_takes_no_message_and_its_context_starts_no_other_run() -> None:
+    async with (
+        Runs([holder()], MemoryStore()) as runs,
+        a2a_client(runs, "holder", streaming=False) as client,
+    ):
+        task = final_task(await collect(client, user("hold"), return_immediately=True))
+        with anyio.fail_after(10):
+            await event(ENTERED, "k").wait()
+        with pytest.raises(A2AError, match="is working"):
+            await collect(client, user("more", task_id=task.id))
+        with pytest.raises(A2AError, match="running already"):
+            await collect(client, user("more", context_id=task.id))
+        event(RELEASE, "k").set()
+        with anyio.fail_after(10):
+            await runs.wait(task.id)
+        done = await client.get_task(GetTaskRequest(id=task.id, history_length=1))
+    assert done.status.state == TaskState.TASK_STATE_COMPLETED
+    assert [m.parts[0].text for m in done.history] == ["held"]
+
+
+async def test_a_run_stopped_at_a_limit_is_a_failed_task() -> None:
+    agent = Agent(
+        FakeModel([tool_call("send", to="amy"), "mailed amy"]),
+        name="mailer",
+        tools=[send],
+        limits=Limits(requests=1),
+    )
+    async with (
+        Runs([agent], MemoryStore()) as runs,
+        a2a_client(runs, "mailer", streaming=False) as client,
+    ):
+        task = final_task(await collect(client, user("mail amy")))
+    assert task.status.state == TaskState.TASK_STATE_FAILED
+    assert "requests" in task.status.message.parts[0].text
+
+
+async def test_tasks_list_filters_by_context_state_and_time_and_bounds_its_page() -> None:
+    async with Runs([greeter("a", "b")], MemoryStore()) as runs, a2a_client(runs, "greeter") as c:
+        first = (await collect(c, user("hi", context_id="chat-a")))[0].task.id
+        await collect(c, user("hi", context_id="chat-b"))
+        by_context = await c.list_tasks(ListTasksRequest(context_id="chat-a"))
+        failed = await c.list_tasks(ListTasksRequest(status=TaskState.TASK_STATE_FAILED))
+        later = ListTasksRequest()
+        later.status_timestamp_after.FromSeconds(4_000_000_000)  # in 2096
+        none_later = await c.list_tasks(later)
+        with pytest.raises(A2AError, match="pageSize"):
+            await c.list_tasks(ListTasksRequest(page_size=1000))
+    assert [task.id for task in by_context.tasks] == [first]
+    assert list(failed.tasks) == []
+    assert list(none_later.tasks) == []
+
+
+async def test_push_notifications_and_the_extended_card_are_not_served() -> None:
+    async with (
+        Runs([greeter()], MemoryStore()) as runs,
+        a2a_client(runs, "greeter", streaming=False) as client,
+    ):
+        task_id = final_task(await collect(client, user("hi"))).id
+        calls = [
+            client.create_task_push_notification_config(
+                TaskPushNotificationConfig(task_id=task_id, url="http://127.0.0.1:9/hook")
+            ),
+            client.get_task_push_notification_config(
+                GetTaskPushNotificationConfigRequest(task_id=task_id, id="x")
+            ),
+            client.list_task_push_notification_configs(
+                ListTaskPushNotificationConfigsRequest(task_id=task_id)
+            ),
+            client.delete_task_push_notification_config(
+                DeleteTaskPushNotificationConfigRequest(task_id=task_id, id="x")
+            ),
+        ]
+        for call in calls:
+            with pytest.raises(A2AError, match="not supported"):
+                await call
+        # The SDK's client answers with the card it has when the card offers no extended one.
+        app = asgi_app(runs, routes=a2a_routes(runs), viewer=False)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app)) as http:
+            answer = await http.post(
+                "http://127.0.0.1/a2a/greeter/",
+                json={"jsonrpc": "2.0", "id": 1, "method": "GetExtendedAgentCard", "params": {}},
+                headers={"A2A-Version": "1.0"},
+            )
+    assert "extended" in answer.json()["error"]["message"].lower()
