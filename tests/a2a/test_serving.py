@@ -587,3 +587,26 @@ async def test_push_notifications_and_the_extended_card_are_not_served() -> None
                 headers={"A2A-Version": "1.0"},
             )
     assert "extended" in answer.json()["error"]["message"].lower()
+
+
+async def test_a_task_run_by_another_service_on_the_store_is_seen_and_cancelled_there() -> None:
+    store = MemoryStore()  # two services on one store stand for two processes
+    async with (
+        Runs([holder()], store, lease=0.25) as owner,
+        Runs([holder()], store, lease=0.25) as other,
+        a2a_client(owner, "holder", streaming=False) as client,
+        a2a_client(other, "holder", streaming=False) as elsewhere,
+    ):
+        task = final_task(await collect(client, user("hold"), return_immediately=True))
+        with anyio.fail_after(10):
+            await event(ENTERED, "k").wait()
+        seen = await elsewhere.get_task(GetTaskRequest(id=task.id))
+        assert seen.status.state == TaskState.TASK_STATE_WORKING
+        listed = await elsewhere.list_tasks(ListTasksRequest())
+        assert [(t.id, t.status.state) for t in listed.tasks] == [
+            (task.id, TaskState.TASK_STATE_WORKING)
+        ]
+        with anyio.fail_after(10):
+            cancelled = await elsewhere.cancel_task(CancelTaskRequest(id=task.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        assert owner.running == ()
