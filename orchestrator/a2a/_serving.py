@@ -154,13 +154,14 @@ def _decisions(
 class A2AHandler(RequestHandler):
     """The A2A request handler of agent `agent` of a `Runs` service (entered by the app).
 
-    A task is a conversation: its id and context id are the run's State id. A message without
-    a task id starts a new run (with a context id, the run's State gets that id); a message
-    with the id of a task that answered, failed or was cancelled continues its State with a
-    new run; one for a task that waits for approval decides its waiting calls (see
-    `APPROVE_WORDS`). ``SendMessage`` answers once the run stops (or at once with
-    ``returnImmediately``); streaming gives the run's events as they come. ``tasks/cancel``
-    cancels the run, ``tasks/list`` lists this agent's runs, newest first.
+    A task is a conversation: its id and context id are the run's State id. A message naming
+    no task starts a new run (a context id that names no stored State becomes the new State's
+    id); a message naming a task (by task id, or by context id) that answered, failed or was
+    cancelled continues its State with a new run; one naming a task that waits for approval
+    decides its waiting calls (see `APPROVE_WORDS`). ``SendMessage`` answers once the run
+    stops (or at once with ``returnImmediately``); streaming gives the run's events as they
+    come. ``tasks/cancel`` cancels the run, ``tasks/list`` lists this agent's runs, newest
+    first.
     """
 
     def __init__(self, runs: Runs, agent: str) -> None:
@@ -186,18 +187,45 @@ class A2AHandler(RequestHandler):
         info = await self.runs.get(task_id)
         return task_of(state, running=info.status == "running")
 
+    async def _existing(self, message: Message) -> tuple[str | None, State | None]:
+        """The conversation a message names (its task id, else its context id), if stored.
+
+        Raises:
+            TaskNotFoundError: The task id names no task of this agent.
+            InvalidParamsError: The context id is not a valid id, or names another's State.
+        """
+        if message.task_id:
+            return message.task_id, await self._state(message.task_id)
+        if not message.context_id:
+            return None, None
+        try:
+            validate_id(message.context_id, "context id")
+        except (TypeError, ValueError) as error:
+            raise InvalidParamsError(str(error)) from None
+        try:
+            return message.context_id, await self._state(message.context_id)
+        except TaskNotFoundError:
+            pass
+        try:
+            await self._client.load(message.context_id)
+        except LookupError:
+            return message.context_id, None  # a new conversation of that id
+        raise InvalidParamsError(
+            f"The context {message.context_id!r} is not a conversation of this agent: use"
+            " another context id."
+        )
+
     async def _send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> tuple[str, int]:
         """Start or continue the run `params` names; its id, and where its events begin."""
         message = params.message
-        task_id = message.task_id or None
-        if task_id is not None:
-            state = await self._state(task_id)
-            info = await self.runs.get(task_id)
+        state_id, state = await self._existing(message)
+        if state_id is not None and state is not None:
+            info = await self.runs.get(state_id)
             if info.status == "running":
                 raise InvalidRequestError(
-                    f"Task {task_id} is working: wait for it (tasks/get, SubscribeToTask) or"
+                    f"Task {state_id} is working: wait for it (tasks/get, SubscribeToTask) or"
                     " cancel it before sending another message."
                 )
             stopped = state.stopped
@@ -205,22 +233,19 @@ class A2AHandler(RequestHandler):
                 waiting = [item.call.id for item in stopped.calls]
                 decisions, reason = _decisions(message, waiting)
                 by = context.user.user_name if context.user.is_authenticated else "a2a"
-                for call_id, approved in decisions:
-                    decide = self.runs.approve if approved else self.runs.deny
-                    await decide(task_id, call_id, by=by, reason=reason)
-                return task_id, info.entries
+                try:
+                    for call_id, approved in decisions:
+                        decide = self.runs.approve if approved else self.runs.deny
+                        await decide(state_id, call_id, by=by, reason=reason)
+                except (LookupError, ValueError) as error:  # decided or started meanwhile
+                    raise InvalidRequestError(str(error)) from None
+                return state_id, info.entries
         text = "\n".join(get_text_parts(message.parts)).strip()
         if not text:
             raise InvalidParamsError("The message has no text: send a text part to answer.")
-        state_id = task_id or message.context_id or None
-        if state_id is not None and task_id is None:
-            try:
-                validate_id(state_id, "context id")
-            except (TypeError, ValueError) as error:
-                raise InvalidParamsError(str(error)) from None
         try:
             handle = await self.runs.start(self.agent, text, state_id=state_id)
-        except ValueError as error:
+        except ValueError as error:  # started meanwhile, or finished
             raise InvalidRequestError(str(error)) from None
         return handle.state_id, handle.since
 

@@ -513,7 +513,7 @@ async def test_a_working_task_takes_no_message_and_its_context_starts_no_other_r
             await event(ENTERED, "k").wait()
         with pytest.raises(A2AError, match="is working"):
             await collect(client, user("more", task_id=task.id))
-        with pytest.raises(A2AError, match="running already"):
+        with pytest.raises(A2AError, match="is working"):
             await collect(client, user("more", context_id=task.id))
         event(RELEASE, "k").set()
         with anyio.fail_after(10):
@@ -610,3 +610,23 @@ async def test_a_task_run_by_another_service_on_the_store_is_seen_and_cancelled_
             cancelled = await elsewhere.cancel_task(CancelTaskRequest(id=task.id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
         assert owner.running == ()
+
+
+async def test_a_context_id_continues_its_conversation_and_no_other_agents() -> None:
+    store = MemoryStore()
+    async with (
+        Runs([greeter("hello", "bye"), mailer()], store) as runs,
+        a2a_client(runs, "greeter", streaming=False) as client,
+        a2a_client(runs, "mailer", streaming=False) as other,
+    ):
+        first = final_task(await collect(client, user("hi", context_id="chat-9")))
+        again = final_task(await collect(client, user("leaving", context_id="chat-9")))
+        with pytest.raises(A2AError, match="not a conversation of this agent"):
+            await collect(other, user("mail bob", context_id="chat-9"))
+        waiting = final_task(await collect(other, user("mail bob", context_id="mail-1")))
+        decided = final_task(await collect(other, user("yes", context_id="mail-1")))
+    assert first.id == again.id == "chat-9"
+    assert [part.text for part in again.artifacts[0].parts] == ["bye"]
+    assert waiting.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+    assert decided.status.state == TaskState.TASK_STATE_COMPLETED
+    assert SENT == ["bob"]
