@@ -177,7 +177,7 @@ class A2AModel:
                 else:
                     task = await self._send(client, state, request.messages, sent_for)
         if state is not None:
-            state.set(TASK_KEY, _record(task, self.url, task_message(state, sent_for), sent_for))
+            state.set(TASK_KEY, _record(task, self.url, _message_id(state, sent_for), sent_for))
         if task.status.state in _WAITING or task.status.state == TaskState.TASK_STATE_COMPLETED:
             return Reply(OurMessage.assistant(_answer(task)), _usage(task), model=self.name)
         raise A2ACallError(
@@ -198,17 +198,16 @@ class A2AModel:
             if message.role == "user":
                 text = message.text
                 break
-        message_id = task_message(state, sent_for)
-        context = "" if state is None else state.id
+        message_id = _message_id(state, sent_for)
         if state is not None:  # saved before it goes: a resume never sends it again
             state.set(
                 TASK_KEY,
                 {"url": self.url, "message_id": message_id, "for": sent_for, "task_id": None},
             )
             await self._save(state)
-        outgoing = Message(
-            role=Role.ROLE_USER, message_id=message_id, context_id=context, parts=[Part(text=text)]
-        )
+        # No context id: the server gives one (ours would make it a State id, which a server
+        # sharing our store must not take from our child State).
+        outgoing = Message(role=Role.ROLE_USER, message_id=message_id, parts=[Part(text=text)])
         task_id = ""
         try:
             async for event in client.send_message(SendMessageRequest(message=outgoing)):
@@ -268,7 +267,7 @@ class A2AModel:
         return await client.get_task(GetTaskRequest(id=task_id))
 
 
-def task_message(state: State | None, sent_for: int) -> str:
+def _message_id(state: State | None, sent_for: int) -> str:
     """The id of the message a State sends for its request over `sent_for` messages."""
     return f"m-{sent_for}" if state is None else f"{state.id}-m{sent_for}"
 

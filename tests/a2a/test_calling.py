@@ -387,3 +387,27 @@ async def test_a_task_the_server_does_not_know_cannot_be_re_attached_to() -> Non
         lost.set(TASK_KEY, {"url": url, "message_id": "x", "for": 1, "task_id": "gone"})
         with pytest.raises(A2ACallError, match="cannot be re-attached"):
             await Agent(A2AModel(url), name="greeter").arun(lost)
+
+
+async def test_a_call_to_a_server_sharing_the_callers_store() -> None:
+    store = MemoryStore()
+    async with Runs([remote_greeter(FakeModel(["hello there"]))], store) as runs:
+        app = asgi_app(runs, routes=a2a_routes(runs), viewer=False)
+        remote = a2a_agent(
+            "http://127.0.0.1/a2a/greeter",
+            name="greeter",
+            description="Greets.",
+            transport=httpx.ASGITransport(app),
+        )
+        agent = Agent(
+            FakeModel([tool_call("greeter", task="say hello"), "all done"]),
+            tools=[remote.as_tool()],
+            store=store,
+        )
+        state = State(messages=[Message.user("go")])
+        await agent.arun(state)
+    (child_id,) = state.children
+    task_id = store.load(child_id).get(TASK_KEY)["task_id"]
+    assert task_id != child_id  # the remote run is a State of its own in the shared store
+    assert store.load(task_id).answer == "hello there"
+    assert state.answer == "all done"
