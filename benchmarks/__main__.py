@@ -21,6 +21,7 @@ from .events_bench import bench_events
 from .follow_bench import bench_follow
 from .inside_bench import bench_inside
 from .limits_bench import bench_limits
+from .mcp_bench import bench_mcp
 from .otel_bench import bench_otel
 from .postgres_bench import bench_postgres
 from .prompt_bench import bench_fan_out, bench_prompt
@@ -183,6 +184,8 @@ def run(config: Config) -> list[Metric]:
         progress=_progress,
     )
     metrics += bench_viewer(*config.viewer, repeats=min(config.repeats, 3), progress=_progress)
+    _progress("MCP serving ...")
+    metrics += bench_mcp(50 if quick else 2_000)
     _progress("A2A calls ...")
     # Issue 31: a remote subagent turn beside the SDK's bare client calling the same server.
     metrics += bench_a2a(calls=5 if quick else 200)

@@ -29,10 +29,12 @@ written) and roots.
 The feed of a tree (`orchestrator.TreeFollowable`) is the entries of its States in `position`
 order. Positions are given as rows are inserted, and one connection writes at a time, so they
 grow in the order saves commit: a reader never finds a new row below a position it has read.
-``AUTOINCREMENT`` keeps a position from ever being given twice (deleting the newest State must
-not let the next save reuse positions a follower passed), and as the table's ``INTEGER PRIMARY
-KEY`` a ``VACUUM`` keeps them too. `entries_by_root` finds a tree's rows after a position
-without reading the others.
+A position is never given twice: deleting the newest State must not let the next save reuse
+positions a follower passed, so a delete that takes the last positions leaves a row without a
+State at the last one (`KEEP_POSITION`; ``AUTOINCREMENT`` did this before format 4, at the cost
+of a page written by every save). As the table's ``INTEGER PRIMARY KEY`` a ``VACUUM`` keeps
+them too. `entries_by_root` finds a tree's rows after a position without reading the others.
+A file of format 3 is marked 4 when it opens, its table as it is (`FORMAT`).
 
 A memory write with an effect key inserts the key in the same transaction as the write, and
 writes nothing if the key is there already.
@@ -123,6 +125,7 @@ __all__ = (
     "CHECKPOINT",
     "CHECKPOINT_FRAMES",
     "COMMIT",
+    "FORMAT",
     "ISOLATION_LEVEL",
     "ROLLBACK",
     "SET_BUSY_TIMEOUT",
@@ -198,6 +201,14 @@ ROLLBACK = "ROLLBACK"
 # -- schema ----------------------------------------------------------------------------------
 
 FORMAT_KEY = "format_version"
+FORMAT = 4
+"""The format of an SQLite store file: 4 since a position is the rowid alone (no AUTOINCREMENT).
+
+Its entries are those of `stores.FORMAT_VERSION` (3). A file of format 3 kept its positions with
+``AUTOINCREMENT``, which writes the ``sqlite_sequence`` row on every save (a page of the log
+each time): it is read as is and marked 4 when it opens (`_migrate_v3`); code that wrote format
+3 refuses a file of format 4, whose deletes it would not keep positions for.
+"""
 TABLES = "SELECT name FROM sqlite_master WHERE type = 'table'"
 ENTRIES_TABLE = (
     # Rows go in the order they are written, and an index finds a State's: many States
@@ -205,7 +216,7 @@ ENTRIES_TABLE = (
     # would touch a page per State (about 3x the time per row, measured with 1,000 States).
     """
     CREATE TABLE entries (
-        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        position INTEGER PRIMARY KEY,
         state_id TEXT NOT NULL,
         seq INTEGER NOT NULL,
         data BLOB NOT NULL,
@@ -240,8 +251,15 @@ SCHEMA = (
     """,
     # The order of `list`: most recently updated first, ties by id.
     "CREATE INDEX IF NOT EXISTS states_by_update ON states (updated_at DESC, id)",
-    "CREATE INDEX IF NOT EXISTS states_by_parent ON states (parent_id, updated_at DESC, id)",
     *ENTRIES_TABLE,
+)
+# A parent's children in the order of `list`. Partial: a State without a parent has no row in
+# it, so a root's save (which moves its `updated_at`) writes no page of it; 7 pages a save, not
+# 8. A file made before it had `states_by_parent` over every row: replaced when it opens.
+PARENT_INDEX = (
+    "DROP INDEX IF EXISTS states_by_parent",
+    "CREATE INDEX IF NOT EXISTS states_with_parent ON states (parent_id, updated_at DESC, id)"
+    " WHERE parent_id IS NOT NULL",
 )
 MEMORY_SCHEMA = (
     """
@@ -373,7 +391,20 @@ TREE_ENTRIES = """
     FROM entries AS e WHERE e.root_id = ? AND e.position > ? ORDER BY e.position LIMIT ?
 """
 TREE_END = "SELECT max(position) FROM entries WHERE root_id = ?"
-LAST_POSITION = "SELECT seq FROM sqlite_sequence WHERE name = 'entries'"
+LAST_POSITION = "SELECT max(position) FROM entries"
+# A rowid is one more than the largest in the table: a delete that takes the largest positions
+# leaves a row with no State (id '', never valid) at the last one, so none is given again. One
+# such row at most: a later one replaces it (the unique index on (state_id, seq)).
+KEEP_POSITION = """
+    INSERT OR REPLACE INTO entries (position, state_id, seq, data, digest, root_id)
+    SELECT ?1, '', 0, x'', NULL, '' WHERE ?1 > coalesce((SELECT max(position) FROM entries), 0)
+"""
+# Format 3 to 4: the position `sqlite_sequence` kept, if a delete took the rows up to it.
+KEEP_SEQUENCE = """
+    INSERT INTO entries (position, state_id, seq, data, digest, root_id)
+    SELECT seq, '', 0, x'', NULL, '' FROM sqlite_sequence
+    WHERE name = 'entries' AND seq > coalesce((SELECT max(position) FROM entries), 0)
+"""
 
 # -- retrying a busy query ------------------------------------------------------------------
 
@@ -406,14 +437,19 @@ def open_plan(where: str) -> Plan[None]:
     if "meta" in tables:
         found: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
         version = check_format(
-            found[0][0] if found else None, where=where, readable=(FORMAT_V1, FORMAT_V2)
+            found[0][0] if found else None,
+            where=where,
+            current=FORMAT,
+            readable=(FORMAT_V1, FORMAT_V2, FORMAT_VERSION),
         )
         if version == FORMAT_V1:
             yield from _migrate_v1(where)
         else:
             yield from _add_seals()
-        if version != FORMAT_VERSION:
+        if version in (FORMAT_V1, FORMAT_V2):
             yield from _migrate_v2(where)
+        elif version == FORMAT_VERSION:
+            yield from _migrate_v3("sqlite_sequence" in tables)
     elif tables:
         shown = ", ".join(sorted(tables)[:5])
         raise ValueError(
@@ -423,8 +459,8 @@ def open_plan(where: str) -> Plan[None]:
     else:
         for statement in SCHEMA:
             yield Query(statement)
-        yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT_VERSION))
-    for statement in MEMORY_SCHEMA:
+        yield Query(SET_FORMAT, (FORMAT_KEY, FORMAT))
+    for statement in (*PARENT_INDEX, *MEMORY_SCHEMA):
         yield Query(statement)
     yield Query(SQLITE_LEASE_TABLE)
     yield Query(SQLITE_RATE_TABLE)
@@ -434,7 +470,7 @@ def open_plan(where: str) -> Plan[None]:
 
 def _check_format(where: str) -> Plan[None]:
     rows: list[Row] = yield Query(GET_FORMAT, (FORMAT_KEY,))
-    check_format(rows[0][0] if rows else None, where=where)
+    check_format(rows[0][0] if rows else None, where=where, current=FORMAT)
 
 
 def _migrate_v1(where: str) -> Plan[None]:
@@ -448,7 +484,7 @@ def _migrate_v1(where: str) -> Plan[None]:
     if any(row[1] == "digest" for row in columns):
         raise StoreDamagedError(
             f"{where} says it is of format {FORMAT_V1} (before digests), but its entries have"
-            f" digests: it was written in format {FORMAT_VERSION} and its format was set back,"
+            f" digests: it was written in format {FORMAT} and its format was set back,"
             " which would turn the integrity checks off. Restore the file from a backup."
         )
     for statement in (*MIGRATE_V1, ADD_SEAL):
@@ -481,7 +517,7 @@ def _migrate_v2(where: str) -> Plan[None]:
     if any(row[1] == "root_id" for row in columns):
         raise StoreDamagedError(
             f"{where} says it is of format {FORMAT_V2} (before the feeds of trees), but its"
-            f" States have roots: it was written in format {FORMAT_VERSION} and its format was"
+            f" States have roots: it was written in format {FORMAT} and its format was"
             " set back. Restore the file from a backup."
         )
     yield Query(ADD_ROOT)
@@ -490,7 +526,19 @@ def _migrate_v2(where: str) -> Plan[None]:
     yield QueryMany(SET_ROOT, ((root, state_id) for state_id, root in roots.items()))
     for statement in MIGRATE_V2:
         yield Query(statement)
-    yield Query(UPDATE_FORMAT, (FORMAT_VERSION, FORMAT_KEY))
+    yield Query(UPDATE_FORMAT, (FORMAT, FORMAT_KEY))
+
+
+def _migrate_v3(sequence: bool) -> Plan[None]:
+    """Mark a file of format 3 as 4 (in the transaction that opens it).
+
+    Its entries table keeps ``AUTOINCREMENT`` (making it again would copy every row): both give
+    positions the same way. If a delete took the rows up to the last position given
+    (`sequence`: the file has ``sqlite_sequence``), a row keeps that position, as deletes do now.
+    """
+    if sequence:
+        yield Query(KEEP_SEQUENCE)
+    yield Query(UPDATE_FORMAT, (FORMAT, FORMAT_KEY))
 
 
 def _add_seals() -> Plan[None]:
@@ -941,8 +989,10 @@ def delete_plan(state_id: str, known: TailCache) -> Plan[None]:
 def _delete(state_id: str, known: TailCache) -> Plan[None]:
     known.forget(state_id)
     yield Query(BEGIN_WRITE)
+    last: list[Row] = yield Query(LAST_POSITION)
     yield Query(DELETE_ENTRIES, (state_id,))
     yield Query(DELETE_STATE, (state_id,))
+    yield Query(KEEP_POSITION, (last[0][0],))  # if the State held the last positions
     yield Query(COMMIT)
 
 

@@ -114,6 +114,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
         self._wakeups = Wakeups.shared(self.url)
         self._connection: sqlite3.Connection | None = None
         self._wal: WalIndex | None = None  # its log's index, once connected (None: unreadable)
+        self._no_busy_wait = False  # its connection's busy timeout is 0 (set by a loop commit)
         self._closed = False
         self._limiters = OneAtATime()  # its worker threads: one call at a time
 
@@ -180,15 +181,13 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
             return None
         try:
             connection, wal = self._connection, self._wal
-            if connection is None or wal is None or not _appends(wal):
+            if connection is None or wal is None:
                 return None
+            # The log is checked once, at the commit (`_Nowait`), with the write lock held: a
+            # save that finds a checkpoint due there is rolled back and goes to the thread.
             plan = save_many_plan(states, self, self._where, self._known)
             try:
-                connection.execute(SET_NO_BUSY_WAIT)
-                try:
-                    return self._drive(plan, None, nowait=wal)
-                finally:
-                    connection.execute(SET_BUSY_TIMEOUT)
+                return self._drive(plan, None, nowait=wal)
             except _WouldWait:
                 return None
             except sqlite3.Error as error:
@@ -334,6 +333,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
         """Close the connection; the store cannot be used afterwards. Closing twice is fine."""
         with self._lock:
             self._closed = True
+            self._no_busy_wait = False
             if self._connection is not None:
                 self._connection.close()
                 self._connection = None
@@ -360,9 +360,15 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
 
         A plan that wrote, run in a worker thread (`nowait` None), then checkpoints the log if
         it is due: where SQLite's automatic checkpoint would run, after a commit.
+
+        With `nowait` the connection's busy timeout is 0, else `BUSY_TIMEOUT_MS`; each is set
+        only when the other was, so saves in a row on the loop set nothing.
         """
         try:
             connection = self._connect()
+            if (nowait is not None) != self._no_busy_wait:
+                connection.execute(SET_NO_BUSY_WAIT if nowait is not None else SET_BUSY_TIMEOUT)
+                self._no_busy_wait = nowait is not None
             if nowait is None:
                 execute: Callable[[Operation], Any] = functools.partial(_execute, connection)
             else:

@@ -21,6 +21,7 @@ from benchmarks import peak_rss
 from benchmarks.exchange import Counter, agent_seconds, floor_seconds
 from benchmarks.inside_bench import SQLiteFloor, bench_inside, paired, save_points
 from benchmarks.limits_bench import bench_limits
+from benchmarks.mcp_bench import bench_mcp
 from benchmarks.otel_bench import bench_otel
 from benchmarks.report import Metric, Previous, format_change, load_previous, render, save
 from benchmarks.state_bench import (
@@ -371,6 +372,19 @@ def test_bench_otel() -> None:
         },
     )
     assert by_key["otel.idle.ratio"].target == "≤ 1.2x"
+
+
+def test_bench_mcp() -> None:
+    """Issue 31: a served tool's call beside the bare SDK tool's, sync and async."""
+    keys = {
+        f"mcp.{kind}.{row}"
+        for kind in ("sync", "async")
+        for row in ("serve_tools.p50_us", "bare.p50_us", "ratio")
+    }
+    by_key = check(bench_mcp(3), keys)
+    for kind in ("sync", "async"):
+        ours, bare = by_key[f"mcp.{kind}.serve_tools.p50_us"], by_key[f"mcp.{kind}.bare.p50_us"]
+        assert by_key[f"mcp.{kind}.ratio"].value == pytest.approx(ours.value / bare.value)
 
 
 def test_bench_limits() -> None:

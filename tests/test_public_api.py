@@ -259,8 +259,10 @@ def test_the_public_api_has_the_design_names_and_signatures() -> None:
         "cache_write_tokens",
         "requests",
         "cost",
+        "reasoning_tokens",
     ]
     assert Usage() == Usage(0, 0, 0, 0, 0, None)
+    assert inspect.signature(Usage).parameters["reasoning_tokens"].kind == keyword
     assert params(tool_call) == [
         ("name", inspect.Parameter.POSITIONAL_ONLY, empty),
         ("args", inspect.Parameter.VAR_KEYWORD, empty),

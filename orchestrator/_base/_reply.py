@@ -9,7 +9,14 @@ from ._messages import Message
 
 __all__ = ("NO_USAGE", "Reply", "Usage")
 
-_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "requests",
+    "reasoning_tokens",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +25,8 @@ class Usage:
 
     `cost` is None when unknown. A sum's cost is unknown when either side's is, except that an
     empty `Usage()` (nothing spent) adds nothing, so ``Usage() + u == u``.
+    `reasoning_tokens` (keyword only) are the part of `output_tokens` the model spent
+    reasoning, when the provider tells it; they are in `output_tokens` and the cost already.
     """
 
     input_tokens: int = 0
@@ -26,6 +35,7 @@ class Usage:
     cache_write_tokens: int = 0
     requests: int = 0
     cost: float | None = None
+    reasoning_tokens: int = field(default=0, kw_only=True)
 
     def __post_init__(self) -> None:
         # The fields read directly, not by name: every reply and every sum builds a Usage.
@@ -35,6 +45,7 @@ class Usage:
             self.cache_read_tokens,
             self.cache_write_tokens,
             self.requests,
+            self.reasoning_tokens,
         ):
             if type(value) is not int or value < 0:
                 self._check_counts()
@@ -62,6 +73,7 @@ class Usage:
             and not self.output_tokens
             and not self.cache_read_tokens
             and not self.cache_write_tokens
+            and not self.reasoning_tokens
         )
 
     def __add__(self, other: Usage) -> Usage:
@@ -79,6 +91,7 @@ class Usage:
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             requests=self.requests + other.requests,
             cost=cost,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
 
 

@@ -535,3 +535,37 @@ def replay_command(
         click.echo(outcome.difference)
     if not outcome.matched:
         raise SystemExit(MISMATCH)
+
+
+@cli.command("mcp-serve")
+@click.argument("factory", metavar="MODULE:FUNCTION")
+@click.option("--http", "over_http", is_flag=True, help="Serve streamable HTTP, not stdio.")
+@click.option(
+    "--port",
+    type=click.IntRange(min=0, max=65535),
+    default=8000,
+    show_default=True,
+    help="With --http: the port on 127.0.0.1 (0: a free one the system picks).",
+)
+@click.option("--path", default="/mcp", show_default=True, help="With --http: the endpoint.")
+def mcp_serve_command(factory: str, over_http: bool, port: int, path: str) -> None:
+    """Serve an agent, or tools, to MCP clients over stdio or streamable HTTP.
+
+    FUNCTION takes nothing and returns an Agent (one tool that runs it on a prompt), a list of
+    tools, or a server made with orchestrator.mcp.serve_tools / serve_agent. Over HTTP it
+    listens on 127.0.0.1 only and prints the endpoint's URL.
+    """
+    from ._mcp import load_server, serve_http, serve_stdio
+
+    with _trouble():
+        server = load_server(factory)
+    if not over_http:
+        serve_stdio(server)
+        return
+
+    def ready(url: str) -> None:
+        click.echo(f"Serving MCP at {url}", nl=True)
+
+    with _trouble():
+        serve_http(server, port=port, path=path, ready=ready)
+    click.echo("Stopped.")

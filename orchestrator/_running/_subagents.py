@@ -410,6 +410,7 @@ def _spent(after: Usage, before: Usage) -> Usage:
         cache_write_tokens=after.cache_write_tokens - before.cache_write_tokens,
         requests=after.requests - before.requests,
         cost=cost,
+        reasoning_tokens=after.reasoning_tokens - before.reasoning_tokens,
     )
 
 

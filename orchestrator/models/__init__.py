@@ -1,6 +1,6 @@
 """Models: the `Model` protocol, the `Request` an Agent sends, and the provider models.
 
-`OpenAIModel` and `AnthropicModel` need their SDK, an optional extra
+`OpenAIModel`, `OpenAIResponsesModel` and `AnthropicModel` need their SDK, an optional extra
 (``pip install 'orchestrator[openai]'``, ``'orchestrator[anthropic]'``). Importing this package
 never imports an SDK: a model imports its SDK when it is built, and says how to install it.
 """
@@ -20,6 +20,7 @@ if _typing.TYPE_CHECKING:
     from ._price import Price as Price
     from ._rate import RateLimit as RateLimit
     from ._rate import RateLimited as RateLimited
+    from ._responses import OpenAIResponsesModel as OpenAIResponsesModel
     from ._retry import RetryPolicy as RetryPolicy
 
 # The provider models, their retries and prices are imported at first use: a run with another
@@ -28,6 +29,7 @@ _LAZY = {
     "AnthropicModel": "._anthropic",
     "FallbackModel": "._fallback",
     "OpenAIModel": "._openai",
+    "OpenAIResponsesModel": "._responses",
     "Price": "._price",
     "RateLimit": "._rate",
     "RateLimited": "._rate",
@@ -44,6 +46,7 @@ __all__ = (
     "Model",
     "ModelWithOptions",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "Price",
     "RateLimit",
     "RateLimited",

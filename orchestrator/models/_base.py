@@ -82,7 +82,7 @@ def options_of(model: Model) -> dict[str, Any]:
 
 
 _MODEL_MEMBERS = ("name", "context_window", "respond")
-_PROVIDERS = ("openai", "anthropic", "ollama")
+_PROVIDERS = ("openai", "openai-responses", "anthropic", "ollama")
 _OLLAMA_PORT = 11434
 
 
@@ -117,7 +117,8 @@ def _string_hint(text: str) -> str:
 def model_from_string(text: str) -> Model:
     """The provider model a string like ``"openai:gpt-4o"`` names.
 
-    ``"openai:<name>"`` is `OpenAIModel`, ``"anthropic:<name>"`` is `AnthropicModel`, and
+    ``"openai:<name>"`` is `OpenAIModel`, ``"openai-responses:<name>"`` is
+    `OpenAIResponsesModel` (the Responses API), ``"anthropic:<name>"`` is `AnthropicModel`, and
     ``"ollama:<name>"`` is `OpenAIModel` at the local Ollama server (``OLLAMA_HOST``, else
     ``localhost:11434``). For any other server, build ``OpenAIModel(name, base_url=...)``.
 
@@ -138,6 +139,10 @@ def model_from_string(text: str) -> Model:
         from ._anthropic import AnthropicModel
 
         return AnthropicModel(name)
+    if provider == "openai-responses":
+        from ._responses import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(name)
     from ._openai import OpenAIModel
 
     if provider == "ollama":

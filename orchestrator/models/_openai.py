@@ -47,7 +47,14 @@ from ._wire import (
 if TYPE_CHECKING:
     from .._tooling._tools import ToolSpec
 
-__all__ = ("OPENAI_URL", "OpenAIModel", "chat_messages", "chat_tools")
+__all__ = (
+    "OPENAI_URL",
+    "OpenAIModel",
+    "chat_messages",
+    "chat_tools",
+    "import_openai",
+    "user_pieces",
+)
 
 OPENAI_URL = "https://api.openai.com/v1"
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options"})
@@ -58,11 +65,12 @@ _REASONING_FIELDS = ("reasoning_content", "reasoning")
 _KEPT = frozenset({"role", "content", "tool_calls", "name", "tool_call_id"})
 
 
-def _import_openai():  # the module, so pyright knows the SDK's types
+def import_openai(owner: str = "OpenAIModel"):  # the module, so pyright knows the SDK's types
+    """The ``openai`` SDK module, or an `ImportError` naming the install command for `owner`."""
     try:
         import openai
     except ImportError as error:
-        raise missing_sdk("openai", extra="openai", owner="OpenAIModel") from error
+        raise missing_sdk("openai", extra="openai", owner=owner) from error
     return openai
 
 
@@ -81,28 +89,41 @@ def _content(parts: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
     return parts
 
 
-def _user(message: Message) -> list[dict[str, Any]]:
-    """A user message: its tool results as ``tool`` messages, then the rest as one user message.
+def user_pieces(message: Message) -> tuple[list[tuple[str, str]], list[TextBlock | Image]]:
+    """A user message as OpenAI's APIs take it: tool outputs first, then the other content.
 
-    Tool messages carry text only, so a result's images follow in the user message.
+    Returns the tool results as ``(call id, text)`` (an error's text starts with ``Error:``) and
+    the text and images that follow them. A tool output is text only, so a result's images
+    follow, introduced by a line naming their call.
     """
-    out: list[dict[str, Any]] = []
-    parts: list[dict[str, Any]] = []
+    outputs: list[tuple[str, str]] = []
+    parts: list[TextBlock | Image] = []
     for block in message.content:
         if isinstance(block, ToolResultBlock):
             images = [item for item in block.content if isinstance(item, Image)]
             text = block.text or ("(the result is the images below)" if images else "")
-            if block.is_error:
-                text = f"Error: {text}"
-            out.append({"role": "tool", "tool_call_id": block.call_id, "content": text})
+            outputs.append((block.call_id, f"Error: {text}" if block.is_error else text))
             if images:
-                parts.append({"type": "text", "text": f"Images from tool call {block.call_id}:"})
-                parts.extend(_image_part(image) for image in images)
+                parts.append(TextBlock(f"Images from tool call {block.call_id}:"))
+                parts.extend(images)
         elif isinstance(block, TextBlock):
             if block.text:
-                parts.append({"type": "text", "text": block.text})
+                parts.append(block)
         elif isinstance(block, Image):
-            parts.append(_image_part(block))
+            parts.append(block)
+    return outputs, parts
+
+
+def _user(message: Message) -> list[dict[str, Any]]:
+    """A user message: its tool results as ``tool`` messages, then the rest as one user message."""
+    outputs, pieces = user_pieces(message)
+    out: list[dict[str, Any]] = [
+        {"role": "tool", "tool_call_id": call_id, "content": text} for call_id, text in outputs
+    ]
+    parts = [
+        {"type": "text", "text": piece.text} if isinstance(piece, TextBlock) else _image_part(piece)
+        for piece in pieces
+    ]
     if parts:
         out.append({"role": "user", "content": _content(parts)})
     return out
@@ -342,8 +363,13 @@ class _ChatStream:
         cached = as_int(details.get("cached_tokens")) or as_int(
             usage.get("prompt_cache_hit_tokens")
         )
+        reasoning = as_int(as_dict(usage.get("completion_tokens_details")).get("reasoning_tokens"))
         return request_usage(
-            price, input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached
+            price,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cache_read_tokens=cached,
+            reasoning_tokens=reasoning,
         )
 
 
@@ -413,7 +439,7 @@ class OpenAIModel(SettingsModel):
         timeout: float = DEFAULT_TIMEOUT,
         rate_limit: RateLimit | None = None,
     ) -> None:
-        _import_openai()
+        import_openai()
         resolved = base_url or os.environ.get("OPENAI_BASE_URL") or OPENAI_URL
         self._settings = Settings.parse(
             "OpenAIModel",
@@ -463,7 +489,7 @@ class OpenAIModel(SettingsModel):
             ContextTooLongError: The request does not fit the model's context window.
             ProviderError: Any other failure, a reply that broke off mid-stream included.
         """
-        sdk = _import_openai()
+        sdk = import_openai()
 
         def open_response(client: Any, body: dict[str, Any]) -> Any:
             # Only the required fields go through the SDK's signature; the rest as they are.

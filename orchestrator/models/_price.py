@@ -78,8 +78,12 @@ def request_usage(
     output_tokens: int,
     cache_read_tokens: int = 0,
     cache_write_tokens: int = 0,
+    reasoning_tokens: int = 0,
 ) -> Usage:
-    """The `Usage` of one request, its cost from `price` (None when there is no price)."""
+    """The `Usage` of one request, its cost from `price` (None when there is no price).
+
+    `reasoning_tokens` are counted in `output_tokens` already, and priced with them.
+    """
     counts = {
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
@@ -87,4 +91,4 @@ def request_usage(
         "cache_write_tokens": cache_write_tokens,
     }
     cost = None if price is None else price.cost(**counts)
-    return Usage(**counts, requests=1, cost=cost)
+    return Usage(**counts, requests=1, cost=cost, reasoning_tokens=reasoning_tokens)

@@ -412,7 +412,9 @@ class ReplyStream(Protocol):
         ...
 
 
-_PROMPT_FIELDS = frozenset({"model", "messages", "system", "tools"})
+# What a request body holds besides its options, in each wire (Chat Completions, Responses,
+# Anthropic's Messages).
+_PROMPT_FIELDS = frozenset({"model", "messages", "system", "tools", "input", "instructions"})
 
 
 class SettingsModel:

@@ -20,7 +20,8 @@ def node_program() -> str:
     node = shutil.which("node")
     modules = NODE_DIR / "node_modules"
     installed = all(
-        (modules / package).is_dir() for package in ("ai", "@ag-ui/client", "@a2a-js/sdk")
+        (modules / package).is_dir()
+        for package in ("ai", "@ag-ui/client", "@modelcontextprotocol/inspector", "@a2a-js/sdk")
     )
     if node is not None and installed:
         return node

@@ -1,4 +1,7 @@
-"""Both provider models against LLMock, a third-party mock of the provider APIs.
+"""The provider models against LLMock, a third-party mock of the provider APIs.
+
+`OpenAIModel` (Chat Completions), `OpenAIResponsesModel` (LLMock's Responses router) and
+`AnthropicModel` run the same tests.
 
 LLMock (``llmock`` on PyPI) scripts replies, tool calls, HTTP errors in each provider's own
 format, and stream faults; see `tests.models._llmock`. These tests run the same behaviour our own
@@ -9,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import pydantic
 import pytest
 
 from orchestrator import (
@@ -16,24 +20,31 @@ from orchestrator import (
     AuthError,
     ContextTooLongError,
     Message,
+    PromptEntry,
     ProviderError,
     RateLimitError,
     State,
     tool,
 )
-from orchestrator.models import AnthropicModel, OpenAIModel, RetryPolicy
+from orchestrator.models import AnthropicModel, OpenAIModel, OpenAIResponsesModel, RetryPolicy
 from tests.doubles import FAST_RETRY, StreamRecorder
 from tests.models._llmock import LLMock
 
 KEY = "sk-llmock-SECRET-5a5a5a5a"
-PROVIDERS = ("openai", "anthropic")
-Provider = Literal["openai", "anthropic"]
+PROVIDERS = ("openai", "openai-responses", "anthropic")
+Provider = Literal["openai", "openai-responses", "anthropic"]
+# How many stream events each wire sends before the first text: OpenAI's role chunk;
+# Anthropic's message_start, an empty text block and a ping; the Responses API's
+# response.created, response.in_progress, the message item and its empty text part.
+BEFORE_TEXT = {"openai": 1, "anthropic": 3, "openai-responses": 4}
 
 
 def build(mockapi: LLMock, provider: Provider, **options: Any) -> Any:
     settings: dict[str, Any] = {"api_key": KEY, "retry": FAST_RETRY, **options}
     if provider == "openai":
         return OpenAIModel("gpt-4o", base_url=mockapi.base_url("openai"), **settings)
+    if provider == "openai-responses":
+        return OpenAIResponsesModel("gpt-4o", base_url=mockapi.base_url("openai"), **settings)
     return AnthropicModel("claude-sonnet-4-5", base_url=mockapi.base_url("anthropic"), **settings)
 
 
@@ -82,6 +93,23 @@ async def test_a_tool_loop_over_each_wire(mockapi: LLMock, provider: Provider) -
     assert "".join(reporter.text) == "Let me check.It will be sunny in Paris."
     first, second = await mockapi.requests()
     assert first["status"] == second["status"] == 200
+    if provider == "openai-responses":
+        assert first["path"] == second["path"] == "/v1/responses"
+        assert second["body"]["input"][-2:] == [
+            {
+                "type": "function_call",
+                "call_id": call_made.id,
+                "name": "weather",
+                "arguments": '{"city": "Paris", "days": 2}',
+            },
+            {
+                "type": "function_call_output",
+                "call_id": call_made.id,
+                "output": "Sunny in Paris for 2 days.",
+            },
+        ]
+        assert state.usage.requests == 2
+        return
     messages = second["body"]["messages"]
     if provider == "openai":
         assert messages[-1] == {
@@ -137,7 +165,8 @@ async def test_a_rate_limit_is_retried_after_what_the_server_asks(
 
 
 @pytest.mark.parametrize(
-    ("provider", "status"), [("openai", 500), ("openai", 503), ("anthropic", 529)]
+    ("provider", "status"),
+    [("openai", 500), ("openai", 503), ("openai-responses", 500), ("anthropic", 529)],
 )
 @pytest.mark.anyio
 async def test_server_errors_are_retried(mockapi: LLMock, provider: Provider, status: int) -> None:
@@ -209,9 +238,8 @@ async def test_a_corrupted_chunk_before_any_text_is_retried(
 async def test_a_connection_dropped_after_text_is_not_retried(
     mockapi: LLMock, provider: Provider
 ) -> None:
-    # OpenAI: the role chunk, "Hello ", then the drop; Anthropic: message_start, the empty
-    # text block, a ping, "Hello ", then the drop.
-    after = 2 if provider == "openai" else 4
+    # What each wire sends before its first text, "Hello ", then the drop.
+    after = BEFORE_TEXT[provider] + 1
     await mockapi.script(fault("disconnect", after), reply("Hello world", times=2))
     reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
@@ -229,9 +257,9 @@ async def test_a_connection_dropped_after_text_is_not_retried(
 async def test_a_connection_dropped_before_any_text_is_retried(
     mockapi: LLMock, provider: Provider
 ) -> None:
-    # Issue 12, item 7. OpenAI: the drop comes after the role chunk. Anthropic: after
-    # message_start, an empty text block and a ping, which show nothing yet.
-    after = 1 if provider == "openai" else 3
+    # Issue 12, item 7: the drop comes after what each wire sends before its first text,
+    # which shows nothing yet.
+    after = BEFORE_TEXT[provider]
     await mockapi.script(fault("disconnect", after), reply("Hello world", times=2))
     reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider), reporter=reporter)
@@ -257,7 +285,7 @@ async def test_a_stream_stalled_before_any_text_times_out_and_is_retried(
 ) -> None:
     # Issue 12, item 7: a timeout before anything visible arrived is retried like a dropped
     # connection. LLMock holds the stream for a minute after the first chunks.
-    after = 1 if provider == "openai" else 3
+    after = BEFORE_TEXT[provider]
     await mockapi.script(fault("stall", after, stall_seconds=60), reply("Hello world", times=2))
     reporter = StreamRecorder()
     agent = Agent(build(mockapi, provider, timeout=1.0), reporter=reporter)
@@ -304,3 +332,29 @@ async def test_anthropic_at_a_custom_base_url_needs_no_key(mockapi: LLMock) -> N
     message = str(caught.value)
     assert message.startswith(f"The Anthropic-compatible server at {url} refused the API key")
     assert "Set ANTHROPIC_API_KEY to a valid key" in message
+
+
+# -- the Responses API -----------------------------------------------------------------------------
+
+
+class Forecast(pydantic.BaseModel):
+    """A forecast."""
+
+    city: str
+    celsius: int
+
+
+@pytest.mark.anyio
+async def test_a_structured_answer_over_the_responses_api(mockapi: LLMock) -> None:
+    await mockapi.script(reply('{"city": "Paris", "celsius": 21}'))
+    model = build(mockapi, "openai-responses", max_tokens=300, params={"reasoning": {"x": 1}})
+    state = State(messages=[Message.user("Plan a trip to Paris.")])
+    answer = await Agent(model).aask(state, "The forecast?", Forecast)
+    assert answer == Forecast(city="Paris", celsius=21)
+    [prompt] = [entry.content for entry in state.history if isinstance(entry, PromptEntry)]
+    assert dict(prompt.options) == model.options
+    assert model.options["max_output_tokens"] == 300
+    [request] = await mockapi.requests()
+    assert request["path"] == "/v1/responses"
+    assert request["body"]["store"] is False
+    assert "matches this JSON schema" in request["body"]["input"][-1]["content"][0]["text"]

@@ -341,7 +341,7 @@ async def test_reply_with_reasoning_text_calls_and_usage(server: ScriptedServer)
         ),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": 'th": "a.py"}'}}]}),
         chunk(finish="tool_calls"),
-        usage_chunk(120, 30, cached=100),
+        usage_chunk(120, 30, cached=100, reasoning=9),
         "[DONE]",
     )
     server.push(Scripted(events=events))
@@ -366,6 +366,7 @@ async def test_reply_with_reasoning_text_calls_and_usage(server: ScriptedServer)
         cache_read_tokens=100,
         requests=1,
         cost=reply.usage.cost,
+        reasoning_tokens=9,
     )
 
 

@@ -9,7 +9,7 @@ import textwrap
 import pytest
 
 from orchestrator import Agent
-from orchestrator.models import AnthropicModel, OpenAIModel
+from orchestrator.models import AnthropicModel, OpenAIModel, OpenAIResponsesModel
 
 # Private: how a model string resolves, checked as a unit (Agent("...") is its public face).
 from orchestrator.models._base import ollama_base_url, resolve_model
@@ -26,6 +26,10 @@ def test_provider_strings() -> None:
     assert isinstance(ollama, OpenAIModel)
     assert (ollama.name, ollama.base_url) == ("llama3:8b", "http://localhost:11434/v1")
     assert Agent("openai:gpt-4o").model.name == "gpt-4o"
+    responses = resolve_model("openai-responses:gpt-5-mini")
+    assert isinstance(responses, OpenAIResponsesModel)
+    assert (responses.name, responses.base_url) == ("gpt-5-mini", "https://api.openai.com/v1")
+    assert isinstance(Agent("openai-responses:o4-mini").model, OpenAIResponsesModel)
 
 
 @pytest.mark.parametrize(
@@ -49,13 +53,15 @@ def test_ollama_honours_ollama_host(monkeypatch: pytest.MonkeyPatch, host: str, 
         ("gpt-4o", "Did you mean 'openai:gpt-4o'?"),
         ("claude-sonnet-4-5", "Did you mean 'anthropic:claude-sonnet-4-5'?"),
         ("opneai:gpt-4o", "Did you mean 'openai:gpt-4o'?"),
+        ("openai-response:o3", "Did you mean 'openai-responses:o3'?"),
         ("mistral:large", ""),
         ("openai:", ""),
     ],
 )
 def test_an_unknown_prefix_lists_the_valid_ones(text: str, hint: str) -> None:
     with pytest.raises(
-        ValueError, match="'openai:<model>', 'anthropic:<model>', 'ollama:<model>'"
+        ValueError,
+        match="'openai:<model>', 'openai-responses:<model>', 'anthropic:<model>', 'ollama:<model>'",
     ) as caught:
         resolve_model(text)
     assert str(caught.value).endswith(hint)
@@ -76,7 +82,11 @@ def test_the_library_works_without_the_sdks() -> None:
         from orchestrator.models import AnthropicModel, OpenAIModel, Price
         from orchestrator.testing import FakeModel
         print(orchestrator.Agent(FakeModel(["hi"])).run("Say hi"))
-        for build in (lambda: OpenAIModel("gpt-4o"), lambda: orchestrator.Agent("anthropic:c")):
+        for build in (
+            lambda: OpenAIModel("gpt-4o"),
+            lambda: orchestrator.Agent("openai-responses:o3"),
+            lambda: orchestrator.Agent("anthropic:c"),
+        ):
             try:
                 build()
             except ImportError as error:
@@ -90,6 +100,8 @@ def test_the_library_works_without_the_sdks() -> None:
     assert done.stdout.splitlines() == [
         "hi",
         "OpenAIModel needs the 'openai' package, which is not installed:"
+        " pip install 'orchestrator[openai]'",
+        "OpenAIResponsesModel needs the 'openai' package, which is not installed:"
         " pip install 'orchestrator[openai]'",
         "AnthropicModel needs the 'anthropic' package, which is not installed:"
         " pip install 'orchestrator[anthropic]'",

@@ -18,12 +18,15 @@ def chunk(delta: dict[str, Any] | None = None, finish: str | None = None) -> dic
     }
 
 
-def usage_chunk(prompt: int, completion: int, cached: int = 0) -> dict[str, Any]:
+def usage_chunk(
+    prompt: int, completion: int, cached: int = 0, reasoning: int = 0
+) -> dict[str, Any]:
     usage = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
     return {"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage}
 

@@ -6,6 +6,7 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pydantic
 import pytest
 
 import orchestrator
@@ -54,7 +55,14 @@ from tests.doubles import as_any, is_a
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 T1 = T0 + timedelta(hours=3)
 
-_COUNTS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "requests")
+_COUNTS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "requests",
+    "reasoning_tokens",
+)
 
 
 # -- Usage -------------------------------------------------------------------------------------
@@ -75,6 +83,7 @@ def test_usage_add_sums_every_field() -> None:
         cache_write_tokens=4,
         requests=5,
         cost=0.25,
+        reasoning_tokens=6,
     )
     b = Usage(
         input_tokens=10,
@@ -83,6 +92,7 @@ def test_usage_add_sums_every_field() -> None:
         cache_write_tokens=40,
         requests=50,
         cost=0.5,
+        reasoning_tokens=60,
     )
     total = a + b
     assert total == Usage(
@@ -92,6 +102,7 @@ def test_usage_add_sums_every_field() -> None:
         cache_write_tokens=44,
         requests=55,
         cost=0.75,
+        reasoning_tokens=66,
     )
     assert b + a == total
 
@@ -649,3 +660,12 @@ def test_every_text_field_of_an_entry_replaces_lone_surrogates(index: int) -> No
     assert "\\ud83d" not in line.decode("utf-8")
     assert "\ufffd" in line.decode("utf-8")
     assert decode_entry(line, state_id="s", index=entry.seq) == entry
+
+
+def test_usage_stored_before_reasoning_tokens_loads_with_none() -> None:
+    # Entries stored before Usage had reasoning_tokens load as they were, with 0 of them.
+    old = b'{"input_tokens":5,"output_tokens":2,"cache_read_tokens":0,"cache_write_tokens":0,'
+    old += b'"requests":1,"cost":null}'
+    usage = pydantic.TypeAdapter(Usage).validate_json(old)
+    assert usage == Usage(input_tokens=5, output_tokens=2, requests=1)
+    assert usage.reasoning_tokens == 0

@@ -30,7 +30,8 @@ from orchestrator import (
 )
 from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION, AioSQLiteStore, SQLiteStore
+from stores import AioSQLiteStore, SQLiteStore
+from stores._sql import FORMAT as SQLITE_FORMAT
 from stores.backend import storage_view
 from tests.doubles import add, assert_same, bound_store, reseal_sql, results, write_sql
 
@@ -271,17 +272,17 @@ async def test_a_damaged_entry_names_the_state_and_index(store: AioSQLiteStore, 
 
 
 @on_asyncio
-@pytest.mark.parametrize("found", [0, FORMAT_VERSION + 1])
+@pytest.mark.parametrize("found", [0, SQLITE_FORMAT + 1])
 async def test_another_format_version_is_refused_naming_both(path: Path, found: int) -> None:
     state = State(messages=[Message.user("kept")])
     async with AioSQLiteStore(path) as store:
         await store.asave(state)
     write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", found)
-    message = rf"format version {found}, but this orchestrator reads version {FORMAT_VERSION}"
+    message = rf"format version {found}, but this orchestrator reads version {SQLITE_FORMAT}"
     async with AioSQLiteStore(path) as store:
         with pytest.raises(ValueError, match=message):
             await store.aload(state.id)
-    write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", FORMAT_VERSION)
+    write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", SQLITE_FORMAT)
     async with AioSQLiteStore(path) as store:
         assert_same(await store.aload(state.id), state)
 
@@ -291,13 +292,13 @@ async def test_another_format_version_is_refused_naming_both(path: Path, found: 
 async def test_an_open_store_refuses_to_save_into_a_newer_format(path: Path) -> None:
     # DESIGN 9: "a newer or older format is refused with a message naming both versions" - by
     # a store that was open (and saved) before the format changed, too.
-    newer = FORMAT_VERSION + 1
+    newer = SQLITE_FORMAT + 1
     async with AioSQLiteStore(path) as store:
         state = State(id="versioned", messages=[Message.user("a")])
         await store.asave(state)
         write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", newer)
         state.add_message(Message.user("b"))
-        with pytest.raises(ValueError, match=rf"version {newer}\b.*version {FORMAT_VERSION}\b"):
+        with pytest.raises(ValueError, match=rf"version {newer}\b.*version {SQLITE_FORMAT}\b"):
             await store.asave(state)
 
 

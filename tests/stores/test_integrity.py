@@ -25,6 +25,7 @@ from stores import (
     encode_entry,
     first_digest,
 )
+from stores._sql import FORMAT as SQLITE_FORMAT
 from stores.contract import rich_state
 
 Stored = list[tuple[bytes, bytes | None]]  # (encoded entry, digest) of each stored entry
@@ -282,7 +283,7 @@ def test_a_state_of_format_1_loads_and_continues_with_digests(disk: Disk) -> Non
         db = sqlite3.connect(disk.path)
         version = db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone()
         db.close()
-        assert version == (FORMAT_VERSION,)
+        assert version == (SQLITE_FORMAT,)
         assert [digest for _, digest in disk.read("other")] == chain_digests(
             first_digest("other"), [data for data, _ in disk.read("other")]
         )

@@ -38,7 +38,8 @@ from orchestrator import (
 )
 from orchestrator._record._recording import begin_think, record_reply
 from orchestrator.testing import FakeModel, tool_call
-from stores import FORMAT_VERSION, SQLiteStore
+from stores import SQLiteStore
+from stores._sql import FORMAT as SQLITE_FORMAT
 from stores.backend import Tail, TailCache, storage_view
 from tests.doubles import add, assert_same, bound_store, reseal_sql, results, write_sql
 
@@ -457,24 +458,24 @@ def test_an_entry_out_of_place_or_missing_is_reported(store: SQLiteStore, path: 
         store.load("gappy")
 
 
-@pytest.mark.parametrize(("found", "hint"), [(0, "older"), (FORMAT_VERSION + 1, "newer")])
+@pytest.mark.parametrize(("found", "hint"), [(0, "older"), (SQLITE_FORMAT + 1, "newer")])
 def test_another_format_version_is_refused_naming_both(path: Path, found: int, hint: str) -> None:
     state = State(messages=[Message.user("kept")])
     with SQLiteStore(path) as store:
         store.save(state)
         write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", found)
-        with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
+        with pytest.raises(ValueError, match=rf"version {found}.*version {SQLITE_FORMAT}"):
             store.load(state.id)  # an open store checks on each load
         more = State(id=state.id, history=state.history)
         more.add_message(Message.user("more"))
-        with pytest.raises(ValueError, match=rf"version {found}.*version {FORMAT_VERSION}"):
+        with pytest.raises(ValueError, match=rf"version {found}.*version {SQLITE_FORMAT}"):
             store.save(more)  # and on each save, though it saved this State before
-    message = rf"format version {found}, but this orchestrator reads version {FORMAT_VERSION}"
+    message = rf"format version {found}, but this orchestrator reads version {SQLITE_FORMAT}"
     with SQLiteStore(path) as store, pytest.raises(ValueError, match=message) as error:
         store.list()
     assert hint in str(error.value)
     assert str(path) in str(error.value)
-    write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", FORMAT_VERSION)
+    write_sql(path, "UPDATE meta SET value = ? WHERE key = 'format_version'", SQLITE_FORMAT)
     with SQLiteStore(path) as store:
         assert_same(store.load(state.id), state)  # the refusals damaged nothing
 

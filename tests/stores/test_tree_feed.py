@@ -16,7 +16,8 @@ import pytest
 from orchestrator import Message, State, StoreDamagedError, TreeEntry, UserEntry
 from stores import FORMAT_VERSION, FileStore, SQLiteStore
 from stores._contract_tree import linked
-from stores._sql import TREE_END, TREE_ENTRIES, roots_of_links
+from stores._sql import FORMAT as SQLITE_FORMAT
+from stores._sql import LIST_CHILDREN, TREE_END, TREE_ENTRIES, roots_of_links
 
 
 def keys(feed: tuple[TreeEntry, ...]) -> list[tuple[str, int]]:
@@ -74,6 +75,53 @@ def test_the_tree_page_and_probe_read_the_trees_rows_only(tmp_path: Path) -> Non
             assert "SCAN" not in plan, plan
     finally:
         db.close()
+
+
+def test_only_states_with_a_parent_are_in_the_parent_index(tmp_path: Path) -> None:
+    """A root's save moves its `updated_at` without writing a page of the parent index."""
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        root, kid, _ = a_tree(store)
+    db = sqlite3.connect(path)
+    try:
+        plan = " | ".join(
+            row[3] for row in db.execute("EXPLAIN QUERY PLAN " + LIST_CHILDREN, ("root", 10))
+        )
+        assert "INDEX states_with_parent (parent_id=?)" in plan, plan
+        (sql,) = db.execute(
+            "SELECT sql FROM sqlite_master WHERE name = 'states_with_parent'"
+        ).fetchone()
+        assert sql.endswith("WHERE parent_id IS NOT NULL"), sql  # the root has no row in it
+    finally:
+        db.close()
+    with SQLiteStore(path) as store:
+        assert [info.id for info in store.list(parent_id="root")] == [kid.id]
+        assert [info.id for info in store.list(parent_id="kid")] == ["grandkid"]
+        assert store.list(parent_id=root.id)[0].parent_id == "root"
+
+
+def test_a_file_with_the_old_parent_index_gets_the_partial_one(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        a_tree(store)
+    db = sqlite3.connect(path)
+    with db:  # the index every file had before it was partial
+        db.execute("DROP INDEX states_with_parent")
+        db.execute("CREATE INDEX states_by_parent ON states (parent_id, updated_at DESC, id)")
+    db.close()
+    with SQLiteStore(path) as store:
+        assert [info.id for info in store.list(parent_id="root")] == ["kid"]
+        store.save(linked("kid2", "root"))
+        assert {info.id for info in store.list(parent_id="root")} == {"kid", "kid2"}
+    db = sqlite3.connect(path)
+    try:
+        names = {
+            row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
+        }
+    finally:
+        db.close()
+    assert "states_with_parent" in names
+    assert "states_by_parent" not in names
 
 
 def test_positions_survive_a_vacuum(tmp_path: Path) -> None:
@@ -135,13 +183,111 @@ def test_a_file_of_format_2_gets_its_feeds_in_the_order_written(tmp_path: Path) 
     db = sqlite3.connect(path)
     try:
         assert db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == (
-            FORMAT_VERSION,
+            SQLITE_FORMAT,
         )
         assert [row[0] for row in db.execute("SELECT position FROM entries ORDER BY position")][
             : len(positions)
         ] == positions
     finally:
         db.close()
+
+
+V3_ENTRIES = (  # the entries table as format 3 made it
+    """
+    CREATE TABLE entries (
+        position INTEGER PRIMARY KEY AUTOINCREMENT,
+        state_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        data BLOB NOT NULL,
+        digest BLOB,
+        root_id TEXT NOT NULL
+    )
+    """,
+    "CREATE UNIQUE INDEX entries_by_state ON entries (state_id, seq)",
+    "CREATE INDEX entries_by_root ON entries (root_id)",
+)
+
+
+def _set_back_to_format_3(path: Path, *, deleted: int) -> int:
+    """Make a format 4 file what format 3 wrote: positions given by ``AUTOINCREMENT``.
+
+    Format 3 then deleted a State that held the `deleted` newest rows (its sequence kept their
+    positions). Returns the last position given.
+    """
+    db = sqlite3.connect(path, isolation_level=None)
+    try:
+        db.execute("BEGIN")
+        db.execute("ALTER TABLE entries RENAME TO new")
+        db.execute("DROP INDEX entries_by_state")
+        db.execute("DROP INDEX entries_by_root")
+        for statement in V3_ENTRIES:
+            db.execute(statement)
+        db.execute("INSERT INTO entries SELECT * FROM new ORDER BY position")
+        db.execute("DROP TABLE new")
+        db.execute("UPDATE sqlite_sequence SET seq = seq + ? WHERE name = 'entries'", (deleted,))
+        db.execute("UPDATE meta SET value = 3 WHERE key = 'format_version'")
+        db.execute("COMMIT")
+        (last,) = db.execute("SELECT seq FROM sqlite_sequence WHERE name = 'entries'").fetchone()
+    finally:
+        db.close()
+    return int(last)
+
+
+def test_a_file_of_format_3_keeps_its_positions_and_is_marked_4(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        root, kid, _ = a_tree(store)
+        seen = store.tree_entries("root")
+    last = _set_back_to_format_3(path, deleted=5)
+    passed = f"sqlite:{last}"  # a follower read the deleted rows, up to the last one
+    with SQLiteStore(path) as store:
+        assert store.tree_entries("root") == seen
+        assert store.tree_entries("root", after=passed) == ()  # not past the end
+        store.save(grown(store.load("kid"), "after"))
+        new = store.tree_entries("root", after=passed)
+        assert keys(new) == [("kid", len(kid.history))]
+        assert store.tree_entries("root", after=seen[-1].cursor) == new
+        store.delete("kid")  # the newest rows
+        store.save(grown(store.load("root"), "later"))
+        assert keys(store.tree_entries("root", after=new[-1].cursor)) == [
+            ("root", len(root.history))
+        ]
+    db = sqlite3.connect(path)
+    try:
+        assert db.execute("SELECT value FROM meta WHERE key = 'format_version'").fetchone() == (
+            SQLITE_FORMAT,
+        )
+        (table,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'entries'").fetchone()
+        assert "AUTOINCREMENT" in table  # kept as it was: not copied again
+    finally:
+        db.close()
+
+
+def test_a_new_file_gives_positions_without_autoincrement(tmp_path: Path) -> None:
+    path = tmp_path / "states.db"
+    with SQLiteStore(path) as store:
+        root, _, _ = a_tree(store)
+        seen = store.tree_entries("root")
+        store.delete("grandkid")  # not the newest rows (the kid's): no position to keep
+        store.save(linked("late", "root"))
+        late = store.tree_entries("root", after=seen[-1].cursor)
+        assert keys(late) == [("late", 0), ("late", 1)]
+        store.delete("late")  # the newest row
+        with SQLiteStore(path) as again:  # another connection, after the delete
+            again.save(grown(again.load("root"), "later"))
+            assert keys(again.tree_entries("root", after=late[-1].cursor)) == [
+                ("root", len(root.history))
+            ]
+    db = sqlite3.connect(path)
+    try:
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+        (table,) = db.execute("SELECT sql FROM sqlite_master WHERE name = 'entries'").fetchone()
+        kept = db.execute("SELECT count(*) FROM entries WHERE state_id = ''").fetchone()
+    finally:
+        db.close()
+    assert "AUTOINCREMENT" not in table
+    assert "sqlite_sequence" not in tables
+    assert kept == (1,)  # the one row that keeps the deleted last position
 
 
 def test_a_format_2_file_with_roots_was_set_back(tmp_path: Path) -> None:

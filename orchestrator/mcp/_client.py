@@ -1,32 +1,4 @@
-"""Tools from Model Context Protocol servers: `MCPToolset` (``pip install 'orchestrator[mcp]'``).
-
-An `MCPToolset` names a server, run as a subprocess that speaks over stdio
-(`MCPToolset.stdio`) or reached over streamable HTTP (`MCPToolset.http`), and goes in
-``Agent(tools=[...])`` like any tool. Built on the official ``mcp`` SDK.
-
-- **Connections.** Each run connects when it starts and closes the connection when it returns
-  (a stdio server's process is stopped then). Inside ``async with toolset:`` every run shares
-  the one connection the block opened, and the block closes it. Either way the connection
-  lives in a task group of its owner, so nothing outlives the run or the block.
-- **Tools.** All the server's tools, or the ones named in ``tools=``, each shown to the model
-  with the server's description and input schema as they are, under an optional ``prefix``.
-  A tool the server marks ``readOnlyHint`` is `read_only`, which `AllowByReadOnly` allows.
-- **Results.** Text, images, structured content and embedded text resources become the tool's
-  result; a result the server marks as an error is an error result the model reads.
-- **Failures.** Arguments that break the input schema give an ``input_error`` result before
-  anything is sent. A call that takes longer than ``timeout`` seconds, or a server that fails
-  or dies, gives an error result; the run goes on. A cancelled call is cancelled on the server
-  too (the SDK sends it ``notifications/cancelled``).
-
-Example:
-    ```python
-    from orchestrator import Agent
-    from orchestrator.mcp import MCPToolset
-
-    time = MCPToolset.stdio("uvx", ["mcp-server-time"], prefix="time_")
-    agent = Agent("openai:gpt-4o", tools=[time])
-    ```
-"""
+"""Tools from MCP servers: `MCPToolset` and its `MCPTool` (the client side of this package)."""
 
 from __future__ import annotations
 
@@ -45,14 +17,14 @@ from typing import Any, cast
 import anyio
 import anyio.abc
 
-from ._base._errors import Issue, OrchestratorError, ToolError
-from ._base._json import thaw
-from ._base._logs import get_log
-from ._base._messages import Image, TextBlock
-from ._record._state import State
-from ._tooling._memory import Memory
-from ._tooling._tools import Tool, ToolInputError, ToolResult, ToolSpec
-from ._tooling._toolsets import Toolset
+from .._base._errors import Issue, OrchestratorError, ToolError
+from .._base._json import thaw
+from .._base._logs import get_log
+from .._base._messages import Image, TextBlock
+from .._record._state import State
+from .._tooling._memory import Memory
+from .._tooling._tools import Tool, ToolInputError, ToolResult, ToolSpec
+from .._tooling._toolsets import Toolset
 
 try:
     import httpx2
