@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from .a2a_bench import bench_a2a
 from .agent_bench import bench_parallel_tools, bench_subagents, bench_turns
 from .events_bench import bench_events
 from .follow_bench import bench_follow
@@ -185,6 +186,9 @@ def run(config: Config) -> list[Metric]:
     metrics += bench_viewer(*config.viewer, repeats=min(config.repeats, 3), progress=_progress)
     _progress("MCP serving ...")
     metrics += bench_mcp(50 if quick else 2_000)
+    _progress("A2A calls ...")
+    # Issue 31: a remote subagent turn beside the SDK's bare client calling the same server.
+    metrics += bench_a2a(calls=5 if quick else 200)
     if config.ray:
         metrics += bench_ray(quick=False, progress=_progress)
     return metrics

@@ -496,6 +496,18 @@ def test_bench_runs() -> None:
         assert metrics[f"{side}.events_per_s"].value > 0
 
 
+def test_bench_a2a() -> None:
+    """A few remote subagent turns beside the SDK's bare client, against the SDK's server."""
+    from benchmarks.a2a_bench import bench_a2a
+
+    metrics = {metric.key: metric for metric in bench_a2a(calls=3)}
+    assert set(metrics) == {"a2a.call.floor.p50_ms", "a2a.call.p50_ms", "a2a.call.overhead_ms"}
+    assert metrics["a2a.call.floor.p50_ms"].value > 0
+    assert metrics["a2a.call.p50_ms"].value > 0
+    overhead = metrics["a2a.call.p50_ms"].value - metrics["a2a.call.floor.p50_ms"].value
+    assert metrics["a2a.call.overhead_ms"].value == pytest.approx(overhead)
+
+
 def test_bench_reconnect() -> None:
     """A reconnect near the end of a small stored tree, beside reading its tail, per store."""
     from benchmarks.reconnect_bench import bench_reconnect

@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCS = ROOT / "docs"
 API = {
     "orchestrator": "api/orchestrator",
+    "orchestrator.a2a": "api/a2a",
     "orchestrator.models": "api/models",
     "orchestrator.permissions": "api/permissions",
     "orchestrator.runners": "api/runners",

@@ -174,7 +174,7 @@ LAYERS = ("_base", "_record", "_tooling", "_apps", "models", "_running")
 # Above every layer: the public surface. The package's own modules (its __init__ and the public
 # modules beside it) and the packages that serve users, which may import any layer.
 SURFACE_MODULES = frozenset({"__init__", "__main__", "otel", "permissions"})
-SURFACE_PACKAGES = frozenset({"_cli", "_viewing", "apps", "mcp", "runners", "testing"})
+SURFACE_PACKAGES = frozenset({"_cli", "_viewing", "a2a", "apps", "mcp", "runners", "testing"})
 TOP = len(LAYERS)
 
 

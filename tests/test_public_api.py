@@ -19,6 +19,7 @@ from orchestrator.testing import tool_call
 # Every public module: the two packages and their public submodules.
 PACKAGES = (
     "orchestrator",
+    "orchestrator.a2a",
     "orchestrator.apps",
     "orchestrator.apps.agui",
     "orchestrator.apps.vercel",

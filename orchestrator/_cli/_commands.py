@@ -404,6 +404,13 @@ def view(store: str, port: int) -> None:
     help="Seconds after this process dies before another may take its runs over (a store"
     " with run leases: SQLite, PostgreSQL); cancels from elsewhere are seen within a fifth.",
 )
+@click.option(
+    "--a2a",
+    "a2a",
+    is_flag=True,
+    help="Also serve each agent over A2A 1.0 at /a2a/<name>/ (its card at"
+    " /a2a/<name>/.well-known/agent-card.json); needs pip install 'orchestrator[a2a]'.",
+)
 def serve_command(
     factory: str,
     target: str,
@@ -414,6 +421,7 @@ def serve_command(
     origins: tuple[str, ...],
     max_runs: int,
     lease: float,
+    a2a: bool,
 ) -> None:
     """Serve agents over HTTP: start, follow, approve and cancel runs (REST, SSE, AG-UI, Vercel).
 
@@ -454,6 +462,7 @@ def serve_command(
                 max_runs=max_runs,
                 lease=lease,
                 ready=ready,
+                a2a=a2a,
             )
     finally:
         opened.close()

@@ -70,11 +70,20 @@ def serve_runs(
     max_runs: int,
     lease: float,
     ready: Callable[[str], None],
+    a2a: bool = False,
 ) -> None:
-    """Serve `agents` over HTTP on `host`:`port` until interrupted; `ready(url)` once listening."""
+    """Serve `agents` over HTTP on `host`:`port` until interrupted; `ready(url)` once listening.
+
+    With `a2a`, each agent is served over A2A too (`orchestrator.a2a.a2a_routes`).
+    """
     import uvicorn  # the apps extra: imported only by the command that needs it
 
     from orchestrator.apps import Runs, asgi_app
+
+    if a2a:
+        from orchestrator.a2a import a2a_routes  # the a2a extra: only when asked for
+    else:
+        a2a_routes = None
 
     family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -85,7 +94,8 @@ def serve_runs(
 
         async def main() -> None:
             async with Runs(agents, store, max_runs=max_runs, lease=lease) as runs:
-                app = asgi_app(runs, token=token, hosts=hosts, origins=origins)
+                routes = [] if a2a_routes is None else a2a_routes(runs)
+                app = asgi_app(runs, token=token, hosts=hosts, origins=origins, routes=routes)
                 config = uvicorn.Config(app, log_level="warning", lifespan="off")
                 server = uvicorn.Server(config)
                 ready(f"http://{host}:{bound}")

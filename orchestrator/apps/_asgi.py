@@ -459,6 +459,7 @@ def asgi_app(
     max_body: int = DEFAULT_MAX_BODY,
     keepalive: float = _KEEPALIVE,
     viewer: bool = True,
+    routes: Sequence[BaseRoute] = (),
 ) -> Starlette:
     """The HTTP app of `runs` (see the module's docstring for the routes and the checks).
 
@@ -467,7 +468,9 @@ def asgi_app(
     `origins` the browser origins besides the app's own that may change runs; `keepalive` the
     seconds between comment lines on a quiet event stream. With `viewer` (and a store with a
     sync API), the read-only run viewer of ``orchestrator view`` is at ``/viewer/``, live: it
-    follows the run it shows and redraws it as events come.
+    follows the run it shows and redraws it as events come. `routes` are served too, behind
+    the same checks: ``routes=a2a_routes(runs)`` (`orchestrator.a2a`) serves the agents over
+    A2A.
     """
     if token is not None and (not isinstance(token, str) or len(token) < 16):
         raise ValueError(
@@ -608,9 +611,10 @@ def asgi_app(
         )
         return answer
 
-    routes: list[BaseRoute] = [Route("/session", _answering(session), methods=["POST"])]
+    extra: list[BaseRoute] = [Route("/session", _answering(session), methods=["POST"])]
     if viewer:
-        routes.extend(_viewer_mount(runs, keepalive))
+        extra.extend(_viewer_mount(runs, keepalive))
+    extra.extend(routes)
     return Starlette(
         routes=[
             Route("/runs", _answering(start), methods=["POST"]),
@@ -621,7 +625,7 @@ def asgi_app(
             Route("/runs/{run_id}/calls/{call_id}/{verdict}", _answering(decide), methods=["POST"]),
             Route("/agents/{agent}/agui", _answering(agui_run), methods=["POST"]),
             Route("/agents/{agent}/vercel", _answering(vercel_run), methods=["POST"]),
-            *routes,
+            *extra,
         ],
         middleware=[
             Middleware(_Guard, token=token, origins=frozenset(origins), hosts=frozenset(hosts))

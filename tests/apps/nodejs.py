@@ -21,7 +21,7 @@ def node_program() -> str:
     modules = NODE_DIR / "node_modules"
     installed = all(
         (modules / package).is_dir()
-        for package in ("ai", "@ag-ui/client", "@modelcontextprotocol/inspector")
+        for package in ("ai", "@ag-ui/client", "@modelcontextprotocol/inspector", "@a2a-js/sdk")
     )
     if node is not None and installed:
         return node

@@ -143,3 +143,32 @@ def test_serve_is_listed_in_the_help() -> None:
         check=True,
     )
     assert re.search(r"^\s+serve\s+Serve agents over HTTP", shown.stdout, re.MULTILINE)
+
+
+def test_serve_with_a2a_serves_each_agent_over_a2a(tmp_path: Path) -> None:
+    with (
+        _service(tmp_path / "runs.db", "--a2a") as (url, _),
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+        card = client.get("/a2a/echo/.well-known/agent-card.json").json()
+        assert card["name"] == "echo"
+        assert card["supportedInterfaces"][0]["url"] == f"{url}/a2a/echo/"
+        sent = client.post(
+            "/a2a/echo/",
+            headers={"A2A-Version": "1.0"},
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {
+                        "messageId": "m1",
+                        "role": "ROLE_USER",
+                        "parts": [{"text": "hello"}],
+                    }
+                },
+            },
+        ).json()
+    task = sent["result"]["task"]
+    assert task["status"]["state"] == "TASK_STATE_COMPLETED"
+    assert task["artifacts"][0]["parts"] == [{"text": "echo: hello"}]
