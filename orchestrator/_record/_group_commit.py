@@ -65,11 +65,11 @@ class GroupCommit:
     """Saves on one event loop that arrive while a transaction is written go out in the next.
 
     The first save of the open batch writes it: it lets the tasks already scheduled run once
-    (so saves started together share one transaction), waits, shielded, for the writer's lock
-    (the batch before may still be written), takes the batch, writes it and wakes the batch's
-    other saves, which wait for that. Only writers queue on the lock, one per batch, so a
-    thousand saves wake together. No task runs in the background: the writer is always one of
-    the callers.
+    (so saves started together share one transaction; not a save told it is alone), waits,
+    shielded, for the writer's lock (the batch before may still be written), takes the batch,
+    writes it and wakes the batch's other saves, which wait for that. Only writers queue on
+    the lock, one per batch, so a thousand saves wake together. No task runs in the
+    background: the writer is always one of the callers.
 
     A save in a cancelled scope raises at once and is not written; a waiting save cancelled
     before its batch is taken is not written either (unless another save waits for the same
@@ -87,8 +87,12 @@ class GroupCommit:
         self._lock = anyio.Lock(fast_acquire=True)
         self._open = _Batch()
 
-    async def save(self, state: State) -> None:
+    async def save(self, state: State, *, gather: bool = True) -> None:
         """Queue `state` and return once a transaction holding it committed.
+
+        With `gather` False a save that writes its batch does not first let the loop's other
+        tasks run: for a save that nothing started with it could join (one run saving alone),
+        that pass of the loop only made it later.
 
         Raises what writing it raised: the `ValueError` of a refused State, or the failure of
         the whole transaction.
@@ -106,9 +110,10 @@ class GroupCommit:
         else:
             batch.writer = True
             with anyio.CancelScope(shield=True):
-                # One pass of the loop, so the saves already scheduled join this batch. Without
-                # it, 100 saves started at once went out as 1 + 99: two commits, not one.
-                await anyio.lowlevel.cancel_shielded_checkpoint()
+                if gather:
+                    # One pass of the loop, so the saves already scheduled join this batch.
+                    # Without it, 100 saves started at once went out as 1 + 99: two commits.
+                    await anyio.lowlevel.cancel_shielded_checkpoint()
                 async with self._lock:
                     batch.taken = True
                     if self._open is batch:
@@ -161,3 +166,7 @@ class GroupCommits:
     def save(self, state: State) -> Awaitable[None]:
         """Save `state` with the other saves on this loop; await it (see `GroupCommit.save`)."""
         return self.current().save(state)
+
+    def save_alone(self, state: State) -> Awaitable[None]:
+        """`save` for a save nothing else started with: its batch goes out without a loop pass."""
+        return self.current().save(state, gather=False)

@@ -123,7 +123,9 @@ class StoreClient:
     `save`, `load`, `list` and `delete` are awaited on the event loop: a store's async twin,
     or its sync method in a worker thread (never blocking the loop). Each is the resolved
     callable itself, so a call is one call and one await, as if the store were called directly.
-    For a store that saves in batches, `save` joins the running loop's group commit; `save_many`
+    For a store that saves in batches, `save` joins the running loop's group commit, and
+    `save_alone` too, for a save nothing started with it could join (one run saving on its
+    own): its batch goes out without a pass of the loop first (else it is `save`); `save_many`
     saves several States (in one transaction if the store can, else one by one) and returns the
     refused States' errors by position.
     The sync API (`State.child`, `Memory.get`, `ReplayModel.load`) uses `sync_store` and
@@ -143,6 +145,7 @@ class StoreClient:
     batches: bool
     """Whether it saves several States in one transaction (a `BatchStore` or `AsyncBatchStore`)."""
     save: Callable[[State], Awaitable[None]]
+    save_alone: Callable[[State], Awaitable[None]]
     save_many: Flush
     load: Callable[[str], Awaitable[State]]
     list: Callable[..., Awaitable[builtins.list[StateInfo]]]
@@ -204,9 +207,11 @@ def _resolve(store: AnyStore) -> StoreClient:
         batch = _threaded(store.save_many)
     if batch is not None and isinstance(store, NowaitBatchStore) and not declared:
         batch = _nowait_first(store.save_many_nowait, batch)
+    save_alone = save
     if batch is not None:
         save_many = batch
-        save = GroupCommits(batch).save
+        commits = GroupCommits(batch)
+        save, save_alone = commits.save, commits.save_alone
     else:
         save_many = functools.partial(_one_by_one, save)
     return StoreClient(
@@ -217,6 +222,7 @@ def _resolve(store: AnyStore) -> StoreClient:
         memory_is_async=memory_is_async,
         batches=batch is not None,
         save=save,
+        save_alone=save_alone,
         save_many=save_many,
         load=_pick(
             store,

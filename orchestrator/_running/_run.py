@@ -281,7 +281,7 @@ def within(
     if shared is not None and shared.here():
         run.writer = shared
         if run.saver.store is not None:
-            run.saver.writer = shared
+            shared.take(run.saver)
         return _saved(run, body, fail)
     if run.saver.store is not None:
         return _with_writer(run, body, fail)
@@ -309,7 +309,8 @@ async def _saved(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | 
 
 async def _with_writer(run: Run, body: Callable[[Run], Awaitable[_T]], fail: Failed | None) -> _T:
     """`_saved(run, body, fail)` with a writer of its own, in a task group."""
-    writer = run.writer = run.saver.writer = Writer()
+    writer = run.writer = Writer()
+    writer.take(run.saver)
     error: BaseException | None = None
     results: list[_T] = []
     with anyio.CancelScope() as ending:

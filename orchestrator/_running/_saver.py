@@ -14,7 +14,10 @@ end, where the run's error path saves again. `flush_after` saves on an error pat
 shielded) and attaches a failure to the error as a note.
 
 A run started inside another (a subagent) shares the writer of the run it starts in: a task
-group and a task per child cost more than the rest of a short child run's saving.
+group and a task per child cost more than the rest of a short child run's saving. The writer
+counts the savers it serves: while it serves one, nothing started with that saver's saves can
+join them, so they commit at once (`StoreClient.save_alone`); with subagents running, a save
+first lets the loop run once, so saves started together share one transaction.
 """
 
 from __future__ import annotations
@@ -43,10 +46,11 @@ class Writer:
     run give it their savers too. `close` ends it once that run has written its end.
     """
 
-    __slots__ = ("_closed", "_due", "_wake", "loop")
+    __slots__ = ("_closed", "_due", "_wake", "loop", "savers")
 
     def __init__(self) -> None:
         self.loop = anyio.lowlevel.current_token().native_token  # the event loop it runs on
+        self.savers = 0  # savers of runs in progress it serves (`take`, `Saver.close`)
         self._due: list[Saver] = []
         self._wake: anyio.Event | None = None
         self._closed = False
@@ -54,6 +58,11 @@ class Writer:
     def here(self) -> bool:
         """Whether this writer runs on the event loop of the caller (so it can take savers)."""
         return not self._closed and anyio.lowlevel.current_token().native_token is self.loop
+
+    def take(self, saver: Saver) -> None:
+        """Serve `saver` (of a run starting) until it closes."""
+        saver.writer = self
+        self.savers += 1
 
     def add(self, saver: Saver) -> None:
         """Write `saver`'s marked save point at the next checkpoint."""
@@ -102,7 +111,7 @@ class Saver:
     def __init__(self, store: StoreClient | None, state: State) -> None:
         self.store = store
         self.state = state
-        self.writer: Writer | None = None  # set by the run (None: marks wait for a flush)
+        self.writer: Writer | None = None  # set by `Writer.take` (None: marks wait for a flush)
         self._written = 0  # entries of `state` this saver knows are stored
         self._marked = False  # a save point marked since the last write began
         self._queued = False  # given to the writer and not taken yet
@@ -155,6 +164,9 @@ class Saver:
 
     def close(self) -> None:
         """The run has written its end: the writer writes nothing of it any more."""
+        writer = self.writer
+        if writer is not None and not self._closed:
+            writer.savers -= 1
         self._closed = True
 
     async def write_marked(self) -> None:
@@ -176,8 +188,12 @@ class Saver:
         self._marked = False
         self._writing = True
         count = len(value_of(self.state).entries)
+        writer = self.writer
         try:
-            await store.save(self.state)
+            if writer is not None and writer.savers == 1:  # no run saves beside this one
+                await store.save_alone(self.state)
+            else:
+                await store.save(self.state)
         except BaseException:
             self._marked = True  # not written: the next write tries again
             raise

@@ -147,6 +147,47 @@ async def test_a_store_with_only_a_batch_save_runs_agents_and_their_subagents() 
 
 
 @pytest.mark.anyio
+async def test_a_save_alone_goes_out_before_the_tasks_started_with_it_join() -> None:
+    store = BatchOnlyStore()
+    client = client_of(cast("AsyncStore", store))
+    first, second = (State(id=name, messages=[Message.user(name)]) for name in "ab")
+
+    async def save(state: State) -> None:
+        await client.save(state)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(save, second)  # started, not run yet
+        await client.save_alone(first)  # at once: the started save goes in the next batch
+    assert store.batches == [["a"], ["b"]]
+    assert (await store.aload("a")).history == first.history
+    assert (await store.aload("b")).history == second.history
+
+
+@pytest.mark.anyio
+async def test_a_run_saving_alone_commits_at_once_and_subagents_still_share_commits() -> None:
+    store = BatchOnlyStore()
+    client = client_of(cast("AsyncStore", store))
+    other = State(id="other", messages=[Message.user("x")])
+
+    async def save(state: State) -> None:
+        await client.save(state)
+
+    lone = State(id="lone", messages=[Message.user("go")])
+    agent = Agent(FakeModel([tool_call("step"), "done"]), tools=[_step], store=client.store)
+    async with anyio.create_task_group() as group:
+        group.start_soon(save, other)  # started, not run yet
+        await agent.arun(lone)
+    # The run's first save did not wait a pass of the loop for the started save to join it.
+    assert store.batches[0] == ["lone"]
+    assert (await store.aload("lone")).history == lone.history
+    before = len(store.batches)
+    lead = await _fan_out(store, 10)  # subagents running: their saves go out together
+    assert lead.answer == "all done"
+    fanned = store.batches[before:]
+    assert len(fanned) < sum(len(batch) for batch in fanned)
+
+
+@pytest.mark.anyio
 async def test_a_store_with_only_asave_is_saved_one_state_at_a_time() -> None:
     store = CountingAsyncOnly()
     client = client_of(store)
