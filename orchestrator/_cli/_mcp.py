@@ -9,7 +9,6 @@ server listens on 127.0.0.1 only.
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -19,6 +18,7 @@ from orchestrator import Agent
 from orchestrator.mcp import http_app, run_stdio, serve_agent, serve_tools
 
 from ._replaying import FactoryError, load_function
+from ._serving import listener_on
 
 __all__ = ("load_server", "serve_http", "serve_stdio")
 
@@ -61,10 +61,8 @@ def serve_http(server: Any, *, port: int, path: str, ready: Callable[[str], None
     import uvicorn  # the apps extra: imported only by the command that needs it
 
     app = http_app(server, path=path)
-    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener = listener_on(_HOST, port)
     try:
-        listener.bind((_HOST, port))
         bound = listener.getsockname()[1]
 
         async def main() -> None:

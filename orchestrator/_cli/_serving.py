@@ -20,7 +20,7 @@ from orchestrator import Agent
 
 from ._replaying import FactoryError, load_function
 
-__all__ = ("is_loopback", "load_agents", "serve_runs")
+__all__ = ("is_loopback", "listener_on", "load_agents", "serve_runs")
 
 
 def is_loopback(host: str) -> bool:
@@ -58,6 +58,27 @@ def load_agents(spec: str) -> Sequence[Agent] | Mapping[str, Agent]:
     )
 
 
+def listener_on(host: str, port: int) -> socket.socket:
+    """A socket listening on `host`:`port` (0: a free port), before the server that serves it.
+
+    It listens at once, so a client that read the printed URL connects (queued until the
+    server accepts) instead of being refused while the server starts.
+
+    Raises:
+        OSError: The port cannot be listened on (it is taken, or not allowed).
+    """
+    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((host.strip("[]"), port))
+        listener.listen(2048)  # uvicorn's own backlog
+    except BaseException:
+        listener.close()
+        raise
+    return listener
+
+
 def serve_runs(
     agents: Sequence[Agent] | Mapping[str, Agent],
     store: Any,
@@ -85,11 +106,8 @@ def serve_runs(
     else:
         a2a_routes = None
 
-    family = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener = listener_on(host, port)  # here, so a taken port is said before runs open
     try:
-        listener.bind((host.strip("[]"), port))  # here, so a taken port is said before runs open
         bound = listener.getsockname()[1]
 
         async def main() -> None:

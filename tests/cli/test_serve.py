@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Generator
@@ -172,3 +173,21 @@ def test_serve_with_a2a_serves_each_agent_over_a2a(tmp_path: Path) -> None:
     task = sent["result"]["task"]
     assert task["status"]["state"] == "TASK_STATE_COMPLETED"
     assert task["artifacts"][0]["parts"] == [{"text": "echo: hello"}]
+
+
+def test_the_printed_url_takes_connections_before_the_server_starts() -> None:
+    # `serve` and `mcp-serve` print their URL, then start uvicorn on the socket: a client that
+    # read the URL first was refused ("All connection attempts failed") when the socket was
+    # only bound. It listens before the URL is printed, so the connection waits in the backlog.
+    from orchestrator._cli._serving import listener_on
+
+    listener = listener_on("127.0.0.1", 0)
+    try:
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as client:
+            accepted, _ = listener.accept()
+            with accepted:
+                client.sendall(b"ping")
+                assert accepted.recv(4) == b"ping"
+    finally:
+        listener.close()
