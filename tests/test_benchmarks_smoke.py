@@ -174,6 +174,12 @@ def test_results_round_trip_and_table(tmp_path: Path) -> None:
     assert format_change(1.0000001, 1.0) == "0.0%"
 
 
+# The whole quick run waits more than it computes (servers, subprocesses, a browser starting):
+# about 45 s of CPU and 60-120 s of wall time, so the tests that make one get more than 120 s.
+WHOLE_QUICK_RUN = pytest.mark.timeout(360)
+
+
+@WHOLE_QUICK_RUN
 def test_cli_quick_compares_with_the_previous_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -196,6 +202,7 @@ def test_cli_quick_compares_with_the_previous_run(
     assert {"turn.none.default.ratio", "turn.sqlite.user.ratio", "rss.50.mb"} <= set(saved.values)
 
 
+@WHOLE_QUICK_RUN
 def test_cli_quick_without_results_never_touches_the_baseline(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
