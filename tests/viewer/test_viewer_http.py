@@ -46,7 +46,8 @@ def fetch(
     server: ViewerServer, path: str, *, method: str = "GET", host: str | None = None
 ) -> Answer:
     """One request to the viewer, on a connection of its own."""
-    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    # A bound, never a measure: the deep chain takes ~2 s here, and over 10 on a loaded machine.
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
     try:
         headers = {} if host is None else {"Host": host}
         connection.request(method, path, headers=headers)
