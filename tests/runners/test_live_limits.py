@@ -307,8 +307,61 @@ async def test_a_resumed_remote_child_counts_once_and_is_stopped_as_it_runs(
     assert again == {"limit": "total_tokens", "spent": spent, "requests": 0}
 
 
-def _crash_mid_children(path: Path, replies: int) -> tuple[str, int]:
-    """Run a lead of two remote spenders in a new process; kill it once each saved `replies`.
+@pytest.mark.anyio
+async def test_a_resumed_remote_child_within_the_limit_is_counted_once(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    lead_id, before = await anyio.to_thread.run_sync(_crash_mid_children, path, 3, "spend 12")
+    store = SQLiteStore(path)
+    state = await store.aload(lead_id)
+    # Together they spend 2640 of 3000; counting what they spent before the crash again (at
+    # least 660), the lead could not send its last request.
+    agent = Agent(
+        FakeModel(["done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=ThreadRunner(REGISTRY),
+    )
+    answer = await agent.arun(state, limits=Limits(total_tokens=3000))
+    assert answer == "done"
+    late = [r for r in results(state) if r.late]
+    kids = [await store.aload(r.child_ids[0]) for r in late]
+    assert [(r.outcome, kid.answer, tokens(kid)) for r, kid in zip(late, kids, strict=True)] == [
+        ("done", "spent", 1320)
+    ] * 2
+    assert before < tokens(state) == 2640
+    again = _rerun(path, state.id, 2640)
+    assert again == {"limit": "total_tokens", "spent": 2640, "requests": 0}
+
+
+@pytest.mark.anyio
+async def test_a_resumed_child_a_runner_runs_here_is_not_counted_again_from_the_feed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    lead_id, _ = await anyio.to_thread.run_sync(_crash_mid_children, path, 3, "spend 12", "Here()")
+    store = SQLiteStore(path)
+    state = await store.aload(lead_id)
+    agent = Agent(
+        FakeModel(["done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=Here(),
+    )
+    # It spends against the reloaded budget as it runs; counted from the feed too, the lead
+    # would pass 3000 and not answer.
+    answer = await agent.arun(state, limits=Limits(total_tokens=3000))
+    assert answer == "done"
+    assert tokens(state) == 2640
+
+
+def _crash_mid_children(
+    path: Path, replies: int, task: str = "spend 60", runner: str = f"ThreadRunner({REGISTRY!r})"
+) -> tuple[str, int]:
+    """Run a lead of two spenders in a new process; kill it once each saved `replies`.
+
+    Each child has `task`, on `runner` (an expression of the script: a ThreadRunner, ``Here()``).
 
     Returns the lead's id and what it had spent when it was killed (its children's tokens).
     """
@@ -318,14 +371,15 @@ def _crash_mid_children(path: Path, replies: int) -> tuple[str, int]:
         from orchestrator.testing import FakeModel
         from stores import SQLiteStore
         from tests.runners import ray_agents
+        from tests.runners.test_live_limits import Here
         from tests.runners.thread_runner import ThreadRunner
 
         store = SQLiteStore({str(path)!r})
         state = State(messages=[Message.user("go")])
         print(state.id, flush=True)
-        calls = [ToolCall(f"call_lead_{{n}}", "spender", {{"task": "spend 60"}}) for n in range(2)]
+        calls = [ToolCall(f"call_lead_{{n}}", "spender", {{"task": {task!r}}}) for n in range(2)]
         Agent(FakeModel([calls, "done"]), name="lead", tools=[ray_agents.spender(store)],
-              store=store, runner=ThreadRunner({REGISTRY!r})).run(state)
+              store=store, runner={runner}).run(state)
         """
     )
     process = subprocess.Popen(
