@@ -314,12 +314,15 @@ def stop_for_limit(state: State, stopped: StoppedByLimit) -> None:
     record_stop(state, stopped)
 
 
-def remaining(budget: Budget, depth: int) -> Limits:
+def remaining(budget: Budget, depth: int, resumed: State | None = None) -> Limits:
     """What is left of every limit up the chain, for a child `depth` levels below its root.
 
     A child run elsewhere (another process or machine) gets it as limits of its own, so it
-    keeps to them even where the budgets here only learn what it spent when it ends.
+    keeps to them even where the budgets here only learn what it spent when it ends. A
+    `resumed` child (a crash cut it off) gets what it spent before on top: its own budget
+    folds that from its history again, and may only spend what is left from now on.
     """
+    before = {} if resumed is None else _spent_in(resumed)
     left: dict[str, float] = {}
     item: Budget | None = budget
     while item is not None:
@@ -332,7 +335,7 @@ def remaining(budget: Budget, depth: int) -> Limits:
                 value = most - item.spent["children"]
             else:
                 value = most - item.spent[limit]
-            value = max(value, 0)
+            value = max(value, 0) + before.get(limit, 0)
             left[limit] = min(value, left.get(limit, value))
         item = item.parent
     whole: dict[str, Any] = {

@@ -8,6 +8,11 @@ new child, against every budget up the chain, as each save commits. When a limit
 up, the child is stopped the way a cancellation of its call stops it (it records
 ``interrupted`` and is saved), and the parent's call says which limit stopped it.
 
+A child a crash cut off, continued elsewhere by its reloaded parent, is followed the same way.
+What it saved before is in the reloaded budget already (its parent's history holds its usage
+as of the load), so those entries are taken as counted (`Spending.known`) and only what it
+saves from then on is counted.
+
 When the child ended, what it spent that the feed did not show (a State saved in another
 store, or a store without a tree feed) is counted from its State: its usage less what was
 counted. Nothing is counted twice: each entry once, by State id and index.
@@ -54,6 +59,7 @@ class Spending:
         "child_id",
         "counted",
         "cursor",
+        "failed",
         "ours",
         "root",
         "seen",
@@ -62,20 +68,31 @@ class Spending:
     )
 
     def __init__(
-        self, budget: Budget, child_id: str, counted: list[str], *, after: str | None = None
+        self,
+        budget: Budget,
+        child_id: str,
+        counted: list[str],
+        *,
+        after: str | None = None,
+        before: Usage | None = None,
     ) -> None:
         self.budget = budget
         self.child_id = child_id
         self.counted = counted  # the children spending here, against the budgets as they run
         self.ours: set[str] = {child_id}  # the child and every State started below it
         self.seen: set[tuple[str, int]] = set()  # (State id, entry index) counted
-        self.usage = Usage()  # the usage counted, of all of them
+        # The usage counted, of all of them: a resumed child's `before` was, on its reload.
+        self.usage = Usage() if before is None else before
         self.root: str | None = None
+        self.failed = False  # the feed could not be read: counted when it ends
         self.cursor = after  # where the feed is read from: what came before is not the child's
         self.stopped: StoppedByLimit | None = None
 
-    def read(self, item: TreeEntry) -> None:
-        """Count the feed's entry `item` if it is the spending of the child or one below it."""
+    def read(self, item: TreeEntry, *, count: bool = True) -> None:
+        """Count the feed's entry `item` if it is the spending of the child or one below it.
+
+        With `count` false, only taken as counted (an entry saved before a crash).
+        """
         state_id, entry = item.state_id, item.entry
         key = (state_id, item.index)
         if key in self.seen or self.child_id in self.counted:
@@ -87,12 +104,28 @@ class Spending:
             self.ours.add(state_id)  # started by the child or one below it
             children = 1
         self.seen.add(key)
+        if not count:
+            return
         usage = _spent_by(entry)
         tool_calls = 1 if isinstance(entry, ToolResultEntry) and not entry.late else 0
         if usage is not None or tool_calls or children:
             usage = usage or Usage()
             self.usage = self.usage + usage
             spend_elsewhere(self.budget, state_id, usage, tool_calls=tool_calls, children=children)
+
+    async def known(self, feed: AsyncTreeFollowable, parent_id: str) -> None:
+        """Take what the tree saved so far as counted: a resumed child's earlier entries.
+
+        Read before the child runs again. A feed that cannot be read is logged; the child is
+        then counted when it ends (`rest`).
+        """
+        try:
+            self.root = await feed.aroot_of(parent_id)
+            while page := await feed.atree_entries(self.root, after=self.cursor, limit=_PAGE):
+                self.take(page, count=False)
+        except Exception as error:  # the child's own outcome matters, not the follower's
+            _log.warning("state.limit.unfollowed", state_id=self.child_id, error=f"{error!r}")
+            self.root, self.failed = None, True
 
     async def follow(self, feed: AsyncTreeFollowable, parent_id: str) -> None:
         """Count the child's saves as they commit; return once a limit above is used up.
@@ -101,7 +134,10 @@ class Spending:
         then waits until the child's end cancels it, and the child is counted then.
         """
         try:
-            self.root = await feed.aroot_of(parent_id)
+            if self.failed:
+                await anyio.sleep_forever()
+            if self.root is None:
+                self.root = await feed.aroot_of(parent_id)
             while True:
                 page = await feed.await_tree_entries(self.root, after=self.cursor, limit=_PAGE)
                 self.take(page)
@@ -125,10 +161,10 @@ class Spending:
         except Exception as error:  # what is left is counted from the child's State
             _log.warning("state.limit.unfollowed", state_id=self.child_id, error=f"{error!r}")
 
-    def take(self, page: tuple[TreeEntry, ...]) -> None:
-        """Count a page of the feed."""
+    def take(self, page: tuple[TreeEntry, ...], *, count: bool = True) -> None:
+        """Count a page of the feed (with `count` false, take it as counted)."""
         for item in page:
-            self.read(item)
+            self.read(item, count=count)
         if page:
             self.cursor = page[-1].cursor
 

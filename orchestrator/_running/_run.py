@@ -144,12 +144,15 @@ class Run:
     tree records in full to that State: shared by the runs of one tree and store in this
     process, so a child names its ancestor's or earlier sibling's prompt, not a copy. `fed` is
     the last cursor of the store's tree feed read while a child of the run ran elsewhere: the
-    next such child is followed from there (a new child saved nothing before it).
+    next such child is followed from there (a new child saved nothing before it). `counted`
+    lists the cut-off children the run continued here: they spend against its budget as they
+    run, so the store's feed does not count them again.
     """
 
     __slots__ = (
         "agent",
         "budget",
+        "counted",
         "depth",
         "effect_scope",
         "estimate",
@@ -205,6 +208,7 @@ class Run:
         self.estimate = 0
         self.held: dict[str, Held] = {}
         self.fed: str | None = None
+        self.counted: list[str] = []
         limit = settings.max_concurrency
         # How many calls run at once (None: all of a turn), and worker threads for sync tools.
         self.slots = anyio.CapacityLimiter(limit) if limit else None
@@ -408,6 +412,8 @@ async def _run_agent(
     ):
         above = frame.run.budget  # a cut-off child its parent continues
         above_run = frame.run
+        if above is not None:
+            above_run.counted.append(state.id)  # it spends against the limits above as it runs
     if parent is not None and above is not None and link is None:  # an agent tool checked it
         refused = before_child(above, parent.run.state.id, depth)
         if refused is not None:

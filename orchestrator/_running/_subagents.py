@@ -14,7 +14,9 @@ Resume: when a crash cut off a subagent call, the loaded parent shows the call c
 had not ended, from its own stored history (its own cut-off calls are closed ``unknown`` too,
 never re-run), and delivers each child's answer to the parent: a ``late`` result for the call
 (with the usage the child spent since) and a notice the model reads, so it does not start that
-work over. ``agent.as_tool(resume=False)`` turns it off for a tool.
+work over. ``agent.as_tool(resume=False)`` turns it off for a tool. A child continued
+elsewhere counts against the limits above it as it saves, as on its first run: only what it
+spends after the reload (the reloaded budget holds what it spent before).
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ class AgentTool(Tool):
         if budget is not None:
             after = context.run.fed if resume is None else None  # a new child: from the tail
             spending = Spending(budget, state_id, context.counted, after=after)
-        feed = _feed(context, runner, spending)
+        feed = _feed(context.run, runner, spending)
         try:
             if feed is None or spending is None:
                 child = await self._guarded(runner.run(job), context)
@@ -230,6 +232,7 @@ class AgentTool(Tool):
             child = await (client.load(child_id) if client else parent.achild(child_id))
             _check_link(parent, entry.call, child)
             before = child.usage
+            budget, spending = run.budget, None
             if not child.finished and child.stopped is None:  # it had not ended: continue it
                 job = ChildJob(
                     agent=self.agent,
@@ -246,12 +249,19 @@ class AgentTool(Tool):
                     deadline=deadline(),
                     trace_context=trace_context(run, entry.call),
                     limits=self.limits,
-                    remaining=None if run.budget is None else remaining(run.budget, run.depth + 1),
+                    remaining=None if budget is None else remaining(budget, run.depth + 1, child),
                 )
                 runner = self.runner_for(run)
                 runner.check(job)
+                if budget is not None:
+                    spending = Spending(budget, child_id, run.counted, before=before)
+                feed = _feed(run, runner, spending)
                 try:
-                    child = await runner.run(job)
+                    if feed is None or spending is None:
+                        child = await runner.run(job)
+                    else:  # elsewhere: counted from the store's feed as it saves
+                        await spending.known(feed, parent.id)  # in the reloaded budget
+                        child = await _resumed(runner, job, feed, spending)
                 except Exception as error:
                     if is_interruption(error):
                         raise
@@ -262,6 +272,11 @@ class AgentTool(Tool):
                         spent = spent + usage_since(state.usage, before)
                     continue
             spent = spent + usage_since(child.usage, before)
+            halted = None if spending is None else spending.stopped
+            if halted is not None:  # a limit above was used up: stopped as it ran
+                failed = True
+                answers.append(f"(the subagent was stopped: {halted})")
+                continue
             stopped = child.stopped
             if isinstance(stopped, StoppedByLimit) and stopped.limit != "turns":
                 failed = True
@@ -346,19 +361,43 @@ def _call_of_link(frame: Frame | None, state: State, link: Link) -> CallContext 
     return None
 
 
-def _feed(
-    context: CallContext, runner: Runner, spending: Spending | None
-) -> AsyncTreeFollowable | None:
-    """The tree feed that counts a child run on `runner` as it saves, or None (at its end).
+def _feed(run: Run, runner: Runner, spending: Spending | None) -> AsyncTreeFollowable | None:
+    """The tree feed that counts a child of `run` on `runner` as it saves, or None (at its end).
 
     None for a child run here (it spends against the limits as it runs), for a run without
     limits, and for a store without a tree feed.
     """
-    client = context.run.store
+    client = run.store
     if spending is None or client is None or isinstance(runner, LocalRunner):
         return None
     store = client.store
     return store if isinstance(store, AsyncTreeFollowable) else None
+
+
+async def _resumed(
+    runner: Runner, job: ChildJob, feed: AsyncTreeFollowable, spending: Spending
+) -> State:
+    """Continue the cut-off child of `job` on `runner`, counted as it saves; it as it ended.
+
+    What the feed did not show is counted when it ends (when it fails too, from its State).
+    """
+    try:
+        child = await run_followed(runner, job, feed, spending)
+    except Exception as error:
+        state = getattr(error, "state", None)
+        if isinstance(state, State):
+            _count_rest(spending, state)
+        raise
+    if child is None:  # pragma: no cover - a resumed child was saved before
+        raise LookupError(f"The subagent's State {job.state_id!r} is no longer stored.")
+    _count_rest(spending, child)
+    return child
+
+
+def _count_rest(spending: Spending, child: State) -> None:
+    """Count what `child`, ended, spent that its follower did not count (unless it ran here)."""
+    if child.id not in spending.counted:
+        spend_elsewhere(spending.budget, child.id, spending.rest(child))
 
 
 def _count_elsewhere(spending: Spending, context: CallContext, state_id: str) -> None:

@@ -8,12 +8,15 @@ the lead, following the store's feed, sees them use it up together.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from structlog.testing import capture_logs
 
@@ -260,6 +263,161 @@ async def test_a_tree_feed_that_fails_leaves_the_remote_child_counted_when_it_en
     assert [log["event"] for log in logs].count("state.limit.unfollowed") == 1
     assert tokens(state) == 330  # counted once, at its end: the lead's last request fit
     assert not isinstance(state.stopped, StoppedByLimit)
+
+
+@pytest.mark.anyio
+async def test_a_resumed_remote_child_counts_once_and_is_stopped_as_it_runs(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    lead_id, before = await anyio.to_thread.run_sync(_crash_mid_children, path, 3)
+    store = SQLiteStore(path)
+    state = await store.aload(lead_id)
+    assert tokens(state) == before < LIMIT  # the children's spending until the crash
+    # Reloaded here, a new process: the lead continues both children on the ThreadRunner.
+    agent = Agent(
+        FakeModel(["done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=ThreadRunner(REGISTRY),
+    )
+    await agent.arun(state, limits=Limits(total_tokens=LIMIT))
+    late = [r for r in results(state) if r.late]
+    kids = [await store.aload(r.child_ids[0]) for r in late]
+    # Each was given all that was left, and would have spent it: together they used it up,
+    # which only the lead, following the feed, saw; it stopped them while they ran.
+    assert len(kids) == 2
+    for result in late:
+        assert result.outcome == "error"
+        assert "was stopped: limit total_tokens=" in result.content.content[0].text  # type: ignore[union-attr]
+    for kid in kids:
+        assert kid.answer != "spent"
+        assert not isinstance(kid.stopped, StoppedByLimit)  # not its own limit
+        assert not kid.pending_calls
+    spent = sum(tokens(kid) for kid in kids)
+    assert LIMIT <= spent < 1.5 * LIMIT
+    stopped = state.stopped
+    assert isinstance(stopped, StoppedByLimit)
+    assert stopped.limit == "total_tokens"
+    assert stopped.by in {kid.id for kid in kids}
+    # Counted once: what they spent before the crash (in the reloaded budget) not again.
+    assert stopped.spent == spent == tokens(state)
+    again = _rerun(path, state.id, LIMIT)
+    assert again == {"limit": "total_tokens", "spent": spent, "requests": 0}
+
+
+@pytest.mark.anyio
+async def test_a_resumed_remote_child_within_the_limit_is_counted_once(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    lead_id, before = await anyio.to_thread.run_sync(_crash_mid_children, path, 3, "spend 12")
+    store = SQLiteStore(path)
+    state = await store.aload(lead_id)
+    # Together they spend 2640 of 3000; counting what they spent before the crash again (at
+    # least 660), the lead could not send its last request.
+    agent = Agent(
+        FakeModel(["done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=ThreadRunner(REGISTRY),
+    )
+    answer = await agent.arun(state, limits=Limits(total_tokens=3000))
+    assert answer == "done"
+    late = [r for r in results(state) if r.late]
+    kids = [await store.aload(r.child_ids[0]) for r in late]
+    assert [(r.outcome, kid.answer, tokens(kid)) for r, kid in zip(late, kids, strict=True)] == [
+        ("done", "spent", 1320)
+    ] * 2
+    assert before < tokens(state) == 2640
+    again = _rerun(path, state.id, 2640)
+    assert again == {"limit": "total_tokens", "spent": 2640, "requests": 0}
+
+
+@pytest.mark.anyio
+async def test_a_resumed_child_a_runner_runs_here_is_not_counted_again_from_the_feed(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    lead_id, _ = await anyio.to_thread.run_sync(_crash_mid_children, path, 3, "spend 12", "Here()")
+    store = SQLiteStore(path)
+    state = await store.aload(lead_id)
+    agent = Agent(
+        FakeModel(["done"]),
+        name="lead",
+        tools=[ray_agents.spender(store)],
+        store=store,
+        runner=Here(),
+    )
+    # It spends against the reloaded budget as it runs; counted from the feed too, the lead
+    # would pass 3000 and not answer.
+    answer = await agent.arun(state, limits=Limits(total_tokens=3000))
+    assert answer == "done"
+    assert tokens(state) == 2640
+
+
+def _crash_mid_children(
+    path: Path, replies: int, task: str = "spend 60", runner: str = f"ThreadRunner({REGISTRY!r})"
+) -> tuple[str, int]:
+    """Run a lead of two spenders in a new process; kill it once each saved `replies`.
+
+    Each child has `task`, on `runner` (an expression of the script: a ThreadRunner, ``Here()``).
+
+    Returns the lead's id and what it had spent when it was killed (its children's tokens).
+    """
+    script = textwrap.dedent(
+        f"""
+        from orchestrator import Agent, Message, State, ToolCall
+        from orchestrator.testing import FakeModel
+        from stores import SQLiteStore
+        from tests.runners import ray_agents
+        from tests.runners.test_live_limits import Here
+        from tests.runners.thread_runner import ThreadRunner
+
+        store = SQLiteStore({str(path)!r})
+        state = State(messages=[Message.user("go")])
+        print(state.id, flush=True)
+        calls = [ToolCall(f"call_lead_{{n}}", "spender", {{"task": {task!r}}}) for n in range(2)]
+        Agent(FakeModel([calls, "done"]), name="lead", tools=[ray_agents.spender(store)],
+              store=store, runner={runner}).run(state)
+        """
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
+    try:
+        assert process.stdout is not None
+        lead_id = process.stdout.readline().strip()
+        store = SQLiteStore(path)
+        for _ in range(600):  # at most a minute
+            time.sleep(0.1)
+            if process.poll() is not None:
+                break
+            if path.exists() and _replies_of_children(store, lead_id) >= replies:
+                break
+        assert process.poll() is None, "the lead ended before it could be killed"
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+    lead = store.load(lead_id)
+    assert [r.outcome for r in results(lead)] == ["unknown", "unknown"]
+    return lead_id, tokens(lead)
+
+
+def _replies_of_children(store: SQLiteStore, lead_id: str) -> int:
+    """The fewest replies a child of the lead saved (0 before both are saved)."""
+    try:
+        lead = store.load(lead_id)
+    except LookupError:
+        return 0
+    kids = [kid for r in results(lead) for kid in r.child_ids]
+    if len(kids) < 2:
+        return 0
+    saved = [store.load(kid).history for kid in kids]
+    return min(sum(1 for e in history if e.kind == "model_reply") for history in saved)
 
 
 def _rerun(path: str | Path, state_id: str, limit: int) -> dict[str, Any]:
