@@ -541,6 +541,11 @@ _SIZES_MOST = 8_192
 _sizes: dict[int, tuple[object, int]] = {}
 _sizes_lock = threading.Lock()
 _Item = TypeVar("_Item")
+# The characters of each recent conversation's messages so far, by its first message: the next
+# request of a State starts with the same messages, found equal in one C-speed comparison, so
+# only its new messages are walked (at 400 messages, 100 µs a request walking them all).
+_PREFIXES_MOST = 256
+_prefixes: dict[int, tuple[tuple[Message, ...], int]] = {}
 
 
 def _message_chars(message: Message) -> tuple[int, bool]:
@@ -578,6 +583,35 @@ def _size(
     return size
 
 
+def _messages_chars(messages: tuple[Message, ...], fresh: list[tuple[object, int]]) -> int:
+    """The characters of `messages`: a known conversation's start, then each message after it."""
+    first = id(messages[0])
+    known = _prefixes.get(first)
+    start = chars = 0
+    if known is not None:
+        prefix, prefix_chars = known
+        if len(prefix) <= len(messages) and messages[: len(prefix)] == prefix:
+            start, chars = len(prefix), prefix_chars
+    keep = True
+    for message in messages[start:]:
+        known_size = _sizes.get(id(message))
+        if known_size is not None and known_size[0] is message:
+            chars += known_size[1]
+            continue
+        size, kept = _message_chars(message)
+        chars += size
+        if kept:
+            fresh.append((message, size))
+        keep = keep and kept
+    if keep:  # a conversation holding an image is not kept
+        with _sizes_lock:
+            _prefixes.pop(first, None)  # put last: the least recently asked go first
+            _prefixes[first] = (messages, chars)
+            while len(_prefixes) > _PREFIXES_MOST:
+                del _prefixes[next(iter(_prefixes))]
+    return chars
+
+
 def estimate_tokens(request: Request) -> int:
     """A rough count of a request's input tokens (4 characters a token), to pace it by.
 
@@ -586,8 +620,9 @@ def estimate_tokens(request: Request) -> int:
     """
     chars = len(request.system or "")
     fresh: list[tuple[object, int]] = []
-    for message in request.messages:
-        chars += _size(message, _message_chars, fresh)
+    messages = tuple(request.messages)
+    if messages:
+        chars += _messages_chars(messages, fresh)
     for spec in request.tools:
         chars += _size(spec, _spec_chars, fresh)
     if fresh:
