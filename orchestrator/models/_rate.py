@@ -200,6 +200,10 @@ class LocalRates:
     async def arate_settle(self, key: str, tokens: float) -> None:
         """Add `tokens` seconds to `key`'s tokens time."""
         await anyio.lowlevel.checkpoint()
+        self.settle(key, tokens)
+
+    def settle(self, key: str, tokens: float) -> None:
+        """`arate_settle` with no await: what `RateLimit` needs after each request."""
         with self._rates_lock:
             known = self._rates.get(key)
             if known is not None:
@@ -395,6 +399,21 @@ class RateLimit:
                 await held.enter_async_context(self._store_slot(most))
         return held
 
+    async def _take(self, tokens: int) -> AsyncExitStack | bool:
+        """`acquire`, but this process's limit makes no stack: whether it took a slot.
+
+        A request that need not wait then costs no allocation and no event loop hop.
+        """
+        if self._local is None:
+            return await self.acquire(tokens)
+        await self._pace(tokens)
+        most = self._concurrent
+        if most is None:
+            return False
+        if not self._try_slot(most):
+            await self._local_slot(most)
+        return True
+
     async def _pace(self, tokens: int) -> None:
         """Wait until the pace lets a request with `tokens` input tokens go."""
         ask = self._ask
@@ -472,7 +491,10 @@ class RateLimit:
     async def settle(self, tokens: int) -> None:
         """Count `tokens` more (fewer when < 0) than a request was taken with."""
         if tokens and self._tokens_step:
-            await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+            if self._local is not None:  # this process's table: no await, no event loop hop
+                self._local.settle(self._key, tokens * self._tokens_step)
+            else:
+                await self._rates.arate_settle(self._key, tokens * self._tokens_step)
 
 
 async def _renew(rates: AsyncRateLimits, key: str, slot: int, holder: str, lease: float) -> None:
@@ -489,7 +511,7 @@ class RateTicket:
     Entering waits for the limit; leaving gives back the concurrent slot.
     """
 
-    __slots__ = ("_held", "_spacing", "limit", "tokens")
+    __slots__ = ("_held", "_slot", "_spacing", "limit", "tokens")
 
     limit: RateLimit
     tokens: int
@@ -499,9 +521,15 @@ class RateTicket:
         self.tokens = tokens
         self._spacing = spacing  # seconds the limit's own pace puts between such requests
         self._held: AsyncExitStack | None = None
+        self._slot = False  # holds one of this process's concurrent slots
 
     async def __aenter__(self) -> RateTicket:
-        self._held = await self.limit.acquire(self.tokens)
+        # The ticket is part of its limit: it may use the limit's own steps.
+        taken = await self.limit._take(self.tokens)  # pyright: ignore[reportPrivateUsage]
+        if isinstance(taken, bool):
+            self._slot = taken
+        else:
+            self._held = taken
         return self
 
     async def __aexit__(
@@ -511,6 +539,10 @@ class RateTicket:
         traceback: TracebackType | None,
     ) -> None:
         # A process's slot is given back with no I/O, a store's in shielded cleanup.
+        if self._slot:
+            self._slot = False
+            self.limit._release_local()  # pyright: ignore[reportPrivateUsage]
+            return
         held, self._held = self._held, None
         if held is not None:
             await held.__aexit__(exc_type, exc, traceback)
