@@ -24,7 +24,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from .._base._messages import (
     ToolResultBlock,
 )
 from .._base._reply import Reply, Usage
+from .._record._fold import Seq
 from ._base import Model, Request, TextCallback, options_of, resolve_model
 
 if TYPE_CHECKING:
@@ -573,11 +574,13 @@ _SIZES_MOST = 8_192
 _sizes: dict[int, tuple[object, int]] = {}
 _sizes_lock = threading.Lock()
 _Item = TypeVar("_Item")
-# The characters of each recent conversation's messages so far, by its first message: the next
-# request of a State starts with the same messages, found equal in one C-speed comparison, so
-# only its new messages are walked (at 400 messages, 100 µs a request walking them all).
+# The characters of each recent conversation's first messages: a State's next request starts
+# with the same messages, so only its new ones are walked (at 400 messages, 100 µs a request
+# walking them all). A State's messages (a `Seq`) share their origin, whose items never change:
+# keyed by it, a request is matched at once. Other sequences are keyed by their first message
+# and matched by comparing the known start, one C-speed tuple comparison.
 _PREFIXES_MOST = 256
-_prefixes: dict[int, tuple[tuple[Message, ...], int]] = {}
+_prefixes: dict[int, tuple[object, int, int, tuple[Message, ...] | None]] = {}
 
 
 def _message_chars(message: Message) -> tuple[int, bool]:
@@ -615,17 +618,23 @@ def _size(
     return size
 
 
-def _messages_chars(messages: tuple[Message, ...], fresh: list[tuple[object, int]]) -> int:
+def _messages_chars(messages: Sequence[Message], fresh: list[tuple[object, int]]) -> int:
     """The characters of `messages`: a known conversation's start, then each message after it."""
-    first = id(messages[0])
-    known = _prefixes.get(first)
+    prefix: tuple[Message, ...] | None = None
+    if isinstance(messages, Seq):
+        anchor: object = messages.origin
+    else:
+        prefix = messages = tuple(messages)
+        anchor = messages[0]
+    known = _prefixes.get(id(anchor))
     start = chars = 0
-    if known is not None:
-        prefix, prefix_chars = known
-        if len(prefix) <= len(messages) and messages[: len(prefix)] == prefix:
-            start, chars = len(prefix), prefix_chars
+    if known is not None and known[0] is anchor and known[1] <= len(messages):
+        seen = known[3]
+        if seen is None or messages[: known[1]] == seen:
+            start, chars = known[1], known[2]
+    tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
     keep = True
-    for message in messages[start:]:
+    for message in tail:
         known_size = _sizes.get(id(message))
         if known_size is not None and known_size[0] is message:
             chars += known_size[1]
@@ -637,8 +646,8 @@ def _messages_chars(messages: tuple[Message, ...], fresh: list[tuple[object, int
         keep = keep and kept
     if keep:  # a conversation holding an image is not kept
         with _sizes_lock:
-            _prefixes.pop(first, None)  # put last: the least recently asked go first
-            _prefixes[first] = (messages, chars)
+            _prefixes.pop(id(anchor), None)  # put last: the least recently asked go first
+            _prefixes[id(anchor)] = (anchor, len(messages), chars, prefix)
             while len(_prefixes) > _PREFIXES_MOST:
                 del _prefixes[next(iter(_prefixes))]
     return chars
@@ -652,9 +661,8 @@ def estimate_tokens(request: Request) -> int:
     """
     chars = len(request.system or "")
     fresh: list[tuple[object, int]] = []
-    messages = tuple(request.messages)
-    if messages:
-        chars += _messages_chars(messages, fresh)
+    if request.messages:
+        chars += _messages_chars(request.messages, fresh)
     for spec in request.tools:
         chars += _size(spec, _spec_chars, fresh)
     if fresh:
