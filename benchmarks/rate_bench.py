@@ -4,7 +4,7 @@ how fairly processes sharing one limit get their turns.
 - per-turn overhead: an agent's tool loop on `FakeModel`, with and without a process-local
   `RateLimit` (requests per minute and a concurrent cap, high enough never to wait), in rounds
   that take turns (median per turn of each; the ratio is what the issue targets); and with
-  tokens per minute, whose estimate of each request's tokens walks its messages.
+  tokens per minute, whose estimate of each request's tokens counts its new messages.
 - one take of a store's row (`arate_take`, the atomic UPSERT every request makes), one at a
   time, p50 and p99, on `SQLiteStore` and `PostgresStore`, beside its floor: the same statement
   on a bare connection of the driver, from a worker thread as the store runs it.
@@ -81,7 +81,7 @@ def _turn_us(turns: int, limit: RateLimit | None) -> float:
 
 def _overhead(turns: int, rounds: int) -> list[Metric]:
     limit = RateLimit(requests_per_minute=1e9, concurrent=1_000, key=f"bench-{uuid.uuid4().hex}")
-    # Pacing tokens estimates each request's tokens: a walk over its messages.
+    # Pacing tokens estimates each request's tokens: its new messages counted.
     tokens = RateLimit(tokens_per_minute=1e12, key=f"bench-{uuid.uuid4().hex}")
     plain: list[float] = []
     limited: list[float] = []
@@ -115,7 +115,7 @@ def _overhead(turns: int, rounds: int) -> list[Metric]:
         Metric(
             "rate.turn.tokens.ratio",
             f"per-turn time with tokens_per_minute / without ({turns} turns: the estimate"
-            " walks the history)",
+            " counts each request's new messages)",
             statistics.median(counted) / statistics.median(plain),
             "x",
         ),

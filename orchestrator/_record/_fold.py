@@ -36,7 +36,7 @@ from ._history import (
 from ._prompt import Prompt
 from ._snapshot import StateSnapshot, with_origin
 
-__all__ = ("CLEARED", "Folded", "Inconsistent", "cleared_messages", "fold", "replay")
+__all__ = ("CLEARED", "Folded", "Inconsistent", "Seq", "cleared_messages", "fold", "replay")
 
 CLEARED = "(cleared: kept in history)"
 
@@ -120,6 +120,15 @@ class Seq(Sequence[_T]):
 
     def __repr__(self) -> str:
         return f"Seq({list(self)!r})"
+
+    @property
+    def origin(self) -> object:
+        """What the items live in: sequences of one origin have the same items where both have one.
+
+        Appending never changes an item already there (a shorter sequence copies first), so
+        what is known of an origin's first items stays true: a cache may key on it.
+        """
+        return self._items
 
     def last(self) -> _T:
         """The last item; the sequence must not be empty."""

@@ -24,7 +24,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -45,6 +45,7 @@ from .._base._messages import (
     ToolResultBlock,
 )
 from .._base._reply import Reply, Usage
+from .._record._fold import Seq
 from ._base import Model, Request, TextCallback, options_of, resolve_model
 
 if TYPE_CHECKING:
@@ -170,18 +171,22 @@ class LocalRates:
             times = self._rates[key] = next_times(self._rates.get(key), now, ask)
         return RateTimes(times[0], times[1], now)
 
-    def delay(self, key: str, ask: RateAsk) -> float:
-        """`take`, then the seconds the request waits: what `RateLimit` needs, built cheaper."""
+    def delay(self, key: str, ask: RateAsk, tokens: float | None = None) -> float:
+        """`take`, then the seconds the request waits: what `RateLimit` needs, built cheaper.
+
+        `tokens`, when given, is the tokens' seconds instead of ``ask.tokens`` (no new ask).
+        """
+        cost = ask.tokens if tokens is None else tokens
         now = time.time()
         with self._rates_lock:
             known = self._rates.get(key)
             if known is None:
-                requests_at, tokens_at = now + ask.requests, now + ask.tokens
+                requests_at, tokens_at = now + ask.requests, now + cost
             else:
                 requests_at = max(known[0], now) + ask.requests
-                tokens_at = max(known[1], now) + ask.tokens
+                tokens_at = max(known[1], now) + cost
             self._rates[key] = (requests_at, tokens_at)
-        wait = max(requests_at - ask.requests - ask.tolerance, tokens_at - ask.tokens) - now
+        wait = max(requests_at - ask.requests - ask.tolerance, tokens_at - cost) - now
         return wait if wait > 0 else 0.0
 
     async def arate_take(self, key: str, ask: RateAsk) -> RateTimes:
@@ -200,6 +205,10 @@ class LocalRates:
     async def arate_settle(self, key: str, tokens: float) -> None:
         """Add `tokens` seconds to `key`'s tokens time."""
         await anyio.lowlevel.checkpoint()
+        self.settle(key, tokens)
+
+    def settle(self, key: str, tokens: float) -> None:
+        """`arate_settle` with no await: what `RateLimit` needs after each request."""
         with self._rates_lock:
             known = self._rates.get(key)
             if known is not None:
@@ -395,6 +404,29 @@ class RateLimit:
                 await held.enter_async_context(self._store_slot(most))
         return held
 
+    async def _take(self, tokens: int) -> AsyncExitStack | bool:
+        """`acquire`, but this process's limit makes no stack: whether it took a slot.
+
+        A request that need not wait then costs no allocation and no event loop hop.
+        """
+        local = self._local
+        if local is None:
+            return await self.acquire(tokens)
+        # `_pace` inlined, with no new ask: a request that need not wait costs a few µs.
+        ask, step = self._ask, self._tokens_step
+        delay = local.delay(self._key, ask, tokens * step) if ask.requests or step else 0.0
+        if delay > 0:
+            report_rate_limit(self._key, delay)
+            await anyio.sleep(delay)
+        else:
+            await anyio.lowlevel.checkpoint_if_cancelled()
+        most = self._concurrent
+        if most is None:
+            return False
+        if not self._try_slot(most):
+            await self._local_slot(most)
+        return True
+
     async def _pace(self, tokens: int) -> None:
         """Wait until the pace lets a request with `tokens` input tokens go."""
         ask = self._ask
@@ -402,9 +434,8 @@ class RateLimit:
         if ask.requests or self._tokens_step:
             if tokens:
                 ask = RateAsk(ask.requests, tokens * self._tokens_step, ask.tolerance)
-            # This process's table needs no await: a request that need not wait costs a few µs.
             local = self._local
-            if local is not None:
+            if local is not None:  # no await: this process's table never blocks
                 delay = local.delay(self._key, ask)
             else:
                 delay = (await self._rates.arate_take(self._key, ask)).wait(ask)
@@ -472,7 +503,10 @@ class RateLimit:
     async def settle(self, tokens: int) -> None:
         """Count `tokens` more (fewer when < 0) than a request was taken with."""
         if tokens and self._tokens_step:
-            await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+            if self._local is not None:  # this process's table: no await, no event loop hop
+                self._local.settle(self._key, tokens * self._tokens_step)
+            else:
+                await self._rates.arate_settle(self._key, tokens * self._tokens_step)
 
 
 async def _renew(rates: AsyncRateLimits, key: str, slot: int, holder: str, lease: float) -> None:
@@ -489,7 +523,7 @@ class RateTicket:
     Entering waits for the limit; leaving gives back the concurrent slot.
     """
 
-    __slots__ = ("_held", "_spacing", "limit", "tokens")
+    __slots__ = ("_held", "_slot", "_spacing", "limit", "tokens")
 
     limit: RateLimit
     tokens: int
@@ -499,9 +533,15 @@ class RateTicket:
         self.tokens = tokens
         self._spacing = spacing  # seconds the limit's own pace puts between such requests
         self._held: AsyncExitStack | None = None
+        self._slot = False  # holds one of this process's concurrent slots
 
     async def __aenter__(self) -> RateTicket:
-        self._held = await self.limit.acquire(self.tokens)
+        # The ticket is part of its limit: it may use the limit's own steps.
+        taken = await self.limit._take(self.tokens)  # pyright: ignore[reportPrivateUsage]
+        if isinstance(taken, bool):
+            self._slot = taken
+        else:
+            self._held = taken
         return self
 
     async def __aexit__(
@@ -511,6 +551,10 @@ class RateTicket:
         traceback: TracebackType | None,
     ) -> None:
         # A process's slot is given back with no I/O, a store's in shielded cleanup.
+        if self._slot:
+            self._slot = False
+            self.limit._release_local()  # pyright: ignore[reportPrivateUsage]
+            return
         held, self._held = self._held, None
         if held is not None:
             await held.__aexit__(exc_type, exc, traceback)
@@ -541,6 +585,13 @@ _SIZES_MOST = 8_192
 _sizes: dict[int, tuple[object, int]] = {}
 _sizes_lock = threading.Lock()
 _Item = TypeVar("_Item")
+# The characters of each recent conversation's first messages: a State's next request starts
+# with the same messages, so only its new ones are walked (at 400 messages, 100 µs a request
+# walking them all). A State's messages (a `Seq`) share their origin, whose items never change:
+# keyed by it, a request is matched at once. Other sequences are keyed by their first message
+# and matched by comparing the known start, one C-speed tuple comparison.
+_PREFIXES_MOST = 256
+_prefixes: dict[int, tuple[object, int, int, tuple[Message, ...] | None]] = {}
 
 
 def _message_chars(message: Message) -> tuple[int, bool]:
@@ -578,6 +629,41 @@ def _size(
     return size
 
 
+def _messages_chars(messages: Sequence[Message], fresh: list[tuple[object, int]]) -> int:
+    """The characters of `messages`: a known conversation's start, then each message after it."""
+    prefix: tuple[Message, ...] | None = None
+    if isinstance(messages, Seq):
+        anchor: object = messages.origin
+    else:
+        prefix = messages = tuple(messages)
+        anchor = messages[0]
+    known = _prefixes.get(id(anchor))
+    start = chars = 0
+    if known is not None and known[0] is anchor and known[1] <= len(messages):
+        seen = known[3]
+        if seen is None or messages[: known[1]] == seen:
+            start, chars = known[1], known[2]
+    tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
+    keep = True
+    for message in tail:
+        known_size = _sizes.get(id(message))
+        if known_size is not None and known_size[0] is message:
+            chars += known_size[1]
+            continue
+        size, kept = _message_chars(message)
+        chars += size
+        if kept:
+            fresh.append((message, size))
+        keep = keep and kept
+    if keep:  # a conversation holding an image is not kept
+        with _sizes_lock:
+            _prefixes.pop(id(anchor), None)  # put last: the least recently asked go first
+            _prefixes[id(anchor)] = (anchor, len(messages), chars, prefix)
+            while len(_prefixes) > _PREFIXES_MOST:
+                del _prefixes[next(iter(_prefixes))]
+    return chars
+
+
 def estimate_tokens(request: Request) -> int:
     """A rough count of a request's input tokens (4 characters a token), to pace it by.
 
@@ -586,8 +672,8 @@ def estimate_tokens(request: Request) -> int:
     """
     chars = len(request.system or "")
     fresh: list[tuple[object, int]] = []
-    for message in request.messages:
-        chars += _size(message, _message_chars, fresh)
+    if request.messages:
+        chars += _messages_chars(request.messages, fresh)
     for spec in request.tools:
         chars += _size(spec, _spec_chars, fresh)
     if fresh:

@@ -32,6 +32,7 @@ from orchestrator import (
     Usage,
     tool,
 )
+from orchestrator._record._fold import Seq
 from orchestrator.models import (
     AnthropicModel,
     OpenAIModel,
@@ -556,6 +557,43 @@ def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
     )
     assert first == again
     assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
+
+
+def test_the_estimate_follows_a_conversation_that_branches_or_shrinks() -> None:
+    # A State's requests share their start; a restore or a cleared result changes the middle.
+    first, second, third = Message.user("a" * 40), Message.assistant("b" * 80), Message.user("c")
+
+    def fresh(*messages: Message) -> int:  # new objects: nothing of them is known yet
+        return estimate_tokens(Request(None, tuple(Message(m.role, m.content) for m in messages)))
+
+    def estimate(*messages: Message) -> int:
+        return estimate_tokens(Request(None, messages))
+
+    other = Message.assistant("d" * 400)
+    assert estimate(first, second, third) == fresh(first, second, third)
+    assert estimate(first, other, third) == fresh(first, other, third)
+    assert estimate(first, second) == fresh(first, second)
+    assert estimate(first) == fresh(first)
+    assert estimate(first, second, third, other) == fresh(first, second, third, other)
+    assert estimate(first, other) - estimate(first, second) == (400 - 80) // 4
+
+
+def test_the_estimate_follows_a_states_messages_as_they_grow_and_branch() -> None:
+    # A State's messages are a Seq: later requests extend it, a restore branches from it.
+    first, second, third = Message.user("a" * 40), Message.assistant("b" * 80), Message.user("c")
+    other = Message.assistant("d" * 400)
+
+    def fresh(*messages: Message) -> int:  # new objects: nothing of them is known yet
+        return estimate_tokens(Request(None, tuple(Message(m.role, m.content) for m in messages)))
+
+    start = Seq[Message].of([first])
+    grown = start.append(second).append(third)
+    assert estimate_tokens(Request(None, start)) == fresh(first)
+    assert estimate_tokens(Request(None, grown)) == fresh(first, second, third)
+    branch = start.append(other)  # shares the start only: its items are copied
+    assert estimate_tokens(Request(None, branch)) == fresh(first, other)
+    assert estimate_tokens(Request(None, grown.append(other))) == fresh(first, second, third, other)
+    assert estimate_tokens(Request(None, start)) == fresh(first)
 
 
 class Counting:
