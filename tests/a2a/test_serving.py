@@ -408,6 +408,23 @@ async def test_tasks_list_gives_this_agents_tasks_a_page_at_a_time() -> None:
     assert not any(task.artifacts for task in first.tasks)
 
 
+async def test_a_task_updated_after_its_page_is_not_listed_again() -> None:
+    async with (
+        Runs([greeter("a", "b", "c", "d")], MemoryStore()) as runs,
+        a2a_client(runs, "greeter") as client,
+    ):
+        ids = [(await collect(client, user("hi")))[0].task.id for _ in range(3)]
+        first = await client.list_tasks(ListTasksRequest(page_size=2))
+        # the last task of the page runs again: it is listed first now, at a later time
+        await collect(client, user("again", task_id=ids[1]))
+        second = await client.list_tasks(
+            ListTasksRequest(page_size=2, page_token=first.next_page_token)
+        )
+    assert [t.id for t in first.tasks] == [ids[2], ids[1]]
+    assert [t.id for t in second.tasks] == [ids[0]]
+    assert second.next_page_token == ""
+
+
 class CountingStore(MemoryStore):
     """A MemoryStore that counts the States loaded from it."""
 
