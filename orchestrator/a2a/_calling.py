@@ -9,7 +9,6 @@ model reply, so the parent's usage and limits count it like a local subagent's.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import ssl
 from collections.abc import Mapping
@@ -122,7 +121,8 @@ class A2AModel:
     none), and the usage the remote reports in the task's ``usage`` metadata. Inside a run it
     records the remote task in the State (`TASK_KEY`), saved before the message goes out: a
     request made again on that State (a resume after a crash) re-attaches to the task it names
-    and never sends the message again. A cancelled request cancels the remote task.
+    and never sends the message again. A cancelled request cancels the remote task: cancelled
+    before the first event named it, it reads on (shielded, 5 s at most) to learn its id.
 
     A task that fails, is rejected or cancelled raises `A2ACallError`; one that waits for input
     answers with what it asks for. The agent's card is looked up at the first request and kept;
@@ -208,43 +208,79 @@ class A2AModel:
         # No context id: the server gives one (ours would make it a State id, which a server
         # sharing our store must not take from our child State).
         outgoing = Message(role=Role.ROLE_USER, message_id=message_id, parts=[Part(text=text)])
+        record = {"url": self.url, "message_id": message_id, "for": sent_for, "task_id": None}
         task_id = ""
-        try:
-            async for event in client.send_message(SendMessageRequest(message=outgoing)):
-                kind = event.WhichOneof("payload")
-                if kind == "message":  # answered without a task
-                    return Task(
-                        id="",
-                        status={"state": TaskState.TASK_STATE_COMPLETED, "message": event.message},
-                    )
-                found = (
-                    event.task.id
-                    if kind == "task"
-                    else event.status_update.task_id or event.artifact_update.task_id
-                )
-                if found and not task_id:
-                    task_id = found
-                    if state is not None:
-                        state.set(
-                            TASK_KEY,
-                            {
-                                "url": self.url,
-                                "message_id": message_id,
-                                "for": sent_for,
-                                "task_id": task_id,
-                                "status": "working",
-                            },
+        answered: Task | None = None
+        cancelled = finished = False
+        # The stream is read shielded, so a cancel before the first event (which names the
+        # task) can still learn the task's id, for up to _CANCEL_GRACE, and cancel it.
+        reading = anyio.CancelScope(shield=True)
+
+        async def watch() -> None:
+            nonlocal cancelled
+            try:
+                await anyio.sleep_forever()
+            except anyio.get_cancelled_exc_class():
+                if not finished:  # the call is cancelled
+                    cancelled = True
+                    if task_id:
+                        reading.cancel()
+                    else:
+                        reading.deadline = anyio.current_time() + _CANCEL_GRACE
+                raise
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(watch)
+            try:
+                with reading:
+                    async for event in client.send_message(SendMessageRequest(message=outgoing)):
+                        kind = event.WhichOneof("payload")
+                        if kind == "message":  # answered without a task
+                            status = {"state": TaskState.TASK_STATE_COMPLETED}
+                            answered = Task(id="", status=status)
+                            answered.status.message.CopyFrom(event.message)
+                            break
+                        found = (
+                            event.task.id
+                            if kind == "task"
+                            else event.status_update.task_id or event.artifact_update.task_id
                         )
-                        await self._save(state)
-        except anyio.get_cancelled_exc_class():
-            if task_id:
-                with anyio.move_on_after(_CANCEL_GRACE, shield=True):
-                    with contextlib.suppress(Exception):  # it ended, or its server is gone
-                        await client.cancel_task(CancelTaskRequest(id=task_id))
-            raise
+                        if found and not task_id:
+                            task_id = found
+                            record = {**record, "task_id": task_id, "status": "working"}
+                            if state is not None:
+                                state.set(TASK_KEY, record)
+                                await self._save(state)
+                            if cancelled:
+                                break
+            finally:
+                finished = True
+                group.cancel_scope.cancel()
+            if cancelled:
+                await self._cancel(client, state, record)
+        if cancelled:
+            await anyio.lowlevel.checkpoint()  # re-raises the call's cancellation
+        if answered is not None:
+            return answered
         if not task_id:
             raise A2ACallError(f"The agent at {self.url} answered with no task.")
         return await client.get_task(GetTaskRequest(id=task_id))
+
+    async def _cancel(self, client: Client, state: State | None, record: dict[str, Any]) -> None:
+        """Cancel the remote task of a cancelled call (shielded), and record how it went."""
+        task_id = record.get("task_id")
+        with anyio.move_on_after(_CANCEL_GRACE, shield=True):
+            if not task_id:
+                outcome = f"no task id came back within {_CANCEL_GRACE:g} s: not cancelled"
+            else:
+                try:
+                    await client.cancel_task(CancelTaskRequest(id=task_id))
+                    outcome = "cancelled"
+                except Exception as error:  # it ended, or its server is gone
+                    outcome = f"cancel failed: {error}"
+            if state is not None:
+                state.set(TASK_KEY, {**record, "cancel": outcome})
+                await self._save(state)
 
     async def _reattach(self, client: Client, recorded: dict[str, Any]) -> Task:
         task_id = recorded.get("task_id")

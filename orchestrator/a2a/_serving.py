@@ -9,6 +9,7 @@ the store sees it. `a2a_routes` gives the Starlette routes (JSON-RPC and the age
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from a2a.helpers.proto_helpers import get_data_parts, get_text_parts
@@ -58,7 +59,7 @@ from .._record._recording import validate_id
 from .._record._state import State
 from .._record._store_client import StoreClient, client_of
 from .._running._agent import Agent
-from ..apps import Runs
+from ..apps import RunInfo, Runs
 from ._tasks import TaskStream, task_of
 
 __all__ = ("APPROVE_WORDS", "DEFAULT_PREFIX", "A2AHandler", "a2a_routes", "agent_card")
@@ -149,6 +150,59 @@ def _decisions(
     if text.lower() in APPROVE_WORDS:
         return [(call_id, True) for call_id in waiting], None
     return [(call_id, False) for call_id in waiting], text
+
+
+def _may_match(
+    info: RunInfo, context_id: str, status: TaskState.ValueType, after: datetime | None
+) -> bool:
+    """Whether a listed run may be a task `tasks/list` asks for, judged without loading it."""
+    if context_id and info.state_id != context_id:
+        return False  # a task's context id is its id
+    running = info.status == "running"
+    if status and (status == TaskState.TASK_STATE_WORKING) != running:
+        return False
+    if status == TaskState.TASK_STATE_INPUT_REQUIRED and info.status != "waiting":
+        return False
+    return after is None or info.updated_at is None or info.updated_at > after
+
+
+def _token_of(info: RunInfo) -> str:
+    """The token of the page after `info`: its id and update time.
+
+    The time lets a later page start in place when `info`'s run was updated since (listed
+    first now) or deleted.
+    """
+    at = "" if info.updated_at is None else info.updated_at.isoformat()
+    return f"{info.state_id}@{at}"
+
+
+def _page_start(candidates: Sequence[RunInfo], token: str) -> int:
+    """Where the page of `token` starts in `candidates` (newest first)."""
+    if not token:
+        return 0
+    state_id, found, at_text = token.rpartition("@")
+    try:
+        if not found:
+            raise ValueError(token)
+        validate_id(state_id)
+        at = datetime.fromisoformat(at_text) if at_text else None
+        if at is not None and at.tzinfo is None:
+            raise ValueError(token)  # a store's times are aware: not a token of ours
+    except (TypeError, ValueError):
+        raise InvalidParamsError(
+            "pageToken must be the nextPageToken of an earlier page."
+        ) from None
+    for index, info in enumerate(candidates):
+        if info.state_id == state_id and info.updated_at == at:
+            return index + 1
+    if at is None:  # gone since, and never saved with a time: start with the unsaved
+        return next(
+            (i for i, info in enumerate(candidates) if info.updated_at is None), len(candidates)
+        )
+    for index, info in enumerate(candidates):  # updated or deleted since: the ones older
+        if info.updated_at is None or info.updated_at < at:
+            return index
+    return len(candidates)
 
 
 class A2AHandler(RequestHandler):
@@ -302,39 +356,49 @@ class A2AHandler(RequestHandler):
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
-        """This agent's tasks, newest first, a page at a time (``pageToken`` is an offset)."""
+        """This agent's tasks, newest first, a page at a time.
+
+        The store's listing picks the candidates (root runs, by context id, by working or not,
+        by update time); only the page's candidates are loaded, at most ``pageSize``, to tell
+        this agent's runs and the other filters. So a page may hold fewer tasks than
+        ``pageSize`` and still have a ``nextPageToken``; ``totalSize`` counts the candidates,
+        an upper bound of the tasks.
+        """
         size = params.page_size or _DEFAULT_PAGE
         if not 1 <= size <= _MAX_PAGE:
             raise InvalidParamsError(f"pageSize must be between 1 and {_MAX_PAGE}, got {size}.")
-        token = params.page_token
-        if token and not token.isdigit():
-            raise InvalidParamsError("pageToken must be the nextPageToken of an earlier page.")
-        start = int(token) if token else 0
+        after = (
+            params.status_timestamp_after.ToDatetime(UTC)
+            if params.HasField("status_timestamp_after")
+            else None
+        )
+        candidates = [
+            info
+            for info in await self.runs.list()
+            if _may_match(info, params.context_id, params.status, after)
+        ]
+        start = _page_start(candidates, params.page_token)
+        page = candidates[start : start + size]
         tasks: list[Task] = []
-        for info in await self.runs.list():
+        for info in page:
             try:
                 state = await self._state(info.state_id)
             except TaskNotFoundError:
-                continue
+                continue  # another agent's run, or deleted since listed
             task = task_of(state, running=info.status == "running")
-            if params.context_id and task.context_id != params.context_id:
-                continue
             if params.status and task.status.state != params.status:
                 continue
-            if params.HasField("status_timestamp_after") and (
-                task.status.timestamp.ToDatetime() <= params.status_timestamp_after.ToDatetime()
-            ):
+            if after is not None and state.updated_at is not None and state.updated_at <= after:
                 continue
             if not params.include_artifacts:
                 task.ClearField("artifacts")
             tasks.append(apply_history_length(task, params))
-        page = tasks[start : start + size]
-        following = start + size if start + size < len(tasks) else None
+        more = start + size < len(candidates)
         return ListTasksResponse(
-            tasks=page,
-            next_page_token="" if following is None else str(following),
+            tasks=tasks,
+            next_page_token=_token_of(page[-1]) if more else "",
             page_size=size,
-            total_size=len(tasks),
+            total_size=len(candidates),
         )
 
     async def on_cancel_task(

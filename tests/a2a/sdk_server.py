@@ -1,6 +1,8 @@
 """An A2A server made of the SDK's own parts only: its default request handler, its in-memory
 task store, its JSON-RPC routes, and a small executor. It echoes the text it is sent; a text
-starting with ``hold`` holds until cancelled. Served by the tests with uvicorn on 127.0.0.1."""
+starting with ``hold`` holds until cancelled; one starting with ``slow`` sends its first event
+only once the test sets `EchoExecutor.release`, then holds too. Served by the tests with
+uvicorn on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class EchoExecutor(AgentExecutor):
         self.executed: list[str] = []
         self.cancelled: list[str] = []
         self.holding = anyio.Event()
+        self.slow = anyio.Event()  # set when a ``slow`` request waits to send its first event
+        self.release = anyio.Event()
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         text = context.get_user_input()
@@ -42,6 +46,9 @@ class EchoExecutor(AgentExecutor):
         if text.startswith("message"):  # answered with a message, no task
             await event_queue.enqueue_event(new_text_message(f"echo: {text}"))
             return
+        if text.startswith("slow"):
+            self.slow.set()
+            await self.release.wait()
         task = context.current_task
         if task is None:
             assert context.message is not None
@@ -49,7 +56,7 @@ class EchoExecutor(AgentExecutor):
             await event_queue.enqueue_event(task)
         updater = TaskUpdater(event_queue, task.id, task.context_id)
         await updater.start_work()
-        if text.startswith("hold"):
+        if text.startswith(("hold", "slow")):
             self.holding.set()
             await anyio.sleep_forever()
         await updater.add_artifact([new_text_part(f"echo: {text}")], name="echo")

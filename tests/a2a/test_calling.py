@@ -213,6 +213,41 @@ async def test_cancelling_a_call_cancels_the_task_on_the_sdks_server() -> None:
 
 
 @ON_ASYNCIO
+async def test_a_call_cancelled_before_the_task_id_came_back_still_cancels_the_task() -> None:
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    store = MemoryStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        agent = Agent(
+            FakeModel([tool_call("echo", task="slow")]),
+            tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
+            store=store,
+        )
+        state = State(messages=[Message.user("go")])
+        call = anyio.CancelScope()
+
+        async def run() -> None:
+            with call:
+                await agent.arun(state)
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.fail_after(10):
+                await executor.slow.wait()  # sent; the task's first event not yet
+            call.cancel()
+            for _ in range(10):  # the cancel reaches the call before the first event
+                await anyio.lowlevel.checkpoint()
+            executor.release.set()
+    (child,) = [info for info in store.list() if info.parent_id is not None]
+    recorded = store.load(child.id).get(TASK_KEY)
+    assert recorded["task_id"]
+    assert recorded["cancel"] == "cancelled"
+    assert executor.cancelled == [recorded["task_id"]]
+    stored = await tasks.get(recorded["task_id"], ServerCallContext())
+    assert stored is not None
+    assert stored.status.state == TaskState.TASK_STATE_CANCELED
+
+
+@ON_ASYNCIO
 async def test_a_resume_re_attaches_to_a_task_of_the_sdks_server() -> None:
     executor, tasks = EchoExecutor(), InMemoryTaskStore()
     async with serving(sdk_app(executor, tasks)) as base:

@@ -37,6 +37,7 @@ from a2a.utils.errors import A2AError
 from google.protobuf.json_format import MessageToDict
 
 from orchestrator import Agent, Limits, State, tool
+from orchestrator import Message as ChatMessage
 from orchestrator.a2a import a2a_routes, agent_card
 from orchestrator.apps import Runs, asgi_app
 from orchestrator.permissions import ApproveLater
@@ -394,14 +395,86 @@ async def test_tasks_list_gives_this_agents_tasks_a_page_at_a_time() -> None:
         done = await client.list_tasks(
             ListTasksRequest(status=TaskState.TASK_STATE_COMPLETED, include_artifacts=True)
         )
-        with pytest.raises(A2AError, match="pageToken"):
-            await client.list_tasks(ListTasksRequest(page_token="x"))
-    assert first.total_size == 3
-    assert {t.id for t in first.tasks} | {t.id for t in second.tasks} == set(ids)
+        for token in ("x", "x@2020-01-01", "a@not-a-time"):
+            with pytest.raises(A2AError, match="pageToken"):
+                await client.list_tasks(ListTasksRequest(page_token=token))
+    # the newest run is the mailer's: the first page loads it to tell, and holds one task
+    assert first.total_size == 4
+    assert [t.id for t in first.tasks] == [ids[2]]
+    assert [t.id for t in second.tasks] == [ids[1], ids[0]]
     assert second.next_page_token == ""
     assert len(done.tasks) == 3
     assert all(task.artifacts for task in done.tasks)
     assert not any(task.artifacts for task in first.tasks)
+
+
+async def test_a_task_updated_after_its_page_is_not_listed_again() -> None:
+    async with (
+        Runs([greeter("a", "b", "c", "d")], MemoryStore()) as runs,
+        a2a_client(runs, "greeter") as client,
+    ):
+        ids = [(await collect(client, user("hi")))[0].task.id for _ in range(3)]
+        first = await client.list_tasks(ListTasksRequest(page_size=2))
+        # the last task of the page runs again: it is listed first now, at a later time
+        await collect(client, user("again", task_id=ids[1]))
+        second = await client.list_tasks(
+            ListTasksRequest(page_size=2, page_token=first.next_page_token)
+        )
+    assert [t.id for t in first.tasks] == [ids[2], ids[1]]
+    assert [t.id for t in second.tasks] == [ids[0]]
+    assert second.next_page_token == ""
+
+
+class CountingStore(MemoryStore):
+    """A MemoryStore that counts the States loaded from it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads = 0
+
+    def load(self, state_id: str) -> State:
+        self.loads += 1
+        return super().load(state_id)
+
+
+async def test_tasks_list_loads_only_its_page_and_pages_walk_every_task_once() -> None:
+    store = CountingStore()
+    for index in range(300):
+        stored = State(id=f"plain-{index:03}")
+        stored.add_message(ChatMessage.user(f"hi {index}"))
+        store.save(stored)
+    async with Runs([greeter("a", "b", "c"), mailer()], store) as runs:
+        async with a2a_client(runs, "mailer") as other:
+            mailed = (await collect(other, user("mail bob")))[0].task.id
+            store.loads = 0
+            waiting = await other.list_tasks(
+                ListTasksRequest(status=TaskState.TASK_STATE_INPUT_REQUIRED)
+            )
+            waiting_loads = store.loads
+        async with a2a_client(runs, "greeter") as client:
+            ran = [(await collect(client, user("hi")))[0].task.id for _ in range(2)]
+            seen: list[str] = []
+            loads: list[int] = []
+            token = later = ""
+            for _ in range(20):
+                store.loads = 0
+                page = await client.list_tasks(ListTasksRequest(page_size=40, page_token=token))
+                loads.append(store.loads)
+                seen.extend(task.id for task in page.tasks)
+                token = page.next_page_token
+                if len(loads) == 1:  # a run listed first now shifts no later page
+                    later = (await collect(client, user("hi")))[0].task.id
+                if not token:
+                    break
+    assert token == ""
+    assert max(loads) <= 40
+    assert len(loads) == 8  # 303 runs, 40 a page
+    assert sorted(seen) == sorted([f"plain-{i:03}" for i in range(300)] + ran)
+    assert seen[:2] == ran[::-1]
+    assert mailed not in seen
+    assert later not in seen
+    assert [task.id for task in waiting.tasks] == [mailed]
+    assert waiting_loads == 1  # the listing tells the one waiting run: only it is loaded
 
 
 async def test_subscribe_gives_a_stopped_task_as_it_is() -> None:
