@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from stores import FileStore, MemoryStore, SQLiteStore
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Leave out the terminal size a parallel run's workers inherit.
+
+    pytest-xdist starts its workers with ``COLUMNS=80`` and ``LINES=24``: the CLI's tests, and
+    the commands they run, would then wrap their output at 80 columns, where a plain run (no
+    terminal) gets the CLI's own 120.
+    """
+    for name in ("COLUMNS", "LINES"):
+        os.environ.pop(name, None)
 
 
 @pytest.fixture(params=["asyncio", "trio"])
