@@ -1,12 +1,14 @@
 """Processes sharing one `RateLimit` through a store stay under it, at its rate.
 
 Two and four processes (asyncio and trio ones side by side) ask a server that answers 429 above
-130 requests in any second, through a limit of 100 a second kept in a SQLite file or a
-PostgreSQL schema: two processes with 4 senders each, four with 50 each (as 4 processes of 50
-subagents would). No request is refused, and the server sees them at the limit's rate (within
-10%). The server's margin is for this shared machine: a process whose event loop stalls sends
-the requests whose turn came meanwhile together when it wakes (a stall of 200 ms made 7 of 200
-refused above 120 a second once, in a few dozen runs).
+65 requests in any second, through a limit of 50 a second kept in a SQLite file or a PostgreSQL
+schema: two processes with 4 senders each, four with 50 each (as 4 processes of 50 subagents
+would). No request is refused, and the server sees them at the limit's rate (within 10%). The
+server's margin is for this shared machine: a process whose event loop stalls sends the
+requests whose turn came meanwhile together when it wakes (a stall of 200 ms made 7 of 200
+refused above 120 a second once, in a few dozen runs, at a limit of 100). The limit is low
+enough for a loaded machine to keep up with: at 100 a second, four processes beside a parallel
+test run and two benchmarks reached only 68-77 a second.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from benchmarks.rate_load import counting_server, run_workers
 from stores import PostgresStore, SQLiteStore
 from tests.postgres import fresh_schema
 
-RPM = 6000  # 100 a second
-SERVER_LIMIT = 130  # in any second
-REQUESTS = 200
+RPM = 3000  # 50 a second
+SERVER_LIMIT = 65  # in any second
+REQUESTS = 160  # 3.2 s at the limit
 
 
 @contextmanager
