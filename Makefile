@@ -51,10 +51,15 @@ typecheck: $(VENV)/.dev
 # The Ray tests (marker `ray`) run apart, inside a private network namespace with only the
 # loopback up (scripts/in_netns.sh): Ray binds to the external interface even when told
 # 127.0.0.1, and no test may reach outside 127.0.0.0/8. The first run deselects them.
+# The first run spreads the tests over two worker processes (pytest-xdist, taking the next test
+# as each is free): most tests wait on servers, subprocesses and a browser as much as they
+# compute, and under coverage one process took 19-23 minutes. pytest-cov gathers the workers'
+# coverage; the report at the end holds both runs and fails below the floor.
 unit: $(VENV)/.dev chromium node-clients
 	ORCHESTRATOR_TEST_POSTGRES=required scripts/with_postgres.sh \
-		$(BIN)/python -m coverage run -m pytest
-	scripts/in_netns.sh $(BIN)/python -m coverage run --append -m pytest -m ray
+		$(BIN)/python -m pytest -n 2 --dist worksteal --cov --cov-report= --cov-fail-under=0
+	scripts/in_netns.sh $(BIN)/python -m pytest -m ray \
+		--cov --cov-append --cov-report= --cov-fail-under=0
 	$(BIN)/python -m coverage report
 
 test: lint typecheck unit
