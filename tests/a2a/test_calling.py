@@ -248,6 +248,46 @@ async def test_a_call_cancelled_before_the_task_id_came_back_still_cancels_the_t
 
 
 @ON_ASYNCIO
+async def test_a_call_cancelled_whose_task_id_never_comes_back_ends_and_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The call reads on for the task's id for a grace period (5 s), then gives up: it ends
+    # cancelled, and its child records that the remote task could not be cancelled.
+    monkeypatch.setattr("orchestrator.a2a._calling._CANCEL_GRACE", 0.2)
+    executor, tasks = EchoExecutor(), InMemoryTaskStore()
+    store = MemoryStore()
+    async with serving(sdk_app(executor, tasks)) as base:
+        agent = Agent(
+            FakeModel([tool_call("echo", task="slow")]),
+            tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
+            store=store,
+        )
+        state = State(messages=[Message.user("go")])
+        call = anyio.CancelScope()
+        ended = anyio.Event()
+
+        async def run() -> None:
+            with call:
+                await agent.arun(state)
+            ended.set()
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(run)
+            with anyio.fail_after(10):
+                await executor.slow.wait()  # sent; the task's first event never comes
+            call.cancel()
+            with anyio.fail_after(10):
+                await ended.wait()  # the call ended with no first event
+            executor.release.set()  # only now: the server's task is let go
+    (child,) = [info for info in store.list() if info.parent_id is not None]
+    recorded = store.load(child.id).get(TASK_KEY)
+    assert recorded["task_id"] is None
+    assert recorded["cancel"] == "no task id came back within 0.2 s: not cancelled"
+    assert executor.cancelled == []
+    assert call.cancelled_caught
+
+
+@ON_ASYNCIO
 async def test_a_resume_re_attaches_to_a_task_of_the_sdks_server() -> None:
     executor, tasks = EchoExecutor(), InMemoryTaskStore()
     async with serving(sdk_app(executor, tasks)) as base:
