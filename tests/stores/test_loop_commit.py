@@ -295,6 +295,7 @@ async def test_a_due_checkpoint_runs_off_the_turn(path: Path) -> None:
         state.add_message(Message.user("two"))
         await client.save(state)  # appended on the loop; the checkpointer is woken
         await log_started_again(path)
+        await store.alist()  # takes the store's lock: the checkpointer's pass let go of it
         for text in ("three", "four"):  # the log was started again: they only append
             state.add_message(Message.user(text))
             await client.save(state)
