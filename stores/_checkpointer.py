@@ -7,7 +7,8 @@ aiosqlite's connection thread: started at its first wake, stopped and joined by 
 `close`. Each pass, in that thread:
 
 1. copies the log back into the file with a connection of its own (PASSIVE: saves go on
-   meanwhile, on the event loop too);
+   meanwhile, on the event loop too), twice: the second pass copies what was committed
+   during the first;
 2. then runs the store's `finish` (`SQLiteStore` holds its lock there, so none of its saves
    commits meanwhile): it copies what was committed during step 1 and starts the log again.
 
@@ -104,6 +105,9 @@ class Checkpointer:
                     frames = wal.frames()
                     if frames is None or frames[0] < CHECKPOINT_FRAMES:
                         continue  # started again since the wake (by the pass before)
+                    # Twice: the second copies what was committed during the first (up to
+                    # a few hundred frames), so `finish`, which holds saves back, copies little.
+                    connection.execute(CHECKPOINT).fetchall()
                     connection.execute(CHECKPOINT).fetchall()
                     finish = self._finish()
                     if finish is None:  # the store is gone
