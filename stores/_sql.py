@@ -184,8 +184,8 @@ SET_SYNCHRONOUS = "PRAGMA synchronous = NORMAL"
 
 # A commit on the event loop (`SQLiteStore.save_many_nowait`) must never wait: it tries the
 # write lock once (no busy wait), and no checkpoint runs inside a commit (`SQLiteStore` turns
-# automatic checkpoints off and runs them itself, in its worker thread, once the log holds
-# `CHECKPOINT_FRAMES` frames: when SQLite's automatic one would).
+# automatic checkpoints off and runs them in its checkpointer's thread, `stores._checkpointer`,
+# once the log holds `CHECKPOINT_FRAMES` frames: when SQLite's automatic one would).
 SET_NO_BUSY_WAIT = "PRAGMA busy_timeout = 0"
 SET_NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint = 0"
 CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
