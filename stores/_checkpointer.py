@@ -10,7 +10,8 @@ aiosqlite's connection thread: started at its first wake, stopped and joined by 
    meanwhile, on the event loop too), twice: the second pass copies what was committed
    during the first;
 2. then runs the store's `finish` (`SQLiteStore` holds its lock there, so none of its saves
-   commits meanwhile): it copies what was committed during step 1 and starts the log again.
+   commits meanwhile): it copies what was committed during the second pass and starts the
+   log again.
 
 A pass that fails (an I/O error, a lock another process holds) is given up: the next commit
 that finds the log long wakes the checkpointer again. The checkpointer holds the store weakly
@@ -50,12 +51,6 @@ class Checkpointer:
         self._due = False
         self._closed = False
         self._thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        """Whether its thread is alive."""
-        thread = self._thread
-        return thread is not None and thread.is_alive()
 
     def wake(self) -> None:
         """Run a pass soon (start the thread if it is not running); return at once.
@@ -102,17 +97,8 @@ class Checkpointer:
                         connection.execute(SET_SYNCHRONOUS)
                     if wal is None:
                         wal = WalIndex(self._path)
-                    frames = wal.frames()
-                    if frames is None or frames[0] < CHECKPOINT_FRAMES:
-                        continue  # started again since the wake (by the pass before)
-                    # Twice: the second copies what was committed during the first (up to
-                    # a few hundred frames), so `finish`, which holds saves back, copies little.
-                    connection.execute(CHECKPOINT).fetchall()
-                    connection.execute(CHECKPOINT).fetchall()
-                    finish = self._finish()
-                    if finish is None:  # the store is gone
-                        return
-                    finish()
+                    if not self._pass(connection, wal):
+                        return  # the store is gone
                 except (sqlite3.Error, OSError):
                     # Given up: the log is copied back by the next pass, which the next commit
                     # that finds it long asks for (and SQLite copies all of it at the close).
@@ -122,3 +108,22 @@ class Checkpointer:
                 wal.close()
             if connection is not None:
                 connection.close()
+
+    def _pass(self, connection: sqlite3.Connection, wal: WalIndex) -> bool:
+        """One pass, if the log is still long; False if the store is gone.
+
+        A method of its own, so that no variable of the thread's loop holds the store while
+        it waits for the next wake.
+        """
+        frames = wal.frames()
+        if frames is None or frames[0] < CHECKPOINT_FRAMES:
+            return True  # started again since the wake (by the pass before)
+        # Twice: the second copies what was committed during the first (up to a few hundred
+        # frames), so `finish`, which holds saves back, copies little.
+        connection.execute(CHECKPOINT).fetchall()
+        connection.execute(CHECKPOINT).fetchall()
+        finish = self._finish()
+        if finish is None:
+            return False
+        finish()
+        return True

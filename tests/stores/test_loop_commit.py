@@ -12,6 +12,7 @@ never with timing.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sqlite3
 import subprocess
@@ -341,6 +342,24 @@ async def test_the_log_stays_bounded_over_many_saves(path: Path) -> None:
     assert size < written / 2 * 4096
     with SQLiteStore(path) as again:
         assert again.load("s").snapshot() == state.snapshot()
+
+
+def test_a_store_dropped_unclosed_ends_its_checkpoint_thread(path: Path) -> None:
+    store = SQLiteStore(path)
+    state = State(id="s", messages=[Message.user("one")])
+    store.save(state)
+    padding(path, 1200)
+    state.add_message(Message.user("two"))
+    store.save(state)  # wakes the checkpointer
+    wait_for_restart(path)
+    assert checkpoint_threads() != []
+    del store, state  # a saved State is bound to its store
+    gc.collect()
+    for _ in range(6000):  # 30 s at most: the thread ends once it sees the store is gone
+        if not checkpoint_threads():
+            break
+        time.sleep(0.005)
+    assert checkpoint_threads() == []
 
 
 def test_a_store_that_never_checkpoints_starts_no_thread(path: Path) -> None:
