@@ -126,7 +126,9 @@ __all__ = (
     "CHECKPOINT_FRAMES",
     "COMMIT",
     "FORMAT",
+    "FORMAT_KEY",
     "ISOLATION_LEVEL",
+    "RESTART_LOG",
     "ROLLBACK",
     "SET_BUSY_TIMEOUT",
     "SET_NO_AUTOCHECKPOINT",
@@ -137,7 +139,6 @@ __all__ = (
     "SQLITE_RATES",
     "SQLITE_RATE_TABLE",
     "SQLITE_SLOT_TABLE",
-    "USER_VERSION",
     "backend_error",
     "count_plan",
     "create_private",
@@ -151,7 +152,6 @@ __all__ = (
     "memory_scan_plan",
     "open_plan",
     "position_of",
-    "restart_log",
     "root_of_plan",
     "roots_of_links",
     "save_many_plan",
@@ -191,15 +191,10 @@ SET_NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint = 0"
 CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 CHECKPOINT_FRAMES = 1000
 """SQLite's default automatic checkpoint: a log this long is copied back into the file."""
-# A write of one page that changes no data (the file's user version, set to what it is; an
-# UPDATE that changes nothing writes no page): after a checkpoint copied the whole log back,
-# it starts the log again, and syncs its header, where it runs (`restart_log`).
-USER_VERSION = "PRAGMA user_version"
-
-
-def restart_log(user_version: int) -> str:
-    """The statement that sets the file's user version to `user_version` (what it is)."""
-    return f"PRAGMA user_version = {int(user_version)}"
+# A write that changes no data: the format row replaced by itself (an UPDATE that changes
+# nothing writes no page; a REPLACE deletes the row and inserts it again). After a checkpoint
+# copied the whole log back, it starts the log again, and syncs its header, where it runs.
+RESTART_LOG = "INSERT OR REPLACE INTO meta (key, value) SELECT key, value FROM meta WHERE key = ?"
 
 
 # -- transactions ----------------------------------------------------------------------------

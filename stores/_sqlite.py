@@ -33,14 +33,15 @@ from ._sql import (
     CHECKPOINT,
     CHECKPOINT_FRAMES,
     COMMIT,
+    FORMAT_KEY,
     ISOLATION_LEVEL,
+    RESTART_LOG,
     ROLLBACK,
     SET_BUSY_TIMEOUT,
     SET_NO_AUTOCHECKPOINT,
     SET_NO_BUSY_WAIT,
     SQLITE_LEASES,
     SQLITE_RATES,
-    USER_VERSION,
     backend_error,
     count_plan,
     create_private,
@@ -54,7 +55,6 @@ from ._sql import (
     memory_scan_plan,
     open_plan,
     position_of,
-    restart_log,
     root_of_plan,
     save_many_plan,
     save_plan,
@@ -407,8 +407,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
 
         It runs in the checkpointer's thread, holding the lock: no save of this store commits
         meanwhile (one on the event loop finds the lock taken and goes to a worker thread), so
-        the copy catches up with the log. A commit that changes no data (the user version set
-        to what it is) then starts the log again and syncs its new header, here: a save on the
+        the copy catches up with the log. A commit that changes no data (the format row
+        replaced by itself) then starts the log again and syncs its new header, here: a save on the
         loop then finds a log it only appends to. Another process reading or writing the file
         can keep the log from being all copied; it is then left as it is, started again later.
         """
@@ -427,9 +427,11 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
                 connection.execute(SET_NO_BUSY_WAIT)
                 self._no_busy_wait = True
             try:
-                (version,) = connection.execute(USER_VERSION).fetchone()
-                connection.execute(restart_log(version))
+                connection.execute(RESTART_LOG, (FORMAT_KEY,))
+                connection.execute(COMMIT)
             except sqlite3.OperationalError as error:
+                if connection.in_transaction:
+                    connection.execute(ROLLBACK)
                 if not is_busy(error):
                     raise
 
