@@ -369,6 +369,42 @@ def test_a_store_that_never_checkpoints_starts_no_thread(path: Path) -> None:
 
 
 @pytest.mark.anyio
+async def test_a_due_checkpoint_and_another_process_holding_the_lock_never_block_the_loop(
+    tmp_path: Path, path: Path
+) -> None:
+    with WhereStore(path) as store, contextlib.ExitStack() as stack:
+        store.list()
+        client = client_of(store)
+        state = State(id="s", messages=[Message.user("one")])
+        await client.save(state)
+        padding(path, 1200)  # a checkpoint is due
+        holder = stack.enter_context(lock_holder(tmp_path, path))
+        await held(holder)
+        state.add_message(Message.user("two"))
+        saved = anyio.Event()
+
+        async def save() -> None:
+            await client.save(state)
+            saved.set()
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(save)
+                for _ in range(200):  # the loop runs other tasks while the save waits
+                    await anyio.lowlevel.checkpoint()
+                assert not saved.is_set()
+                await release(holder)
+                await saved.wait()
+        assert store.where == ["loop", "thread"]  # waited in a thread; it woke the checkpointer
+        await log_started_again(path)
+        await store.alist()  # the checkpointer let go of the store's lock
+        state.add_message(Message.user("three"))
+        await client.save(state)
+        assert store.where == ["loop", "thread", "loop"]
+        assert [m.text for m in store.load("s").messages] == ["one", "two", "three"]
+
+
+@pytest.mark.anyio
 async def test_a_large_batch_goes_to_the_thread(path: Path) -> None:
     with WhereStore(path) as store:
         store.list()
