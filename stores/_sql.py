@@ -126,11 +126,14 @@ __all__ = (
     "CHECKPOINT_FRAMES",
     "COMMIT",
     "FORMAT",
+    "FORMAT_KEY",
     "ISOLATION_LEVEL",
+    "RESTART_LOG",
     "ROLLBACK",
     "SET_BUSY_TIMEOUT",
     "SET_NO_AUTOCHECKPOINT",
     "SET_NO_BUSY_WAIT",
+    "SET_SYNCHRONOUS",
     "SQLITE_LEASES",
     "SQLITE_LEASE_TABLE",
     "SQLITE_RATES",
@@ -181,13 +184,18 @@ SET_SYNCHRONOUS = "PRAGMA synchronous = NORMAL"
 
 # A commit on the event loop (`SQLiteStore.save_many_nowait`) must never wait: it tries the
 # write lock once (no busy wait), and no checkpoint runs inside a commit (`SQLiteStore` turns
-# automatic checkpoints off and runs them itself, in its worker thread, once the log holds
-# `CHECKPOINT_FRAMES` frames: when SQLite's automatic one would).
+# automatic checkpoints off and runs them in its checkpointer's thread, `stores._checkpointer`,
+# once the log holds `CHECKPOINT_FRAMES` frames: when SQLite's automatic one would).
 SET_NO_BUSY_WAIT = "PRAGMA busy_timeout = 0"
 SET_NO_AUTOCHECKPOINT = "PRAGMA wal_autocheckpoint = 0"
 CHECKPOINT = "PRAGMA wal_checkpoint(PASSIVE)"
 CHECKPOINT_FRAMES = 1000
 """SQLite's default automatic checkpoint: a log this long is copied back into the file."""
+# A write that changes no data: the format row replaced by itself (an UPDATE that changes
+# nothing writes no page; a REPLACE deletes the row and inserts it again). After a checkpoint
+# copied the whole log back, it starts the log again, and syncs its header, where it runs.
+RESTART_LOG = "INSERT OR REPLACE INTO meta (key, value) SELECT key, value FROM meta WHERE key = ?"
+
 
 # -- transactions ----------------------------------------------------------------------------
 

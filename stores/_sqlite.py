@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 import urllib.parse
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +22,7 @@ import anyio
 
 from orchestrator import HistoryEntry, State, StateInfo, TreeEntry
 
+from ._checkpointer import Checkpointer
 from ._lease_sql import LeaseSql, SqlLeases
 from ._offload import OneAtATime, ThreadedClosing
 from ._plan import Operation, Plan, Query, QueryMany, Work, run_plan
@@ -31,7 +33,9 @@ from ._sql import (
     CHECKPOINT,
     CHECKPOINT_FRAMES,
     COMMIT,
+    FORMAT_KEY,
     ISOLATION_LEVEL,
+    RESTART_LOG,
     ROLLBACK,
     SET_BUSY_TIMEOUT,
     SET_NO_AUTOCHECKPOINT,
@@ -117,6 +121,9 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
         self._no_busy_wait = False  # its connection's busy timeout is 0 (set by a loop commit)
         self._closed = False
         self._limiters = OneAtATime()  # its worker threads: one call at a time
+        # Copies the log back into the file in a thread of its own, so no save waits for it.
+        self._checkpointer = Checkpointer(self._path, self._finish_checkpoint)
+        weakref.finalize(self, self._checkpointer.close, join=False)
 
     def __repr__(self) -> str:
         return f"SQLiteStore({self._path!r})"
@@ -170,8 +177,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
         batch is small (at most `NOWAIT_STATES` States, few entries), no thread of this store
         is using the connection, the file's write lock is free at once (another process
         holding it gives None, never a busy wait), and the commit only appends to the
-        write-ahead log, which ``synchronous = NORMAL`` does not fsync (no checkpoint is due,
-        and the log is not starting again, which syncs its header).
+        write-ahead log, which ``synchronous = NORMAL`` does not fsync (the log is not
+        starting again, which syncs its header; checkpoints run in the store's checkpointer).
 
         Raises:
             TypeError: An item is not a State (nothing is saved).
@@ -330,7 +337,11 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
     # -- closing ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connection; the store cannot be used afterwards. Closing twice is fine."""
+        """Close the connection; the store cannot be used afterwards. Closing twice is fine.
+
+        Its checkpointer's thread, if it started, is stopped first and joined.
+        """
+        self._checkpointer.close()  # without the lock: its pass may be waiting for it
         with self._lock:
             self._closed = True
             self._no_busy_wait = False
@@ -358,8 +369,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
     def _drive(self, plan: Plan[_T], state_id: str | None, *, nowait: WalIndex | None) -> _T:
         """`_run`, the lock held; with `nowait`, `_WouldWait` where a step could wait.
 
-        A plan that wrote, run in a worker thread (`nowait` None), then checkpoints the log if
-        it is due: where SQLite's automatic checkpoint would run, after a commit.
+        A plan that wrote wakes the checkpointer if the log is `CHECKPOINT_FRAMES` long: where
+        SQLite's automatic checkpoint would run, after a commit, but in a thread of its own.
 
         With `nowait` the connection's busy timeout is 0, else `BUSY_TIMEOUT_MS`; each is set
         only when the other was, so saves in a row on the loop set nothing.
@@ -381,13 +392,48 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
                     connection.execute(ROLLBACK)
                 raise
             wal = self._wal
-            if nowait is None and wal is not None and connection.total_changes != changes:
-                _checkpoint_if_due(connection, wal)
+            if wal is not None and connection.total_changes != changes:
+                frames = wal.frames()
+                if frames is not None and frames[0] >= CHECKPOINT_FRAMES:
+                    self._checkpointer.wake()
             return result
         except (sqlite3.Error, OSError, UnicodeDecodeError) as error:
             raise backend_error(self._where, error, state_id) from error
         finally:
             plan.close()
+
+    def _finish_checkpoint(self) -> None:
+        """End a pass of the checkpointer: copy the rest of the log, then start it again.
+
+        It runs in the checkpointer's thread, holding the lock: no save of this store commits
+        meanwhile (one on the event loop finds the lock taken and goes to a worker thread), so
+        the copy catches up with the log. A commit that changes no data (the format row
+        replaced by itself) then starts the log again and syncs its new header, here: a save on the
+        loop then finds a log it only appends to. Another process reading or writing the file
+        can keep the log from being all copied; it is then left as it is, started again later.
+        """
+        with self._lock:
+            connection, wal = self._connection, self._wal
+            if connection is None or wal is None:
+                return
+            frames = wal.frames()
+            if frames is None or frames[0] < CHECKPOINT_FRAMES:
+                return  # started again since the checkpointer was woken
+            connection.execute(CHECKPOINT).fetchall()
+            frames = wal.frames()
+            if frames is None or frames[1] < frames[0]:
+                return
+            if not self._no_busy_wait:  # never wait for another process's lock here
+                connection.execute(SET_NO_BUSY_WAIT)
+                self._no_busy_wait = True
+            try:
+                connection.execute(RESTART_LOG, (FORMAT_KEY,))
+                connection.execute(COMMIT)
+            except sqlite3.OperationalError as error:
+                if connection.in_transaction:
+                    connection.execute(ROLLBACK)
+                if not is_busy(error):
+                    raise
 
     def _lease_statements(self) -> LeaseSql:
         return SQLITE_LEASES
@@ -466,25 +512,14 @@ def _wal_index(connection: sqlite3.Connection, path: str) -> WalIndex | None:
     return wal
 
 
-def _checkpoint_if_due(connection: sqlite3.Connection, wal: WalIndex) -> None:
-    """Copy the log back into the file (PASSIVE) once it is `CHECKPOINT_FRAMES` long.
-
-    It runs where SQLite's automatic checkpoint would, after a commit, but only in a worker
-    thread (or sync code): never inside a commit made on the event loop.
-    """
-    frames = wal.frames()
-    if frames is not None and frames[0] >= CHECKPOINT_FRAMES:
-        connection.execute(CHECKPOINT).fetchall()
-
-
 def _appends(wal: WalIndex) -> bool:
     """Whether a commit now only appends to the log, with no sync.
 
-    The log must hold frames not all copied back (else it starts again, and syncs its header)
-    and fewer than `CHECKPOINT_FRAMES` (else a checkpoint is due).
+    The log must hold frames not all copied back: else it starts again, and syncs its header.
+    No checkpoint runs inside a commit (automatic ones are off; see `_checkpointer`).
     """
     frames = wal.frames()
-    return frames is not None and frames[1] < frames[0] < CHECKPOINT_FRAMES
+    return frames is not None and frames[1] < frames[0]
 
 
 class _WouldWait(Exception):

@@ -69,7 +69,8 @@ class GroupCommit:
     shielded, for the writer's lock (the batch before may still be written), takes the batch,
     writes it and wakes the batch's other saves, which wait for that. Only writers queue on
     the lock, one per batch, so a thousand saves wake together. No task runs in the
-    background: the writer is always one of the callers.
+    background: the writer is always one of the callers. A save told it is alone that finds
+    no save waiting and no write under way is written at once, with no batch made for it.
 
     A save in a cancelled scope raises at once and is not written; a waiting save cancelled
     before its batch is taken is not written either (unless another save waits for the same
@@ -99,6 +100,9 @@ class GroupCommit:
         """
         await anyio.lowlevel.checkpoint_if_cancelled()
         batch = self._open
+        if not gather and not batch.saves and not self._lock.locked():
+            await self._save_alone(state)
+            return
         batch.add(state)
         if batch.writer:
             try:
@@ -125,6 +129,20 @@ class GroupCommit:
         refused = batch.refused.get(id(state))
         if refused is not None:
             raise refused
+
+    async def _save_alone(self, state: State) -> None:
+        """Write `state` alone: no save waits to join it, and no transaction is under way.
+
+        It is what `save` would do with a batch of one, without the batch: a save that comes
+        while it is written opens the next batch, as it would.
+        """
+        refused: dict[int, ValueError] = {}
+        with anyio.CancelScope(shield=True):
+            async with self._lock:
+                refused = await self._flush((state,))
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        if refused:
+            raise refused[0]
 
     async def _write(self, batch: _Batch) -> None:
         try:

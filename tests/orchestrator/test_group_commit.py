@@ -417,3 +417,67 @@ async def test_a_save_cancelled_while_its_batch_waits_is_not_written() -> None:
         await anyio.wait_all_tasks_blocked()
         flush.release.set()
     assert flush.written == [["first"], ["shared"]]
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_during_a_write_goes_in_the_next_batch() -> None:
+    # A lone save is written at once only when no write is under way and none waits: here the
+    # first batch is being written, so it waits and shares the next batch with a later save.
+    flush = HeldFirstBatch()
+    commit = GroupCommit(flush)
+    first, lone, later = State(id="first"), State(id="lone"), State(id="later")
+
+    async def save_alone(state: State) -> None:
+        await commit.save(state, gather=False)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, first)
+        await flush.entered.wait()
+        group.start_soon(save_alone, lone)
+        group.start_soon(commit.save, later)
+        await anyio.wait_all_tasks_blocked()
+        flush.release.set()
+    assert [sorted(batch) for batch in flush.written] == [["first"], ["later", "lone"]]
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_raises_what_its_write_raised() -> None:
+    refusal = ValueError("another history")
+
+    async def refusing(states: Sequence[State]) -> dict[int, ValueError]:
+        await anyio.lowlevel.checkpoint()
+        return {0: refusal}
+
+    async def failing(states: Sequence[State]) -> dict[int, ValueError]:
+        raise OSError("disk full")
+
+    with pytest.raises(ValueError, match="another history"):
+        await GroupCommit(refusing).save(State(id="s"), gather=False)
+    commit = GroupCommit(failing)
+    with pytest.raises(OSError, match="disk full"):
+        await commit.save(State(id="s"), gather=False)
+    with pytest.raises(OSError, match="disk full"):  # the lock was let go
+        await commit.save(State(id="s"), gather=False)
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_cancelled_while_written_is_written_then_raises() -> None:
+    flush = HeldFirstBatch()
+    commit = GroupCommit(flush)
+    cancelled = anyio.CancelScope()
+    finished: builtins.list[str] = []
+
+    async def save_alone() -> None:
+        with cancelled:
+            await commit.save(State(id="lone"), gather=False)
+            finished.append("returned")  # not reached: the cancellation is raised after it
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(save_alone)
+        await flush.entered.wait()
+        cancelled.cancel()
+        await anyio.wait_all_tasks_blocked()
+        assert flush.written == [["lone"]]  # being written, shielded: not abandoned
+        flush.release.set()
+    assert cancelled.cancelled_caught
+    assert finished == []

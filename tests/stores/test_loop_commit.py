@@ -1,20 +1,25 @@
 """`SQLiteStore` commits a small batch on the event loop when nothing can make it wait there.
 
-Otherwise (another process holds the write lock, a checkpoint is due, the log starts again)
-the batch goes to a worker thread as before, and the loop never blocks: a second process
+Otherwise (another process holds the write lock, the log starts again) the batch goes to a
+worker thread as before, and the loop never blocks: a second process
 holds the lock with ``BEGIN IMMEDIATE`` while a run saves, and a task keeps running meanwhile.
 What a commit on the loop writes is what the thread writes, row for row, and another process
-follows it. Orderings are forced with pipes and events, never with timing.
+follows it. Checkpoints run in the store's checkpointer thread: no save waits for one, the
+log stays bounded, and `close` leaves no thread. Orderings are forced with pipes and events,
+never with timing.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import sqlite3
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 from collections.abc import Generator, Sequence
 from pathlib import Path
 
@@ -27,6 +32,7 @@ from orchestrator import Agent, Message, State
 from orchestrator._record._store_client import client_of
 from orchestrator.testing import FakeModel, tool_call
 from stores import SQLiteStore
+from stores._sql import CHECKPOINT_FRAMES
 from stores._wal import WalIndex
 from stores.backend import NowaitBatchStore
 from tests.doubles import add
@@ -254,21 +260,47 @@ def padding(path: Path, pages: int) -> None:
         db.close()
 
 
+def wait_for_restart(path: Path) -> int:
+    """Wait until the file's log is shorter than a due checkpoint's; the size of its file.
+
+    The checkpointer runs in its own thread: this polls the log's index, 30 s at most.
+    """
+    wal = WalIndex(str(path))
+    try:
+        for _ in range(6000):
+            if (wal.frames() or (CHECKPOINT_FRAMES, 0))[0] < CHECKPOINT_FRAMES:
+                return os.path.getsize(str(path) + "-wal")
+            time.sleep(0.005)
+        raise AssertionError("the checkpointer did not start the log again in 30 s")
+    finally:
+        wal.close()
+
+
+async def log_started_again(path: Path) -> int:
+    """`wait_for_restart` in a worker thread."""
+    return await anyio.to_thread.run_sync(wait_for_restart, path)
+
+
+def checkpoint_threads() -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name.startswith("checkpoint ")]
+
+
 @pytest.mark.anyio
-async def test_a_due_checkpoint_runs_in_the_thread(path: Path) -> None:
+async def test_a_due_checkpoint_runs_off_the_turn(path: Path) -> None:
     with WhereStore(path) as store:
         store.list()
         client = client_of(store)
         state = State(id="s", messages=[Message.user("one")])
         await client.save(state)
-        assert store.where == ["loop"]
         padding(path, 1200)  # past the 1000 frames of SQLite's automatic checkpoint
-        for text in ("two", "three", "four"):
+        state.add_message(Message.user("two"))
+        await client.save(state)  # appended on the loop; the checkpointer is woken
+        await log_started_again(path)
+        await store.alist()  # takes the store's lock: the checkpointer's pass let go of it
+        for text in ("three", "four"):  # the log was started again: they only append
             state.add_message(Message.user(text))
             await client.save(state)
-        # Due: committed and checkpointed in the thread. Then the log starts again (its
-        # header is synced): in the thread too. Then the loop again.
-        assert store.where == ["loop", "thread", "thread", "loop"]
+        assert store.where == ["loop"] * 4  # no save waited for the checkpoint
         db = sqlite3.connect(path)
         try:
             busy, frames, copied = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -278,6 +310,98 @@ async def test_a_due_checkpoint_runs_in_the_thread(path: Path) -> None:
         assert frames == copied
         assert frames < 1000  # the log started again after the checkpoint
         assert [m.text for m in store.load("s").messages] == ["one", "two", "three", "four"]
+    assert checkpoint_threads() == []
+
+
+@pytest.mark.anyio
+async def test_the_log_stays_bounded_over_many_saves(path: Path) -> None:
+    big = "x" * 40_000  # about 15 pages of the log a save
+    rounds, saves = 5, 120  # some 1,800 pages a round
+    size = 0
+    written = 0  # pages the saves wrote to the log, counted from its index
+    state = State(id="s", messages=[Message.user("go")])
+    with SQLiteStore(path) as store:
+        store.list()
+        client = client_of(store)
+        wal = WalIndex(str(path))
+        try:
+            for _ in range(rounds):
+                for _ in range(saves):
+                    before = (wal.frames() or (0, 0))[0]
+                    state.add_message(Message.user(big))
+                    await client.save(state)
+                    after = (wal.frames() or (0, 0))[0]
+                    written += after - before if after >= before else after  # or started again
+                size = await log_started_again(path)
+        finally:
+            wal.close()
+        assert checkpoint_threads() != []
+    assert checkpoint_threads() == []  # close() stopped and joined it
+    # The log's file holds about one round's pages, not all five rounds': it started again.
+    assert written > rounds * CHECKPOINT_FRAMES
+    assert size < written / 2 * 4096
+    with SQLiteStore(path) as again:
+        assert again.load("s").snapshot() == state.snapshot()
+
+
+def test_a_store_dropped_unclosed_ends_its_checkpoint_thread(path: Path) -> None:
+    store = SQLiteStore(path)
+    state = State(id="s", messages=[Message.user("one")])
+    store.save(state)
+    padding(path, 1200)
+    state.add_message(Message.user("two"))
+    store.save(state)  # wakes the checkpointer
+    wait_for_restart(path)
+    assert checkpoint_threads() != []
+    del store, state  # a saved State is bound to its store
+    gc.collect()
+    for _ in range(6000):  # 30 s at most: the thread ends once it sees the store is gone
+        if not checkpoint_threads():
+            break
+        time.sleep(0.005)
+    assert checkpoint_threads() == []
+
+
+def test_a_store_that_never_checkpoints_starts_no_thread(path: Path) -> None:
+    with SQLiteStore(path) as store:
+        store.save(State(id="s", messages=[Message.user("one")]))
+        assert checkpoint_threads() == []
+
+
+@pytest.mark.anyio
+async def test_a_due_checkpoint_and_another_process_holding_the_lock_never_block_the_loop(
+    tmp_path: Path, path: Path
+) -> None:
+    with WhereStore(path) as store, contextlib.ExitStack() as stack:
+        store.list()
+        client = client_of(store)
+        state = State(id="s", messages=[Message.user("one")])
+        await client.save(state)
+        padding(path, 1200)  # a checkpoint is due
+        holder = stack.enter_context(lock_holder(tmp_path, path))
+        await held(holder)
+        state.add_message(Message.user("two"))
+        saved = anyio.Event()
+
+        async def save() -> None:
+            await client.save(state)
+            saved.set()
+
+        with anyio.fail_after(60):
+            async with anyio.create_task_group() as group:
+                group.start_soon(save)
+                for _ in range(200):  # the loop runs other tasks while the save waits
+                    await anyio.lowlevel.checkpoint()
+                assert not saved.is_set()
+                await release(holder)
+                await saved.wait()
+        assert store.where == ["loop", "thread"]  # waited in a thread; it woke the checkpointer
+        await log_started_again(path)
+        await store.alist()  # the checkpointer let go of the store's lock
+        state.add_message(Message.user("three"))
+        await client.save(state)
+        assert store.where == ["loop", "thread", "loop"]
+        assert [m.text for m in store.load("s").messages] == ["one", "two", "three"]
 
 
 @pytest.mark.anyio
@@ -360,7 +484,8 @@ async def test_without_a_readable_index_every_save_goes_to_the_thread(
         assert [m.text for m in store.load("s").messages] == ["one", "two"]
 
 
-def test_only_a_write_checkpoints_a_long_log(path: Path) -> None:
+@pytest.mark.anyio
+async def test_only_a_write_checkpoints_a_long_log(path: Path) -> None:
     with SQLiteStore(path) as store:
         state = State(id="s", messages=[Message.user("one")])
         store.save(state)
@@ -372,10 +497,12 @@ def test_only_a_write_checkpoints_a_long_log(path: Path) -> None:
             frames, copied = wal.frames() or (0, 0)
             assert frames >= 1000
             assert copied == 0  # reads leave the log as it is
+            assert checkpoint_threads() == []
             state.add_message(Message.user("two"))
-            store.save(state)  # a write, in this (the calling) thread: the checkpoint is due
+            store.save(state)  # a write, in sync code: the checkpointer is woken
+            await log_started_again(path)
             frames, copied = wal.frames() or (0, 0)
-            assert frames >= 1000
-            assert copied == frames
+            assert frames < 1000
+            assert [m.text for m in store.load("s").messages] == ["one", "two"]
         finally:
             wal.close()
