@@ -67,6 +67,11 @@ def tokens(usage: Usage) -> str:
     return f"{usage.input_tokens:,}→{usage.output_tokens:,}"
 
 
+def reasoning(usage: Usage) -> str:
+    """How many of the output tokens were reasoning, `` (40 reasoning)``; nothing if none."""
+    return f" ({usage.reasoning_tokens:,} reasoning)" if usage.reasoning_tokens else ""
+
+
 def when(moment: datetime | None) -> str:
     """A moment in local time, to the second."""
     return "-" if moment is None else moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
@@ -131,7 +136,7 @@ def state_header(state: State, limit: int | None) -> Table:
     table.add_row(
         "usage",
         Text(
-            f"{usage.input_tokens:,} in, {usage.output_tokens:,} out tokens;"
+            f"{usage.input_tokens:,} in, {usage.output_tokens:,} out tokens{reasoning(usage)};"
             f" {usage.requests} requests; cost {cost(usage)} (subagents included)"
         ),
     )

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from click.testing import CliRunner, Result
 
-from orchestrator import Message, State
+from orchestrator import Agent, Message, Reply, State, Usage
 
 # Private: the CLI's entry point, called in-process (the command runs it the same way).
 from orchestrator._cli import cli
@@ -172,6 +172,26 @@ def test_runs_refuses_a_time_it_cannot_read(recorded: Recorded) -> None:
 
 
 # -- show ---------------------------------------------------------------------------------------
+
+
+def test_show_says_how_many_output_tokens_were_reasoning(tmp_path: Path) -> None:
+    thought = Reply(
+        Message.assistant("42"),
+        Usage(input_tokens=120, output_tokens=1_300, requests=1, reasoning_tokens=1_250),
+    )
+    path = tmp_path / "runs.db"
+    state = State(messages=[Message.user("The answer?")])
+    with SQLiteStore(path) as store:
+        Agent(FakeModel([thought]), store=store).run(state)
+
+    result = run("show", str(path), state.id)
+
+    assert result.exit_code == 0, result.output
+    lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
+    assert (
+        "usage 120 in, 1,300 out tokens (1,250 reasoning); 1 requests; cost - (subagents included)"
+        in lines
+    )
 
 
 def test_show_draws_the_conversation_calls_results_usage_timings_and_stop(
