@@ -24,12 +24,12 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -578,20 +578,19 @@ class RateTicket:
             await self.limit.hold(seconds)
 
 
-# How many characters each recent message and tool spec holds, by identity: a State's requests
-# repeat its earlier messages, so each is counted once, not once per request (at 100 messages,
-# 45 µs a request without it). Bounded; a message holding an image is not kept.
-_SIZES_MOST = 8_192
-_sizes: dict[int, tuple[object, int]] = {}
-_sizes_lock = threading.Lock()
-_Item = TypeVar("_Item")
 # The characters of each recent conversation's first messages: a State's next request starts
-# with the same messages, so only its new ones are walked (at 400 messages, 100 µs a request
-# walking them all). A State's messages (a `Seq`) share their origin, whose items never change:
+# with the same messages, so only its new ones are counted (at 400 messages, 100 µs a request
+# counting them all). A State's messages (a `Seq`) share their origin, whose items never change:
 # keyed by it, a request is matched at once. Other sequences are keyed by their first message
-# and matched by comparing the known start, one C-speed tuple comparison.
+# and matched by comparing the known start, one C-speed tuple comparison. A conversation
+# holding an image is not kept (nor its image bytes with it).
 _PREFIXES_MOST = 256
 _prefixes: dict[int, tuple[object, int, int, tuple[Message, ...] | None]] = {}
+# The characters of recent tool spec tuples, by identity: an agent sends the same tuple with
+# every request. Bounded.
+_TOOLS_MOST = 256
+_tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+_lock = threading.Lock()  # kept whole across threads: a sync Agent runs its own event loops
 
 
 def _message_chars(message: Message) -> tuple[int, bool]:
@@ -599,37 +598,42 @@ def _message_chars(message: Message) -> tuple[int, bool]:
     chars = 16
     keep = True
     for block in message.content:
-        if isinstance(block, TextBlock | ReasoningBlock):
+        if isinstance(block, TextBlock):
             chars += len(block.text)
         elif isinstance(block, ToolCall):
-            chars += len(block.name) + len(str(block.args))
+            chars += len(block.name) + _args_chars(block.args)
         elif isinstance(block, ToolResultBlock):
-            chars += len(block.text) + 16
-            keep = keep and not any(isinstance(item, Image) for item in block.content)
+            chars += 16
+            for item in block.content:
+                if isinstance(item, TextBlock):
+                    chars += len(item.text)
+                else:
+                    chars += _IMAGE_CHARS
+                    keep = False
+        elif isinstance(block, ReasoningBlock):
+            chars += len(block.text)
         elif isinstance(block, Image):
-            chars += 4_000
+            chars += _IMAGE_CHARS
             keep = False
     return chars, keep
 
 
-def _spec_chars(spec: ToolSpec) -> tuple[int, bool]:
-    return len(spec.name) + len(spec.description) + len(str(spec.input_schema)), True
+_IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
 
 
-def _size(
-    item: _Item, measure: Callable[[_Item], tuple[int, bool]], fresh: list[tuple[object, int]]
-) -> int:
-    """`item`'s characters: known, or counted now (and added to `fresh` when it may be kept)."""
-    known = _sizes.get(id(item))
-    if known is not None and known[0] is item:
-        return known[1]
-    size, keep = measure(item)
-    if keep:
-        fresh.append((item, size))
-    return size
+def _args_chars(args: Mapping[str, Any]) -> int:
+    """About the characters of a tool call's arguments as JSON: each key and value's text.
+
+    A string value counts its length, any other its ``str``: a frozen dict's own ``str`` is
+    slower than walking its items.
+    """
+    chars = 2
+    for key, value in args.items():
+        chars += len(key) + 4 + (len(value) if type(value) is str else len(str(value)))
+    return chars
 
 
-def _messages_chars(messages: Sequence[Message], fresh: list[tuple[object, int]]) -> int:
+def _messages_chars(messages: Sequence[Message]) -> int:
     """The characters of `messages`: a known conversation's start, then each message after it."""
     prefix: tuple[Message, ...] | None = None
     if isinstance(messages, Seq):
@@ -637,51 +641,59 @@ def _messages_chars(messages: Sequence[Message], fresh: list[tuple[object, int]]
     else:
         prefix = messages = tuple(messages)
         anchor = messages[0]
+    count = len(messages)
     known = _prefixes.get(id(anchor))
     start = chars = 0
-    if known is not None and known[0] is anchor and known[1] <= len(messages):
+    if known is not None and known[0] is anchor and known[1] <= count:
         seen = known[3]
         if seen is None or messages[: known[1]] == seen:
             start, chars = known[1], known[2]
-    tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
+            if start == count:
+                return chars
     keep = True
-    for message in tail:
-        known_size = _sizes.get(id(message))
-        if known_size is not None and known_size[0] is message:
-            chars += known_size[1]
-            continue
+    for message in messages.after(start) if isinstance(messages, Seq) else messages[start:]:
         size, kept = _message_chars(message)
         chars += size
-        if kept:
-            fresh.append((message, size))
         keep = keep and kept
-    if keep:  # a conversation holding an image is not kept
-        with _sizes_lock:
-            _prefixes.pop(id(anchor), None)  # put last: the least recently asked go first
-            _prefixes[id(anchor)] = (anchor, len(messages), chars, prefix)
-            while len(_prefixes) > _PREFIXES_MOST:
+    if not keep:
+        return chars
+    entry = (anchor, count, chars, prefix)
+    if start:  # a known conversation grew: its entry is replaced where it is
+        _prefixes[id(anchor)] = entry
+    else:
+        with _lock:
+            _prefixes[id(anchor)] = entry
+            while len(_prefixes) > _PREFIXES_MOST:  # the first asked go first
                 del _prefixes[next(iter(_prefixes))]
+    return chars
+
+
+def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
+    """The characters of the tool specs `tools`: their names, descriptions and schemas."""
+    known = _tools.get(id(tools))
+    if known is not None and known[0] is tools:
+        return known[1]
+    chars = sum(
+        len(spec.name) + len(spec.description) + len(str(spec.input_schema)) for spec in tools
+    )
+    with _lock:
+        _tools[id(tools)] = (tools, chars)
+        while len(_tools) > _TOOLS_MOST:
+            del _tools[next(iter(_tools))]
     return chars
 
 
 def estimate_tokens(request: Request) -> int:
     """A rough count of a request's input tokens (4 characters a token), to pace it by.
 
-    Text, tool calls' arguments, tool results' text and the tool specs count; an image counts
-    as 1,000.
+    Text, tool calls' arguments, tool results and the tool specs count; an image (in a message
+    or a tool result) counts as 1,000.
     """
     chars = len(request.system or "")
-    fresh: list[tuple[object, int]] = []
     if request.messages:
-        chars += _messages_chars(request.messages, fresh)
-    for spec in request.tools:
-        chars += _size(spec, _spec_chars, fresh)
-    if fresh:
-        with _sizes_lock:
-            for item, size in fresh:
-                _sizes[id(item)] = (item, size)
-            while len(_sizes) > _SIZES_MOST:
-                del _sizes[next(iter(_sizes))]
+        chars += _messages_chars(request.messages)
+    if request.tools:
+        chars += _tools_chars(request.tools)
     return chars // 4 + 1
 
 

@@ -21,6 +21,7 @@ import sniffio
 
 from orchestrator import (
     Agent,
+    Image,
     Message,
     RateLimitError,
     RateLimitWaited,
@@ -557,6 +558,23 @@ def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
     )
     assert first == again
     assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
+
+
+def test_an_image_counts_as_1000_tokens_in_a_message_or_a_tool_result() -> None:
+    image = Image(b"\x89PNG", "image/png")
+
+    def result(*content: TextBlock | Image) -> Request:
+        return Request(None, (Message("user", (ToolResultBlock("call_1", content),)),))
+
+    assert (
+        estimate_tokens(result(TextBlock("ok"), image)) - estimate_tokens(result(TextBlock("ok")))
+        == 1000
+    )
+    assert (
+        estimate_tokens(Request(None, (Message.user("Hi", image),)))
+        - estimate_tokens(Request(None, (Message.user("Hi"),)))
+        == 1000
+    )
 
 
 def test_the_estimate_follows_a_conversation_that_branches_or_shrinks() -> None:
