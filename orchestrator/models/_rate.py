@@ -407,7 +407,9 @@ class RateLimit:
     async def _take(self, tokens: int) -> AsyncExitStack | bool:
         """`acquire`, but this process's limit makes no stack: whether it took a slot.
 
-        A request that need not wait then costs no allocation and no event loop hop.
+        A request that need not wait then costs no allocation and no event loop hop, and is
+        not a cancellation point either: it costs what a request without the limit does, and
+        a cancellation reaches it where it would reach that one (in the model).
         """
         local = self._local
         if local is None:
@@ -418,8 +420,6 @@ class RateLimit:
         if delay > 0:
             report_rate_limit(self._key, delay)
             await anyio.sleep(delay)
-        else:
-            await anyio.lowlevel.checkpoint_if_cancelled()
         most = self._concurrent
         if most is None:
             return False
@@ -640,6 +640,8 @@ def _messages_chars(messages: Sequence[Message]) -> int:
         anchor: object = messages.origin
     else:
         prefix = messages = tuple(messages)
+        if not prefix:
+            return 0
         anchor = messages[0]
     count = len(messages)
     known = _prefixes.get(id(anchor))
@@ -689,9 +691,7 @@ def estimate_tokens(request: Request) -> int:
     Text, tool calls' arguments, tool results and the tool specs count; an image (in a message
     or a tool result) counts as 1,000.
     """
-    chars = len(request.system or "")
-    if request.messages:
-        chars += _messages_chars(request.messages)
+    chars = len(request.system or "") + _messages_chars(request.messages)
     if request.tools:
         chars += _tools_chars(request.tools)
     return chars // 4 + 1
