@@ -24,7 +24,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -593,44 +593,38 @@ _tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
 _lock = threading.Lock()  # kept whole across threads: a sync Agent runs its own event loops
 
 
-def _message_chars(message: Message) -> tuple[int, bool]:
-    """The characters `message` stands for, and whether it may be kept (it holds no image)."""
-    chars = 16
+def _new_chars(messages: Iterable[Message]) -> tuple[int, bool]:
+    """The characters `messages` stand for, and whether they may be kept (they hold no image)."""
+    chars = 0
     keep = True
-    for block in message.content:
-        if isinstance(block, TextBlock):
-            chars += len(block.text)
-        elif isinstance(block, ToolCall):
-            chars += len(block.name) + _args_chars(block.args)
-        elif isinstance(block, ToolResultBlock):
-            chars += 16
-            for item in block.content:
-                if isinstance(item, TextBlock):
-                    chars += len(item.text)
-                else:
-                    chars += _IMAGE_CHARS
-                    keep = False
-        elif isinstance(block, ReasoningBlock):
-            chars += len(block.text)
-        elif isinstance(block, Image):
-            chars += _IMAGE_CHARS
-            keep = False
+    for message in messages:
+        chars += 16
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolCall):
+                # Its arguments' keys and values as text: a frozen dict's own str() is slower.
+                chars += len(block.name) + 2
+                for key, value in block.args.items():
+                    text = value if type(value) is str else str(value)
+                    chars += len(key) + 4 + len(text)
+            elif isinstance(block, ToolResultBlock):
+                chars += 16
+                for item in block.content:
+                    if isinstance(item, TextBlock):
+                        chars += len(item.text)
+                    else:
+                        chars += _IMAGE_CHARS
+                        keep = False
+            elif isinstance(block, ReasoningBlock):
+                chars += len(block.text)
+            elif isinstance(block, Image):
+                chars += _IMAGE_CHARS
+                keep = False
     return chars, keep
 
 
 _IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
-
-
-def _args_chars(args: Mapping[str, Any]) -> int:
-    """About the characters of a tool call's arguments as JSON: each key and value's text.
-
-    A string value counts its length, any other its ``str``: a frozen dict's own ``str`` is
-    slower than walking its items.
-    """
-    chars = 2
-    for key, value in args.items():
-        chars += len(key) + 4 + (len(value) if type(value) is str else len(str(value)))
-    return chars
 
 
 def _messages_chars(messages: Sequence[Message]) -> int:
@@ -652,11 +646,9 @@ def _messages_chars(messages: Sequence[Message]) -> int:
             start, chars = known[1], known[2]
             if start == count:
                 return chars
-    keep = True
-    for message in messages.after(start) if isinstance(messages, Seq) else messages[start:]:
-        size, kept = _message_chars(message)
-        chars += size
-        keep = keep and kept
+    tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
+    size, keep = _new_chars(tail)
+    chars += size
     if not keep:
         return chars
     entry = (anchor, count, chars, prefix)
@@ -671,10 +663,7 @@ def _messages_chars(messages: Sequence[Message]) -> int:
 
 
 def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
-    """The characters of the tool specs `tools`: their names, descriptions and schemas."""
-    known = _tools.get(id(tools))
-    if known is not None and known[0] is tools:
-        return known[1]
+    """The characters of the tool specs `tools` (names, descriptions, schemas), kept."""
     chars = sum(
         len(spec.name) + len(spec.description) + len(str(spec.input_schema)) for spec in tools
     )
@@ -692,8 +681,10 @@ def estimate_tokens(request: Request) -> int:
     or a tool result) counts as 1,000.
     """
     chars = len(request.system or "") + _messages_chars(request.messages)
-    if request.tools:
-        chars += _tools_chars(request.tools)
+    tools = request.tools
+    if tools:
+        known = _tools.get(id(tools))
+        chars += known[1] if known is not None and known[0] is tools else _tools_chars(tools)
     return chars // 4 + 1
 
 
