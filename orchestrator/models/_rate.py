@@ -372,6 +372,16 @@ class RateLimit:
         """Whether the limit paces tokens: a request then needs its tokens estimated."""
         return bool(self._tokens_step)
 
+    @property
+    def shared(self) -> bool:
+        """Whether a store shares the limit (across processes), not this process alone."""
+        return self._shared
+
+    @property
+    def concurrent(self) -> int | None:
+        """The most requests under way at once, or None."""
+        return self._concurrent
+
     def __repr__(self) -> str:
         where = ", store=..." if self._shared else ""
         return f"RateLimit(key={self._key!r}{where})"
@@ -404,28 +414,17 @@ class RateLimit:
                 await held.enter_async_context(self._store_slot(most))
         return held
 
-    async def _take(self, tokens: int) -> AsyncExitStack | bool:
-        """`acquire`, but this process's limit makes no stack: whether it took a slot.
+    def pace_now(self, tokens: int = 0) -> float | None:
+        """Pace a request of `tokens` input tokens through this process's limit, with no await.
 
-        A request that need not wait then costs no allocation and no event loop hop, and is
-        not a cancellation point either: it costs what a request without the limit does, and
-        a cancellation reaches it where it would reach that one (in the model).
+        The seconds the request waits before it goes, or None for a store's limit (its take is
+        I/O: `acquire` it). No concurrent slot is taken.
         """
         local = self._local
         if local is None:
-            return await self.acquire(tokens)
-        # `_pace` inlined, with no new ask: a request that need not wait costs a few µs.
+            return None
         ask, step = self._ask, self._tokens_step
-        delay = local.delay(self._key, ask, tokens * step) if ask.requests or step else 0.0
-        if delay > 0:
-            report_rate_limit(self._key, delay)
-            await anyio.sleep(delay)
-        most = self._concurrent
-        if most is None:
-            return False
-        if not self._try_slot(most):
-            await self._local_slot(most)
-        return True
+        return local.delay(self._key, ask, tokens * step) if ask.requests or step else 0.0
 
     async def _pace(self, tokens: int) -> None:
         """Wait until the pace lets a request with `tokens` input tokens go."""
@@ -502,11 +501,23 @@ class RateLimit:
 
     async def settle(self, tokens: int) -> None:
         """Count `tokens` more (fewer when < 0) than a request was taken with."""
-        if tokens and self._tokens_step:
-            if self._local is not None:  # this process's table: no await, no event loop hop
-                self._local.settle(self._key, tokens * self._tokens_step)
-            else:
-                await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+        if not self.settle_now(tokens):
+            await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+
+    def settle_now(self, tokens: int) -> bool:
+        """`settle` with no await: False when it is left to do (a store's limit: await `settle`)."""
+        if not tokens or not self._tokens_step:
+            return True
+        if self._local is None:
+            return False
+        self._local.settle(self._key, tokens * self._tokens_step)
+        return True
+
+
+async def _wait(key: str, seconds: float) -> None:
+    """Wait `seconds` for the limit `key` to let a request go, and report the wait."""
+    report_rate_limit(key, seconds)
+    await anyio.sleep(seconds)
 
 
 async def _renew(rates: AsyncRateLimits, key: str, slot: int, holder: str, lease: float) -> None:
@@ -536,12 +547,22 @@ class RateTicket:
         self._slot = False  # holds one of this process's concurrent slots
 
     async def __aenter__(self) -> RateTicket:
-        # The ticket is part of its limit: it may use the limit's own steps.
-        taken = await self.limit._take(self.tokens)  # pyright: ignore[reportPrivateUsage]
-        if isinstance(taken, bool):
-            self._slot = taken
-        else:
-            self._held = taken
+        # This process's limit makes no stack, and a request that need not wait no event loop
+        # hop: it costs what a request without the limit does, and a cancellation reaches it
+        # where it would reach that one (in the model). The ticket is part of its limit: it
+        # may use the limit's own slot steps.
+        limit = self.limit
+        delay = limit.pace_now(self.tokens)
+        if delay is None:
+            self._held = await limit.acquire(self.tokens)
+            return self
+        if delay > 0:
+            await _wait(limit.key, delay)
+        most = limit.concurrent
+        if most is not None:
+            if not limit._try_slot(most):  # pyright: ignore[reportPrivateUsage]
+                await limit._local_slot(most)  # pyright: ignore[reportPrivateUsage]
+            self._slot = True
         return self
 
     async def __aexit__(
@@ -561,7 +582,9 @@ class RateTicket:
 
     async def settle(self, usage: Usage) -> None:
         """Count what the request really spent (its input and output tokens)."""
-        await self.limit.settle(usage.input_tokens + usage.output_tokens - self.tokens)
+        tokens = usage.input_tokens + usage.output_tokens - self.tokens
+        if not self.limit.settle_now(tokens):
+            await self.limit.settle(tokens)
 
     async def hold(self, seconds: float) -> None:
         """Hold the whole limit back for `seconds` (the provider asked it to slow down)."""
@@ -766,7 +789,7 @@ class RateLimited:
         backoff: Seconds a `RateLimitError` holds the limit back.
     """
 
-    __slots__ = ("_backoff", "_limit", "_model")
+    __slots__ = ("_backoff", "_counts", "_limit", "_model", "_unheld")
 
     def __init__(self, model: Model | str, limit: RateLimit, *, backoff: float = 1.0) -> None:
         if not isinstance(limit, RateLimit):
@@ -776,6 +799,10 @@ class RateLimited:
         self._model = resolve_model(model)
         self._limit = limit
         self._backoff = float(backoff)
+        # Fixed with the limit: whether a request's tokens are estimated, and whether it
+        # needs no ticket (this process's limit, no concurrent slot to hold and give back).
+        self._counts = limit.counts_tokens
+        self._unheld = not limit.shared and limit.concurrent is None
 
     @property
     def name(self) -> str:
@@ -803,13 +830,32 @@ class RateLimited:
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
         """Ask the wrapped model once the limit lets the request go."""
         limit = self._limit
-        tokens = estimate_tokens(request) if limit.counts_tokens else 0
-        async with limit.request(tokens) as ticket:
-            try:
-                reply = await self._model.respond(request, on_text=on_text)
-            except RateLimitError:
-                await ticket.hold(self._backoff)
-                raise
-            if tokens:
-                await ticket.settle(reply.usage)
-            return reply
+        tokens = estimate_tokens(request) if self._counts else 0
+        delay = limit.pace_now(tokens) if self._unheld else None
+        if delay is None:  # a store's limit, or a concurrent cap: a ticket holds the slot
+            async with limit.request(tokens) as ticket:
+                return await self._ask(request, on_text, ticket, tokens)
+        # This process's limit holds nothing while the request runs: no ticket needed.
+        if delay > 0:
+            await _wait(limit.key, delay)
+        try:
+            reply = await self._model.respond(request, on_text=on_text)
+        except RateLimitError:
+            await limit.hold(self._backoff)
+            raise
+        if tokens:
+            limit.settle_now(reply.usage.input_tokens + reply.usage.output_tokens - tokens)
+        return reply
+
+    async def _ask(
+        self, request: Request, on_text: TextCallback | None, ticket: RateTicket, tokens: int
+    ) -> Reply:
+        """Ask the model under `ticket`: a 429 holds the limit back, the usage corrects it."""
+        try:
+            reply = await self._model.respond(request, on_text=on_text)
+        except RateLimitError:
+            await ticket.hold(self._backoff)
+            raise
+        if tokens:
+            await ticket.settle(reply.usage)
+        return reply
