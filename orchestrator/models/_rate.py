@@ -24,12 +24,12 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
@@ -372,6 +372,16 @@ class RateLimit:
         """Whether the limit paces tokens: a request then needs its tokens estimated."""
         return bool(self._tokens_step)
 
+    @property
+    def shared(self) -> bool:
+        """Whether a store shares the limit (across processes), not this process alone."""
+        return self._shared
+
+    @property
+    def concurrent(self) -> int | None:
+        """The most requests under way at once, or None."""
+        return self._concurrent
+
     def __repr__(self) -> str:
         where = ", store=..." if self._shared else ""
         return f"RateLimit(key={self._key!r}{where})"
@@ -404,28 +414,17 @@ class RateLimit:
                 await held.enter_async_context(self._store_slot(most))
         return held
 
-    async def _take(self, tokens: int) -> AsyncExitStack | bool:
-        """`acquire`, but this process's limit makes no stack: whether it took a slot.
+    def pace_now(self, tokens: int = 0) -> float | None:
+        """Pace a request of `tokens` input tokens through this process's limit, with no await.
 
-        A request that need not wait then costs no allocation and no event loop hop.
+        The seconds the request waits before it goes, or None for a store's limit (its take is
+        I/O: `acquire` it). No concurrent slot is taken.
         """
         local = self._local
         if local is None:
-            return await self.acquire(tokens)
-        # `_pace` inlined, with no new ask: a request that need not wait costs a few µs.
+            return None
         ask, step = self._ask, self._tokens_step
-        delay = local.delay(self._key, ask, tokens * step) if ask.requests or step else 0.0
-        if delay > 0:
-            report_rate_limit(self._key, delay)
-            await anyio.sleep(delay)
-        else:
-            await anyio.lowlevel.checkpoint_if_cancelled()
-        most = self._concurrent
-        if most is None:
-            return False
-        if not self._try_slot(most):
-            await self._local_slot(most)
-        return True
+        return local.delay(self._key, ask, tokens * step) if ask.requests or step else 0.0
 
     async def _pace(self, tokens: int) -> None:
         """Wait until the pace lets a request with `tokens` input tokens go."""
@@ -502,11 +501,23 @@ class RateLimit:
 
     async def settle(self, tokens: int) -> None:
         """Count `tokens` more (fewer when < 0) than a request was taken with."""
-        if tokens and self._tokens_step:
-            if self._local is not None:  # this process's table: no await, no event loop hop
-                self._local.settle(self._key, tokens * self._tokens_step)
-            else:
-                await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+        if not self.settle_now(tokens):
+            await self._rates.arate_settle(self._key, tokens * self._tokens_step)
+
+    def settle_now(self, tokens: int) -> bool:
+        """`settle` with no await: False when it is left to do (a store's limit: await `settle`)."""
+        if not tokens or not self._tokens_step:
+            return True
+        if self._local is None:
+            return False
+        self._local.settle(self._key, tokens * self._tokens_step)
+        return True
+
+
+async def _wait(key: str, seconds: float) -> None:
+    """Wait `seconds` for the limit `key` to let a request go, and report the wait."""
+    report_rate_limit(key, seconds)
+    await anyio.sleep(seconds)
 
 
 async def _renew(rates: AsyncRateLimits, key: str, slot: int, holder: str, lease: float) -> None:
@@ -536,12 +547,22 @@ class RateTicket:
         self._slot = False  # holds one of this process's concurrent slots
 
     async def __aenter__(self) -> RateTicket:
-        # The ticket is part of its limit: it may use the limit's own steps.
-        taken = await self.limit._take(self.tokens)  # pyright: ignore[reportPrivateUsage]
-        if isinstance(taken, bool):
-            self._slot = taken
-        else:
-            self._held = taken
+        # This process's limit makes no stack, and a request that need not wait no event loop
+        # hop: it costs what a request without the limit does, and a cancellation reaches it
+        # where it would reach that one (in the model). The ticket is part of its limit: it
+        # may use the limit's own slot steps.
+        limit = self.limit
+        delay = limit.pace_now(self.tokens)
+        if delay is None:
+            self._held = await limit.acquire(self.tokens)
+            return self
+        if delay > 0:
+            await _wait(limit.key, delay)
+        most = limit.concurrent
+        if most is not None:
+            if not limit._try_slot(most):  # pyright: ignore[reportPrivateUsage]
+                await limit._local_slot(most)  # pyright: ignore[reportPrivateUsage]
+            self._slot = True
         return self
 
     async def __aexit__(
@@ -561,7 +582,9 @@ class RateTicket:
 
     async def settle(self, usage: Usage) -> None:
         """Count what the request really spent (its input and output tokens)."""
-        await self.limit.settle(usage.input_tokens + usage.output_tokens - self.tokens)
+        tokens = usage.input_tokens + usage.output_tokens - self.tokens
+        if not self.limit.settle_now(tokens):
+            await self.limit.settle(tokens)
 
     async def hold(self, seconds: float) -> None:
         """Hold the whole limit back for `seconds` (the provider asked it to slow down)."""
@@ -578,110 +601,113 @@ class RateTicket:
             await self.limit.hold(seconds)
 
 
-# How many characters each recent message and tool spec holds, by identity: a State's requests
-# repeat its earlier messages, so each is counted once, not once per request (at 100 messages,
-# 45 µs a request without it). Bounded; a message holding an image is not kept.
-_SIZES_MOST = 8_192
-_sizes: dict[int, tuple[object, int]] = {}
-_sizes_lock = threading.Lock()
-_Item = TypeVar("_Item")
 # The characters of each recent conversation's first messages: a State's next request starts
-# with the same messages, so only its new ones are walked (at 400 messages, 100 µs a request
-# walking them all). A State's messages (a `Seq`) share their origin, whose items never change:
+# with the same messages, so only its new ones are counted (at 400 messages, 100 µs a request
+# counting them all). A State's messages (a `Seq`) share their origin, whose items never change:
 # keyed by it, a request is matched at once. Other sequences are keyed by their first message
-# and matched by comparing the known start, one C-speed tuple comparison.
+# and matched by comparing the known start, one C-speed tuple comparison. A conversation
+# holding an image is not kept (nor its image bytes with it).
 _PREFIXES_MOST = 256
 _prefixes: dict[int, tuple[object, int, int, tuple[Message, ...] | None]] = {}
+# The characters of recent tool spec tuples, by identity: an agent sends the same tuple with
+# every request. Bounded.
+_TOOLS_MOST = 256
+_tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
+_lock = threading.Lock()  # kept whole across threads: a sync Agent runs its own event loops
 
 
-def _message_chars(message: Message) -> tuple[int, bool]:
-    """The characters `message` stands for, and whether it may be kept (it holds no image)."""
-    chars = 16
+def _new_chars(messages: Iterable[Message]) -> tuple[int, bool]:
+    """The characters `messages` stand for, and whether they may be kept (they hold no image)."""
+    chars = 0
     keep = True
-    for block in message.content:
-        if isinstance(block, TextBlock | ReasoningBlock):
-            chars += len(block.text)
-        elif isinstance(block, ToolCall):
-            chars += len(block.name) + len(str(block.args))
-        elif isinstance(block, ToolResultBlock):
-            chars += len(block.text) + 16
-            keep = keep and not any(isinstance(item, Image) for item in block.content)
-        elif isinstance(block, Image):
-            chars += 4_000
-            keep = False
+    for message in messages:
+        chars += 16
+        for block in message.content:
+            if isinstance(block, TextBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolCall):
+                # Its arguments' keys and values as text: a frozen dict's own str() is slower.
+                chars += len(block.name) + 2
+                for key, value in block.args.items():
+                    text = value if type(value) is str else str(value)
+                    chars += len(key) + 4 + len(text)
+            elif isinstance(block, ToolResultBlock):
+                chars += 16
+                for item in block.content:
+                    if isinstance(item, TextBlock):
+                        chars += len(item.text)
+                    else:
+                        chars += _IMAGE_CHARS
+                        keep = False
+            elif isinstance(block, ReasoningBlock):
+                chars += len(block.text)
+            elif isinstance(block, Image):
+                chars += _IMAGE_CHARS
+                keep = False
     return chars, keep
 
 
-def _spec_chars(spec: ToolSpec) -> tuple[int, bool]:
-    return len(spec.name) + len(spec.description) + len(str(spec.input_schema)), True
+_IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
 
 
-def _size(
-    item: _Item, measure: Callable[[_Item], tuple[int, bool]], fresh: list[tuple[object, int]]
-) -> int:
-    """`item`'s characters: known, or counted now (and added to `fresh` when it may be kept)."""
-    known = _sizes.get(id(item))
-    if known is not None and known[0] is item:
-        return known[1]
-    size, keep = measure(item)
-    if keep:
-        fresh.append((item, size))
-    return size
-
-
-def _messages_chars(messages: Sequence[Message], fresh: list[tuple[object, int]]) -> int:
+def _messages_chars(messages: Sequence[Message]) -> int:
     """The characters of `messages`: a known conversation's start, then each message after it."""
     prefix: tuple[Message, ...] | None = None
     if isinstance(messages, Seq):
         anchor: object = messages.origin
     else:
         prefix = messages = tuple(messages)
+        if not prefix:
+            return 0
         anchor = messages[0]
+    count = len(messages)
     known = _prefixes.get(id(anchor))
     start = chars = 0
-    if known is not None and known[0] is anchor and known[1] <= len(messages):
+    if known is not None and known[0] is anchor and known[1] <= count:
         seen = known[3]
         if seen is None or messages[: known[1]] == seen:
             start, chars = known[1], known[2]
+            if start == count:
+                return chars
     tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
-    keep = True
-    for message in tail:
-        known_size = _sizes.get(id(message))
-        if known_size is not None and known_size[0] is message:
-            chars += known_size[1]
-            continue
-        size, kept = _message_chars(message)
-        chars += size
-        if kept:
-            fresh.append((message, size))
-        keep = keep and kept
-    if keep:  # a conversation holding an image is not kept
-        with _sizes_lock:
-            _prefixes.pop(id(anchor), None)  # put last: the least recently asked go first
-            _prefixes[id(anchor)] = (anchor, len(messages), chars, prefix)
-            while len(_prefixes) > _PREFIXES_MOST:
+    size, keep = _new_chars(tail)
+    chars += size
+    if not keep:
+        return chars
+    entry = (anchor, count, chars, prefix)
+    if start:  # a known conversation grew: its entry is replaced where it is
+        _prefixes[id(anchor)] = entry
+    else:
+        with _lock:
+            _prefixes[id(anchor)] = entry
+            while len(_prefixes) > _PREFIXES_MOST:  # the first asked go first
                 del _prefixes[next(iter(_prefixes))]
+    return chars
+
+
+def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
+    """The characters of the tool specs `tools` (names, descriptions, schemas), kept."""
+    chars = sum(
+        len(spec.name) + len(spec.description) + len(str(spec.input_schema)) for spec in tools
+    )
+    with _lock:
+        _tools[id(tools)] = (tools, chars)
+        while len(_tools) > _TOOLS_MOST:
+            del _tools[next(iter(_tools))]
     return chars
 
 
 def estimate_tokens(request: Request) -> int:
     """A rough count of a request's input tokens (4 characters a token), to pace it by.
 
-    Text, tool calls' arguments, tool results' text and the tool specs count; an image counts
-    as 1,000.
+    Text, tool calls' arguments, tool results and the tool specs count; an image (in a message
+    or a tool result) counts as 1,000.
     """
-    chars = len(request.system or "")
-    fresh: list[tuple[object, int]] = []
-    if request.messages:
-        chars += _messages_chars(request.messages, fresh)
-    for spec in request.tools:
-        chars += _size(spec, _spec_chars, fresh)
-    if fresh:
-        with _sizes_lock:
-            for item, size in fresh:
-                _sizes[id(item)] = (item, size)
-            while len(_sizes) > _SIZES_MOST:
-                del _sizes[next(iter(_sizes))]
+    chars = len(request.system or "") + _messages_chars(request.messages)
+    tools = request.tools
+    if tools:
+        known = _tools.get(id(tools))
+        chars += known[1] if known is not None and known[0] is tools else _tools_chars(tools)
     return chars // 4 + 1
 
 
@@ -763,7 +789,7 @@ class RateLimited:
         backoff: Seconds a `RateLimitError` holds the limit back.
     """
 
-    __slots__ = ("_backoff", "_limit", "_model")
+    __slots__ = ("_backoff", "_counts", "_limit", "_model", "_unheld")
 
     def __init__(self, model: Model | str, limit: RateLimit, *, backoff: float = 1.0) -> None:
         if not isinstance(limit, RateLimit):
@@ -773,6 +799,10 @@ class RateLimited:
         self._model = resolve_model(model)
         self._limit = limit
         self._backoff = float(backoff)
+        # Fixed with the limit: whether a request's tokens are estimated, and whether it
+        # needs no ticket (this process's limit, no concurrent slot to hold and give back).
+        self._counts = limit.counts_tokens
+        self._unheld = not limit.shared and limit.concurrent is None
 
     @property
     def name(self) -> str:
@@ -800,13 +830,32 @@ class RateLimited:
     async def respond(self, request: Request, *, on_text: TextCallback | None = None) -> Reply:
         """Ask the wrapped model once the limit lets the request go."""
         limit = self._limit
-        tokens = estimate_tokens(request) if limit.counts_tokens else 0
-        async with limit.request(tokens) as ticket:
-            try:
-                reply = await self._model.respond(request, on_text=on_text)
-            except RateLimitError:
-                await ticket.hold(self._backoff)
-                raise
-            if tokens:
-                await ticket.settle(reply.usage)
-            return reply
+        tokens = estimate_tokens(request) if self._counts else 0
+        delay = limit.pace_now(tokens) if self._unheld else None
+        if delay is None:  # a store's limit, or a concurrent cap: a ticket holds the slot
+            async with limit.request(tokens) as ticket:
+                return await self._ask(request, on_text, ticket, tokens)
+        # This process's limit holds nothing while the request runs: no ticket needed.
+        if delay > 0:
+            await _wait(limit.key, delay)
+        try:
+            reply = await self._model.respond(request, on_text=on_text)
+        except RateLimitError:
+            await limit.hold(self._backoff)
+            raise
+        if tokens:
+            limit.settle_now(reply.usage.input_tokens + reply.usage.output_tokens - tokens)
+        return reply
+
+    async def _ask(
+        self, request: Request, on_text: TextCallback | None, ticket: RateTicket, tokens: int
+    ) -> Reply:
+        """Ask the model under `ticket`: a 429 holds the limit back, the usage corrects it."""
+        try:
+            reply = await self._model.respond(request, on_text=on_text)
+        except RateLimitError:
+            await ticket.hold(self._backoff)
+            raise
+        if tokens:
+            await ticket.settle(reply.usage)
+        return reply

@@ -21,6 +21,7 @@ import sniffio
 
 from orchestrator import (
     Agent,
+    Image,
     Message,
     RateLimitError,
     RateLimitWaited,
@@ -528,6 +529,28 @@ async def test_rate_limited_settles_tokens_and_holds_on_a_rate_limit_error() -> 
     assert 14.0 < (await store.arate_take("any", ask)).wait(ask) <= 15.0
 
 
+@pytest.mark.anyio
+async def test_rate_limited_settles_and_holds_a_process_limit_it_asks_through_with_no_ticket() -> (
+    None
+):
+    # This process's limit with no concurrent cap: RateLimited paces and settles it directly.
+    spent = Reply(Message.assistant("ok"), Usage(input_tokens=1000, output_tokens=1000))
+    request = Request(system=None, messages=(Message.user("Hi"),))
+    settled = RateLimit(tokens_per_minute=60_000, key=f"settled-{uuid.uuid4().hex}")
+    assert await RateLimited(FakeModel([spent]), settled).respond(request) == spent
+    # 2,000 tokens at 1,000 a second: the next request waits ~2 s for them.
+    wait = settled.pace_now()
+    assert wait is not None
+    assert 1.5 < wait <= 2.0
+    held = RateLimit(tokens_per_minute=60_000, key=f"held-{uuid.uuid4().hex}")
+    model = RateLimited(FakeModel([RateLimitError("busy")]), held, backoff=15)
+    with pytest.raises(RateLimitError):
+        await model.respond(request)
+    wait = held.pace_now()
+    assert wait is not None
+    assert 14.0 < wait <= 15.0
+
+
 def test_rate_limited_checks_its_arguments() -> None:
     with pytest.raises(TypeError, match="takes a RateLimit"):
         RateLimited(FakeModel(["x"]), 60)  # pyright: ignore[reportArgumentType]
@@ -557,6 +580,23 @@ def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
     )
     assert first == again
     assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
+
+
+def test_an_image_counts_as_1000_tokens_in_a_message_or_a_tool_result() -> None:
+    image = Image(b"\x89PNG", "image/png")
+
+    def result(*content: TextBlock | Image) -> Request:
+        return Request(None, (Message("user", (ToolResultBlock("call_1", content),)),))
+
+    assert (
+        estimate_tokens(result(TextBlock("ok"), image)) - estimate_tokens(result(TextBlock("ok")))
+        == 1000
+    )
+    assert (
+        estimate_tokens(Request(None, (Message.user("Hi", image),)))
+        - estimate_tokens(Request(None, (Message.user("Hi"),)))
+        == 1000
+    )
 
 
 def test_the_estimate_follows_a_conversation_that_branches_or_shrinks() -> None:
