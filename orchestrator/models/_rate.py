@@ -833,29 +833,23 @@ class RateLimited:
         tokens = estimate_tokens(request) if self._counts else 0
         delay = limit.pace_now(tokens) if self._unheld else None
         if delay is None:  # a store's limit, or a concurrent cap: a ticket holds the slot
-            async with limit.request(tokens) as ticket:
-                return await self._ask(request, on_text, ticket, tokens)
+            async with limit.request(tokens):
+                return await self._ask(request, on_text, tokens)
         # This process's limit holds nothing while the request runs: no ticket needed.
         if delay > 0:
             await _wait(limit.key, delay)
+        return await self._ask(request, on_text, tokens)
+
+    async def _ask(self, request: Request, on_text: TextCallback | None, tokens: int) -> Reply:
+        """Ask the model once: a 429 holds the limit back, the usage corrects its tokens."""
+        limit = self._limit
         try:
             reply = await self._model.respond(request, on_text=on_text)
         except RateLimitError:
             await limit.hold(self._backoff)
             raise
         if tokens:
-            limit.settle_now(reply.usage.input_tokens + reply.usage.output_tokens - tokens)
-        return reply
-
-    async def _ask(
-        self, request: Request, on_text: TextCallback | None, ticket: RateTicket, tokens: int
-    ) -> Reply:
-        """Ask the model under `ticket`: a 429 holds the limit back, the usage corrects it."""
-        try:
-            reply = await self._model.respond(request, on_text=on_text)
-        except RateLimitError:
-            await ticket.hold(self._backoff)
-            raise
-        if tokens:
-            await ticket.settle(reply.usage)
+            spent = reply.usage.input_tokens + reply.usage.output_tokens - tokens
+            if not limit.settle_now(spent):  # a store's limit: its row is written
+                await limit.settle(spent)
         return reply
