@@ -212,17 +212,22 @@ async def test_cancelling_a_call_cancels_the_task_on_the_sdks_server() -> None:
     assert stored.status.state == TaskState.TASK_STATE_CANCELED
 
 
+def slow_echo_lead(base: str, store: MemoryStore) -> tuple[Agent, State]:
+    """A lead whose one call asks the SDK server's echo agent for a ``slow`` task; its State."""
+    agent = Agent(
+        FakeModel([tool_call("echo", task="slow")]),
+        tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
+        store=store,
+    )
+    return agent, State(messages=[Message.user("go")])
+
+
 @ON_ASYNCIO
 async def test_a_call_cancelled_before_the_task_id_came_back_still_cancels_the_task() -> None:
     executor, tasks = EchoExecutor(), InMemoryTaskStore()
     store = MemoryStore()
     async with serving(sdk_app(executor, tasks)) as base:
-        agent = Agent(
-            FakeModel([tool_call("echo", task="slow")]),
-            tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
-            store=store,
-        )
-        state = State(messages=[Message.user("go")])
+        agent, state = slow_echo_lead(base, store)
         call = anyio.CancelScope()
 
         async def run() -> None:
@@ -257,12 +262,7 @@ async def test_a_call_cancelled_whose_task_id_never_comes_back_ends_and_says_so(
     executor, tasks = EchoExecutor(), InMemoryTaskStore()
     store = MemoryStore()
     async with serving(sdk_app(executor, tasks)) as base:
-        agent = Agent(
-            FakeModel([tool_call("echo", task="slow")]),
-            tools=[a2a_agent(base, name="echo", description="Echoes.").as_tool()],
-            store=store,
-        )
-        state = State(messages=[Message.user("go")])
+        agent, state = slow_echo_lead(base, store)
         call = anyio.CancelScope()
         ended = anyio.Event()
 
