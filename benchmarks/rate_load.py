@@ -96,6 +96,7 @@ class CountingServer:
         self.in_flight = 0
         self.most_in_flight = 0
         self._window: deque[float] = deque()
+        self._accepted: dict[int, float] = {}  # connection: when it was accepted
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         owner = self
@@ -108,11 +109,13 @@ class CountingServer:
 
             def do_POST(self) -> None:
                 self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                came = owner.came(self.request)
                 owner.enter()
                 try:
                     if owner.hold:
                         owner._stopping.wait(owner.hold)
-                    allowed = owner.arrive(time.monotonic())
+                        came = time.monotonic()
+                    allowed = owner.arrive(came)
                 finally:
                     owner.leave()
                 body = _REPLY if allowed else _LIMITED
@@ -130,6 +133,12 @@ class CountingServer:
             # Hundreds of senders connect at once (a client per request): the default backlog
             # of 5 refuses connections under load.
             request_queue_size = 1024
+
+            def process_request(self, request: Any, client_address: Any) -> None:
+                # Stamped as it is accepted, before its thread starts: a loaded machine that
+                # is slow to run the handler threads does not bunch their arrival times.
+                owner.accepted(request)
+                super().process_request(request, client_address)
 
             def handle_error(self, request: Any, client_address: Any) -> None:
                 pass  # a client killed mid-request (the lease tests) is no error of the server
@@ -150,6 +159,16 @@ class CountingServer:
         self._http.shutdown()
         self._http.server_close()
         self._thread.join()
+
+    def accepted(self, connection: object) -> None:
+        """Note when `connection` was accepted: its first request's arrival."""
+        with self._lock:
+            self._accepted[id(connection)] = time.monotonic()
+
+    def came(self, connection: object) -> float:
+        """When the request just read on `connection` came: its accept for the first."""
+        with self._lock:
+            return self._accepted.pop(id(connection), None) or time.monotonic()
 
     def enter(self) -> None:
         """Count a request in flight."""
