@@ -58,7 +58,6 @@ async def test_the_viewer_is_mounted_read_only_and_follows_runs(tmp_path: Path) 
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
 async def test_the_page_redraws_a_run_as_it_goes_on_without_a_reload(tmp_path: Path) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with SQLiteStore(tmp_path / "runs.db") as store:
         async with Runs([helper_agent()], store) as runs, serving(asgi_app(runs)) as base:
             handle = await runs.start("helper", "hold page")
@@ -103,7 +102,6 @@ def _watch(url: str, run_id: str, release: object) -> None:
 
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])  # uvicorn serves on asyncio only
 async def test_with_a_token_the_page_asks_for_it_then_follows_the_run(tmp_path: Path) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     token = "a-token-for-the-viewer-page"
     with SQLiteStore(tmp_path / "runs.db") as store:
         async with (

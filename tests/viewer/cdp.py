@@ -224,6 +224,7 @@ class Browser:
             }
             params["captureBeyondViewport"] = True
         data = self.send("Page.captureScreenshot", **params)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)  # a test may be the first to write there
         path.write_bytes(base64.b64decode(data))
         return path
 

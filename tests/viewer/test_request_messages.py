@@ -144,7 +144,6 @@ def test_a_request_opens_on_the_messages_it_sent(
     compacted: tuple[ViewerServer, str], width: int
 ) -> None:
     server, run_id = compacted
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with Browser(width=width, height=900) as browser:
         browser.open(f"{server.url}#/run/{run_id}", READY)
         # Collapsed at first: nothing of what the requests sent is drawn, not even built.

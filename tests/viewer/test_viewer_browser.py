@@ -31,7 +31,6 @@ def server(research: Research) -> Iterator[ViewerServer]:
 
 @pytest.fixture
 def browser(server: ViewerServer) -> Iterator[Browser]:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with Browser(width=1400, height=1000) as browser:
         yield browser
         # Whatever the test did, the page reached nothing but the viewer and threw nothing.

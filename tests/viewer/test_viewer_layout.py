@@ -77,7 +77,6 @@ def research_server(research: Research) -> Iterator[ViewerServer]:
 
 
 def browse(width: int) -> Browser:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     return Browser(width=width, height=900)
 
 

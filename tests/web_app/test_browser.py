@@ -18,7 +18,6 @@ def test_the_page_shows_the_tree_and_an_approval_that_finishes_the_run(
     app: App, width: int
 ) -> None:
     server = app.start(latency=0.2)
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     with Browser(width=width, height=900) as browser:
         browser.open(server.url + "/", "document.readyState === 'complete'")
         browser.evaluate("document.getElementById('go').click()")
