@@ -3,9 +3,11 @@ how fairly processes sharing one limit get their turns.
 
 - per-turn overhead: an agent's tool loop on `FakeModel`, with and without a process-local
   `RateLimit` (requests per minute and a concurrent cap, high enough never to wait); and with
-  tokens per minute, whose estimate of each request's tokens counts its new messages. Paired
-  rounds (`inside_bench.paired`); each ratio is the median of each round's ratio to no limit,
-  and the issue targets both at <= 1.1x.
+  tokens per minute. Its model reports each reply's usage, as providers do: a request's
+  estimate is then the last reply's tokens plus the tool results since. A third row has a model
+  that reports no usage, whose every request is counted whole (no target). Paired rounds
+  (`inside_bench.paired`); each ratio is the median of each round's ratio to no limit, and the
+  issue targets the first two at <= 1.1x.
 - one take of a store's row (`arate_take`, the atomic UPSERT every request makes), one at a
   time, p50 and p99, on `SQLiteStore` and `PostgresStore`, beside its floor: the same statement
   on a bare connection of the driver, from a worker thread as the store runs it.
@@ -38,7 +40,7 @@ from typing import Any
 import anyio
 import anyio.to_thread
 
-from orchestrator import Agent, Loop, Reporter, tool, waiting_for_user
+from orchestrator import Agent, Loop, Message, Reply, Reporter, Usage, tool, waiting_for_user
 from orchestrator.models import RateLimit, RateLimited
 from orchestrator.models._rate import AsyncRateLimits, RateAsk
 from orchestrator.testing import FakeModel, tool_call
@@ -64,12 +66,21 @@ async def noop(x: int) -> str:
     return "ok"
 
 
-def _turn_us(turns: int, limit: RateLimit | None) -> float:
-    """Microseconds per turn of one run of `turns` tool turns."""
+def _turn_us(turns: int, limit: RateLimit | None, *, usage: bool = True) -> float:
+    """Microseconds per turn of one run of `turns` tool turns (its model reports `usage`)."""
 
     async def run() -> float:
-        replies: list[Any] = [tool_call("noop", x=i) for i in range(turns)] + ["done"]
-        fake = FakeModel(replies)
+        replies: list[Any] = [
+            Reply(
+                Message.assistant(tool_calls=[tool_call("noop", x=i)]),
+                Usage(input_tokens=200 + 40 * i, output_tokens=20, requests=1)
+                if usage
+                else Usage(requests=1),
+                stop_reason="tool_use",
+            )
+            for i in range(turns)
+        ]
+        fake = FakeModel([*replies, "done"])
         model = fake if limit is None else RateLimited(fake, limit)
         body = Loop(think_then_use_tools, until=[waiting_for_user], limit=turns + 1)
         agent = Agent(model, tools=[noop], loop=body, reporter=Reporter())
@@ -89,18 +100,20 @@ def _ratio(results: dict[str, list[float]], name: str) -> float:
 
 def _overhead(turns: int, rounds: int) -> list[Metric]:
     limit = RateLimit(requests_per_minute=1e9, concurrent=1_000, key=f"bench-{uuid.uuid4().hex}")
-    # Pacing tokens estimates each request's tokens: its new messages counted.
+    # Pacing tokens estimates each request's tokens.
     tokens = RateLimit(tokens_per_minute=1e12, key=f"bench-{uuid.uuid4().hex}")
     results = paired(
         {
             "plain": lambda: _turn_us(turns, None),
             "limited": lambda: _turn_us(turns, limit),
             "counted": lambda: _turn_us(turns, tokens),
+            "unreported": lambda: _turn_us(turns, tokens, usage=False),
         },
         rounds,
     )
     ratio = _ratio(results, "limited")
     counted = _ratio(results, "counted")
+    unreported = _ratio(results, "unreported")
     return [
         Metric(
             "rate.turn.plain.us",
@@ -124,12 +137,20 @@ def _overhead(turns: int, rounds: int) -> list[Metric]:
         ),
         Metric(
             "rate.turn.tokens.ratio",
-            f"per-turn time with tokens_per_minute / without ({turns} turns: the estimate"
-            " counts each request's new messages; median of paired rounds)",
+            f"per-turn time with tokens_per_minute / without ({turns} turns; the model reports"
+            " usage, each estimate is its last reply's tokens plus the tool results since;"
+            " median of paired rounds)",
             counted,
             "x",
             "<= 1.1x",
             counted <= 1.1,
+        ),
+        Metric(
+            "rate.turn.tokens.unreported.ratio",
+            f"per-turn time with tokens_per_minute / without ({turns} turns; the model reports"
+            " no usage, each request is counted whole; median of paired rounds)",
+            unreported,
+            "x",
         ),
     ]
 

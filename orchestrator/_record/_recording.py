@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import ChainMap
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Generator, Iterable, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -25,7 +25,7 @@ from .._base._messages import Message, TextBlock, ToolCall, ToolResultBlock
 from .._base._reply import NO_USAGE, Reply, Usage
 from .._base._stopped import Stopped
 from .._base._threads import refuse_abandoned
-from ._fold import Folded, Inconsistent, Lookup, entry_turn, fold
+from ._fold import Folded, Inconsistent, Lookup, Seq, entry_turn, fold
 from ._history import (
     KIND_OF,
     ApprovalEntry,
@@ -451,7 +451,7 @@ def begin_think(
     model: str | None = None,
     prompt: Prompt | None = None,
     holder: str | None = None,
-) -> Sequence[Message]:
+) -> Seq[Message]:
     """Record a model request; return the messages the request must carry (a view).
 
     The request names `prompt` by digest. A prompt this State has not recorded is recorded just

@@ -27,6 +27,7 @@ from .._base._errors import LimitReachedError, is_interruption
 from .._base._limits import Limits
 from .._base._link import Link
 from .._base._logs import get_log
+from .._base._messages import Message
 from .._base._stopped import StoppedByApproval
 from .._record._history import RunStart
 from .._record._prompt import Prompt
@@ -135,12 +136,13 @@ class Run:
     `parent_call` is the tool call the run's State is to hang under (a subagent), `parent_link`
     the link ``arun(link=...)`` gave, if any, and `linked_call` the call once the run start
     recorded the link; `effect_scope` is what its memory writes are keyed under (its place in
-    that call; None: the State's id). `writer` writes the marked save points of
-    this run and of the runs started in it. `depth` is how many subagent levels the run is
-    below its root run in this process (0: a root). `budget` holds the limits of the run and
-    of the runs above it (None: no limits), `limits` the run's own (its agent's and its
-    call's, recorded in its run start); `estimate` is the input tokens its next model
-    request is expected to have. `held` maps the digest of each prompt a State of the run's
+    that call; None: the State's id). `writer` writes the marked save points of this run and of
+    the runs started in it. `depth` is how many subagent levels the run is below its root run in
+    this process (0: a root). `budget` holds the limits of the run and of the runs above it
+    (None: no limits), `limits` the run's own (its agent's and its call's, recorded in its run
+    start); `estimate` is the input tokens its next model request is expected to have: what its
+    model's last reply reported, and `reported` names the messages that counted (their origin,
+    count and last; None: not known). `held` maps the digest of each prompt a State of the run's
     tree records in full to that State: shared by the runs of one tree and store in this
     process, so a child names its ancestor's or earlier sibling's prompt, not a copy. `fed` is
     the last cursor of the store's tree feed read while a child of the run ran elsewhere: the
@@ -163,6 +165,7 @@ class Run:
         "pacers",
         "parent_call",
         "parent_link",
+        "reported",
         "reporters",
         "saver",
         "scopers",
@@ -206,6 +209,7 @@ class Run:
         self.budget: Budget | None = None
         self.limits: Limits | None = None
         self.estimate = 0
+        self.reported: tuple[object, int, Message] | None = None
         self.held: dict[str, Held] = {}
         self.fed: str | None = None
         self.counted: list[str] = []

@@ -9,9 +9,11 @@ import anyio
 from .._base._logs import get_log
 from .._base._messages import Message, ToolCall
 from .._base._reply import Reply
+from .._record._fold import Seq
 from .._record._prompt import Prompt
 from .._record._recording import begin_think, merge_turn, record_error, record_reply
 from ..models import Model, Request
+from ..models._base import message_tokens
 from ._budget import allow_request, spend
 from ._frame import Frame, enter, leave
 
@@ -70,7 +72,7 @@ async def think(run: Run) -> Reply:
     holder = None if mine else held.state_id
     messages = begin_think(state, model=settings.model.name, prompt=prompt, holder=holder)
     run.report("on_think_start", state)
-    request = Request(system=settings.instructions, messages=messages, tools=settings.specs)
+    request = Request(settings.instructions, messages, settings.specs, _estimate(run, messages))
     try:
         if not mine:
             await held.saved.wait()  # the prompt it names is stored before the name is
@@ -88,10 +90,11 @@ async def think(run: Run) -> Reply:
             await run.saver.flush_after(error)
         raise
     record_reply(state, reply)
+    usage = reply.usage
     if budget is not None:
-        usage = reply.usage
         spend(budget, state.id, usage)
-        run.estimate = usage.input_tokens + usage.output_tokens  # the next request holds both
+    run.estimate = usage.input_tokens + usage.output_tokens  # the next request holds both
+    run.reported = (messages.origin, len(messages) + 1, reply.message) if run.estimate else None
     run.saver.mark()
     if _log.debugging:  # the fields cost time on every think: only when they are logged
         _log.debug(
@@ -102,6 +105,21 @@ async def think(run: Run) -> Reply:
         )
     run.report("on_think_end", state, reply)
     return reply
+
+
+def _estimate(run: Run, messages: Seq[Message]) -> int | None:
+    """The input tokens of a request carrying `messages`, or None when not known.
+
+    What the model reported for the conversation at its last reply, plus the messages since
+    (the tool results): a rate limit then paces the request without counting all of it.
+    """
+    reported = run.reported
+    if reported is None:
+        return None
+    origin, count, last = reported
+    if messages.origin is not origin or len(messages) < count or messages[count - 1] is not last:
+        return None  # compacted, restored or branched since: not the conversation reported
+    return run.estimate + message_tokens(messages.after(count))
 
 
 async def _respond(run: Run, request: Request) -> Reply:

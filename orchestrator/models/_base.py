@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._base._messages import Message
+from .._base._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
 from .._base._reply import Reply
 
 if TYPE_CHECKING:
@@ -19,6 +19,8 @@ __all__ = (
     "ModelWithOptions",
     "Request",
     "TextCallback",
+    "estimate_tokens",
+    "message_tokens",
     "model_from_string",
     "ollama_base_url",
     "options_of",
@@ -33,11 +35,60 @@ class Request:
     """One model request: the instructions, the messages the model sees, and the tool specs.
 
     `messages` is a read-only sequence (compare it with a tuple or list, index and iterate it).
+    `estimate` is the input tokens the request is expected to hold, when its sender knows: an
+    agent's run gives the tokens its model reported for the conversation so far plus the new
+    messages' (`message_tokens`). None: a rate limit counts the request's characters instead.
     """
 
     system: str | None
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
+    estimate: int | None = None
+
+
+_IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
+
+
+def _chars(messages: Iterable[Message]) -> int:
+    """The characters `messages` stand for: text, tool calls' arguments and results, images."""
+    chars = 0
+    for message in messages:
+        chars += 16
+        for block in message.content:
+            if isinstance(block, TextBlock | ReasoningBlock):
+                chars += len(block.text)
+            elif isinstance(block, ToolCall):
+                # Its arguments' keys and values as text: a frozen dict's own str() is slower.
+                chars += len(block.name) + 2
+                for key, value in block.args.items():
+                    text = value if type(value) is str else str(value)
+                    chars += len(key) + 4 + len(text)
+            elif isinstance(block, ToolResultBlock):
+                chars += 16
+                for item in block.content:
+                    chars += len(item.text) if isinstance(item, TextBlock) else _IMAGE_CHARS
+            elif isinstance(block, Image):
+                chars += _IMAGE_CHARS
+    return chars
+
+
+def message_tokens(messages: Iterable[Message]) -> int:
+    """A rough count of the tokens `messages` hold: 4 characters a token, an image 1,000."""
+    return _chars(messages) // 4
+
+
+def estimate_tokens(request: Request) -> int:
+    """The input tokens `request` is expected to hold, to pace it by: its `estimate` when given.
+
+    Otherwise counted (4 characters a token): the instructions, text, tool calls' arguments,
+    tool results and the tool specs; an image (in a message or a tool result) counts as 1,000.
+    """
+    if request.estimate is not None:
+        return request.estimate
+    chars = len(request.system or "") + _chars(request.messages)
+    for spec in request.tools:
+        chars += len(spec.name) + len(spec.description) + len(str(spec.input_schema))
+    return chars // 4 + 1
 
 
 @runtime_checkable

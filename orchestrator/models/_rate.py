@@ -24,32 +24,20 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import AsyncGenerator, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 import anyio.lowlevel
 
 from .._apps._reporting import report_rate_limit
 from .._base._errors import RateLimitError
-from .._base._messages import (
-    Image,
-    Message,
-    ReasoningBlock,
-    TextBlock,
-    ToolCall,
-    ToolResultBlock,
-)
 from .._base._reply import Reply, Usage
-from .._record._fold import Seq
-from ._base import Model, Request, TextCallback, options_of, resolve_model
-
-if TYPE_CHECKING:
-    from .._tooling._tools import ToolSpec
+from ._base import Model, Request, TextCallback, estimate_tokens, options_of, resolve_model
 
 __all__ = (
     "AsyncRateLimits",
@@ -59,7 +47,6 @@ __all__ = (
     "RateLimited",
     "RateTicket",
     "RateTimes",
-    "estimate_tokens",
     "header_hold",
     "next_times",
 )
@@ -599,116 +586,6 @@ class RateTicket:
         seconds = header_hold(headers, tokens=self.tokens)
         if seconds > self._spacing:
             await self.limit.hold(seconds)
-
-
-# The characters of each recent conversation's first messages: a State's next request starts
-# with the same messages, so only its new ones are counted (at 400 messages, 100 µs a request
-# counting them all). A State's messages (a `Seq`) share their origin, whose items never change:
-# keyed by it, a request is matched at once. Other sequences are keyed by their first message
-# and matched by comparing the known start, one C-speed tuple comparison. A conversation
-# holding an image is not kept (nor its image bytes with it).
-_PREFIXES_MOST = 256
-_prefixes: dict[int, tuple[object, int, int, tuple[Message, ...] | None]] = {}
-# The characters of recent tool spec tuples, by identity: an agent sends the same tuple with
-# every request. Bounded.
-_TOOLS_MOST = 256
-_tools: dict[int, tuple[tuple[ToolSpec, ...], int]] = {}
-_lock = threading.Lock()  # kept whole across threads: a sync Agent runs its own event loops
-
-
-def _new_chars(messages: Iterable[Message]) -> tuple[int, bool]:
-    """The characters `messages` stand for, and whether they may be kept (they hold no image)."""
-    chars = 0
-    keep = True
-    for message in messages:
-        chars += 16
-        for block in message.content:
-            if isinstance(block, TextBlock):
-                chars += len(block.text)
-            elif isinstance(block, ToolCall):
-                # Its arguments' keys and values as text: a frozen dict's own str() is slower.
-                chars += len(block.name) + 2
-                for key, value in block.args.items():
-                    text = value if type(value) is str else str(value)
-                    chars += len(key) + 4 + len(text)
-            elif isinstance(block, ToolResultBlock):
-                chars += 16
-                for item in block.content:
-                    if isinstance(item, TextBlock):
-                        chars += len(item.text)
-                    else:
-                        chars += _IMAGE_CHARS
-                        keep = False
-            elif isinstance(block, ReasoningBlock):
-                chars += len(block.text)
-            elif isinstance(block, Image):
-                chars += _IMAGE_CHARS
-                keep = False
-    return chars, keep
-
-
-_IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
-
-
-def _messages_chars(messages: Sequence[Message]) -> int:
-    """The characters of `messages`: a known conversation's start, then each message after it."""
-    prefix: tuple[Message, ...] | None = None
-    if isinstance(messages, Seq):
-        anchor: object = messages.origin
-    else:
-        prefix = messages = tuple(messages)
-        if not prefix:
-            return 0
-        anchor = messages[0]
-    count = len(messages)
-    known = _prefixes.get(id(anchor))
-    start = chars = 0
-    if known is not None and known[0] is anchor and known[1] <= count:
-        seen = known[3]
-        if seen is None or messages[: known[1]] == seen:
-            start, chars = known[1], known[2]
-            if start == count:
-                return chars
-    tail = messages.after(start) if isinstance(messages, Seq) else messages[start:]
-    size, keep = _new_chars(tail)
-    chars += size
-    if not keep:
-        return chars
-    entry = (anchor, count, chars, prefix)
-    if start:  # a known conversation grew: its entry is replaced where it is
-        _prefixes[id(anchor)] = entry
-    else:
-        with _lock:
-            _prefixes[id(anchor)] = entry
-            while len(_prefixes) > _PREFIXES_MOST:  # the first asked go first
-                del _prefixes[next(iter(_prefixes))]
-    return chars
-
-
-def _tools_chars(tools: tuple[ToolSpec, ...]) -> int:
-    """The characters of the tool specs `tools` (names, descriptions, schemas), kept."""
-    chars = sum(
-        len(spec.name) + len(spec.description) + len(str(spec.input_schema)) for spec in tools
-    )
-    with _lock:
-        _tools[id(tools)] = (tools, chars)
-        while len(_tools) > _TOOLS_MOST:
-            del _tools[next(iter(_tools))]
-    return chars
-
-
-def estimate_tokens(request: Request) -> int:
-    """A rough count of a request's input tokens (4 characters a token), to pace it by.
-
-    Text, tool calls' arguments, tool results and the tool specs count; an image (in a message
-    or a tool result) counts as 1,000.
-    """
-    chars = len(request.system or "") + _messages_chars(request.messages)
-    tools = request.tools
-    if tools:
-        known = _tools.get(id(tools))
-        chars += known[1] if known is not None and known[0] is tools else _tools_chars(tools)
-    return chars // 4 + 1
 
 
 # -- provider headers -----------------------------------------------------------------------------

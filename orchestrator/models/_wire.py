@@ -30,9 +30,9 @@ import anyio.to_thread
 from .._base._errors import RateLimitError
 from .._base._json import freeze_values, valid_text
 from .._base._messages import INVALID_ARGUMENTS as _INVALID_ARGUMENTS
-from ._base import Request
+from ._base import Request, estimate_tokens
 from ._price import Price
-from ._rate import RateLimit, RateTicket, estimate_tokens
+from ._rate import RateLimit, RateTicket
 from ._retry import Failure, Progress, Provider, RetryPolicy, Secret, run_with_retries
 
 if TYPE_CHECKING:

@@ -22,6 +22,7 @@ import sniffio
 from orchestrator import (
     Agent,
     Image,
+    Loop,
     Message,
     RateLimitError,
     RateLimitWaited,
@@ -42,7 +43,8 @@ from orchestrator.models import (
     Request,
     RetryPolicy,
 )
-from orchestrator.models._rate import LocalRates, estimate_tokens, header_hold
+from orchestrator.models._base import estimate_tokens, message_tokens
+from orchestrator.models._rate import LocalRates, header_hold
 from orchestrator.testing import FakeModel, tool_call
 from stores import AioSQLiteStore, MemoryStore, PostgresStore, SQLiteStore
 from stores.backend import AsyncRateLimits, RateAsk, RateTimes, next_times
@@ -580,6 +582,57 @@ def test_the_estimate_is_the_same_for_messages_seen_before() -> None:
     )
     assert first == again
     assert longer - first == (400 + 16) // 4  # the new message only: text and its overhead
+
+
+def test_a_request_that_carries_its_estimate_is_not_counted() -> None:
+    request = Request(None, (Message.user("x" * 4_000),), estimate=7)
+    assert estimate_tokens(request) == 7
+    assert estimate_tokens(dataclasses.replace(request, estimate=None)) == 1_000 + 4 + 1
+
+
+@pytest.mark.anyio
+async def test_rate_limited_paces_a_request_by_the_estimate_it_carries() -> None:
+    limit = RateLimit(tokens_per_minute=60_000, key=f"carried-{uuid.uuid4().hex}")
+    model = RateLimited(FakeModel([ValueError("lost")]), limit)
+    with pytest.raises(ValueError, match="lost"):  # no usage came back: the estimate stays paid
+        await model.respond(Request(None, (Message.user("Hi"),), estimate=5_000))
+    # 5,000 tokens at 1,000 a second: the next request waits ~5 s for them.
+    wait = limit.pace_now()
+    assert wait is not None
+    assert 4.5 < wait <= 5.0
+
+
+_REPORTED = Usage(input_tokens=100, output_tokens=20, requests=1)
+
+
+@pytest.mark.anyio
+async def test_a_run_estimates_each_request_from_the_usage_its_model_reported() -> None:
+    call = tool_call("lookup", topic="x")
+    fake = FakeModel([Reply(Message.assistant(tool_calls=[call]), _REPORTED), "done"])
+    await Agent(fake, tools=[lookup]).arun("Find x")
+    first, second = fake.requests
+    assert first.estimate is None  # nothing reported yet: a limit counts the request whole
+    results = second.messages[-1]
+    assert results.content[0] == ToolResultBlock(call.id, (TextBlock("x: found"),))
+    # The reply's input and output, and the tool results since: the next request holds them.
+    assert second.estimate == 100 + 20 + message_tokens([results])
+    unreported = FakeModel([tool_call("lookup", topic="x"), "done"])  # its usage: no tokens
+    await Agent(unreported, tools=[lookup]).arun("Find x")
+    assert [request.estimate for request in unreported.requests] == [None, None]
+
+
+@pytest.mark.anyio
+async def test_after_a_compaction_a_run_counts_its_next_request_whole() -> None:
+    async def think_compact_and_go_on(agent: Agent, state: State) -> None:
+        await agent.athink(state)
+        if state.turn == 1:
+            state.compact("They said hi.")
+        state.add_message(Message.user("And then?"))
+
+    fake = FakeModel([Reply(Message.assistant("a"), _REPORTED)] * 3)
+    await Agent(fake, loop=Loop(think_compact_and_go_on, limit=3)).arun("Hi")
+    estimates = [request.estimate for request in fake.requests]
+    assert estimates == [None, None, 120 + message_tokens([Message.user("And then?")])]
 
 
 def test_an_image_counts_as_1000_tokens_in_a_message_or_a_tool_result() -> None:
