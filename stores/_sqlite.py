@@ -179,6 +179,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
         holding it gives None, never a busy wait), and the commit only appends to the
         write-ahead log, which ``synchronous = NORMAL`` does not fsync (the log is not
         starting again, which syncs its header; checkpoints run in the store's checkpointer).
+        Like `save_many`, it wakes this process's followers of the States it wrote.
 
         Raises:
             TypeError: An item is not a State (nothing is saved).
@@ -194,7 +195,7 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
             # save that finds a checkpoint due there is rolled back and goes to the thread.
             plan = save_many_plan(states, self, self._where, self._known)
             try:
-                return self._drive(plan, None, nowait=wal)
+                refused = self._drive(plan, None, nowait=wal)
             except _WouldWait:
                 return None
             except sqlite3.Error as error:
@@ -203,6 +204,8 @@ class SQLiteStore(ThreadedClosing, SqlLeases, SqlRateLimits):
                 plan.close()
         finally:
             self._lock.release()
+        self._wakeups.saved((state.id, state.parent_id) for state in states)
+        return refused
 
     def load(self, state_id: str) -> State:
         """The State saved under `state_id`, bound to this store.

@@ -8,15 +8,17 @@ feed, so the save lands while it waits. ``fail_after`` only bounds a hang.
 from __future__ import annotations
 
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import anyio
 import anyio.to_thread
 import pytest
 
 import stores.backend
-from orchestrator import Message, State, TreeEntry
+from orchestrator import Agent, Message, State, TreeEntry
+from orchestrator.testing import FakeModel
 from stores import AioSQLiteStore, FileStore, MemoryStore, SQLiteStore
 from stores._contract_tree import linked
 from stores.backend import Wakeups, poll_entries
@@ -229,3 +231,30 @@ async def test_a_save_through_another_store_object_on_the_file_wakes_the_followe
 
             found = await _follow_then_save(monkeypatch, followed, root, save)
     assert _states(found) == {"kid"}
+
+
+@pytest.mark.usefixtures("no_poll")
+async def test_an_sqlite_store_wakes_a_follower_when_a_run_saves_on_the_event_loop(
+    path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A run's saves commit on the event loop (`save_many_nowait`) when they need not wait.
+    with SQLiteStore(path) as store:
+        root = State(id="root", messages=[Message.user("go")])
+        store.save(root)
+        nowait = 0
+        original = SQLiteStore.save_many_nowait
+
+        def save_many_nowait(self: SQLiteStore, states: Sequence[State]) -> Any:
+            nonlocal nowait
+            refused = original(self, states)
+            nowait += refused is not None
+            return refused
+
+        monkeypatch.setattr(SQLiteStore, "save_many_nowait", save_many_nowait)
+
+        async def save() -> None:
+            await Agent(FakeModel(["done"]), store=store).arun(root)
+
+        found = await _follow_then_save(monkeypatch, store, root, save)
+    assert nowait > 0
+    assert _states(found) == {"root"}
