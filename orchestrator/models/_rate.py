@@ -501,6 +501,24 @@ class RateLimit:
         return True
 
 
+async def _enter_local(limit: RateLimit, tokens: int) -> bool:
+    """Let a request of `tokens` through this process's `limit`; whether it took a slot.
+
+    It makes no stack, and a request that need not wait no event loop hop: it costs what a
+    request without the limit does, and a cancellation reaches it where it would reach that
+    one (in the model). A slot taken is given back with `RateLimit._release_local`.
+    """
+    delay = limit.pace_now(tokens)
+    if delay:
+        await _wait(limit.key, delay)
+    most = limit.concurrent
+    if most is None:
+        return False
+    if not limit._try_slot(most):  # pyright: ignore[reportPrivateUsage]
+        await limit._local_slot(most)  # pyright: ignore[reportPrivateUsage]
+    return True
+
+
 async def _wait(key: str, seconds: float) -> None:
     """Wait `seconds` for the limit `key` to let a request go, and report the wait."""
     report_rate_limit(key, seconds)
@@ -534,22 +552,11 @@ class RateTicket:
         self._slot = False  # holds one of this process's concurrent slots
 
     async def __aenter__(self) -> RateTicket:
-        # This process's limit makes no stack, and a request that need not wait no event loop
-        # hop: it costs what a request without the limit does, and a cancellation reaches it
-        # where it would reach that one (in the model). The ticket is part of its limit: it
-        # may use the limit's own slot steps.
         limit = self.limit
-        delay = limit.pace_now(self.tokens)
-        if delay is None:
+        if limit.shared:
             self._held = await limit.acquire(self.tokens)
-            return self
-        if delay > 0:
-            await _wait(limit.key, delay)
-        most = limit.concurrent
-        if most is not None:
-            if not limit._try_slot(most):  # pyright: ignore[reportPrivateUsage]
-                await limit._local_slot(most)  # pyright: ignore[reportPrivateUsage]
-            self._slot = True
+        else:
+            self._slot = await _enter_local(limit, self.tokens)
         return self
 
     async def __aexit__(
@@ -666,7 +673,7 @@ class RateLimited:
         backoff: Seconds a `RateLimitError` holds the limit back.
     """
 
-    __slots__ = ("_backoff", "_counts", "_limit", "_model", "_unheld")
+    __slots__ = ("_backoff", "_counts", "_limit", "_model")
 
     def __init__(self, model: Model | str, limit: RateLimit, *, backoff: float = 1.0) -> None:
         if not isinstance(limit, RateLimit):
@@ -676,10 +683,7 @@ class RateLimited:
         self._model = resolve_model(model)
         self._limit = limit
         self._backoff = float(backoff)
-        # Fixed with the limit: whether a request's tokens are estimated, and whether it
-        # needs no ticket (this process's limit, no concurrent slot to hold and give back).
-        self._counts = limit.counts_tokens
-        self._unheld = not limit.shared and limit.concurrent is None
+        self._counts = limit.counts_tokens  # fixed with the limit: whether tokens are estimated
 
     @property
     def name(self) -> str:
@@ -708,14 +712,16 @@ class RateLimited:
         """Ask the wrapped model once the limit lets the request go."""
         limit = self._limit
         tokens = estimate_tokens(request) if self._counts else 0
-        delay = limit.pace_now(tokens) if self._unheld else None
-        if delay is None:  # a store's limit, or a concurrent cap: a ticket holds the slot
+        if limit.shared:  # a store's limit: a ticket takes its row and holds its slot
             async with limit.request(tokens):
                 return await self._ask(request, on_text, tokens)
-        # This process's limit holds nothing while the request runs: no ticket needed.
-        if delay > 0:
-            await _wait(limit.key, delay)
-        return await self._ask(request, on_text, tokens)
+        # This process's limit: no ticket, and no await when the request need not wait.
+        if not await _enter_local(limit, tokens):
+            return await self._ask(request, on_text, tokens)
+        try:
+            return await self._ask(request, on_text, tokens)
+        finally:
+            limit._release_local()  # pyright: ignore[reportPrivateUsage]
 
     async def _ask(self, request: Request, on_text: TextCallback | None, tokens: int) -> Reply:
         """Ask the model once: a 429 holds the limit back, the usage corrects its tokens."""

@@ -553,6 +553,18 @@ async def test_rate_limited_settles_and_holds_a_process_limit_it_asks_through_wi
     assert 14.0 < wait <= 15.0
 
 
+@pytest.mark.anyio
+async def test_rate_limited_gives_back_its_slot_when_a_request_fails() -> None:
+    limit = RateLimit(concurrent=1, key=f"failed-{uuid.uuid4().hex}")
+    model = RateLimited(FakeModel([ValueError("lost"), "ok"]), limit)
+    request = Request(None, (Message.user("Hi"),))
+    with pytest.raises(ValueError, match="lost"):
+        await model.respond(request)
+    with anyio.fail_after(5):  # only bounds a hang: the failed request's slot is free again
+        reply = await model.respond(request)
+    assert reply.message == Message.assistant("ok")
+
+
 def test_rate_limited_checks_its_arguments() -> None:
     with pytest.raises(TypeError, match="takes a RateLimit"):
         RateLimited(FakeModel(["x"]), 60)  # pyright: ignore[reportArgumentType]
