@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._base._messages import Image, Message, ReasoningBlock, TextBlock, ToolCall, ToolResultBlock
@@ -38,12 +38,13 @@ class Request:
     `estimate` is the input tokens the request is expected to hold, when its sender knows: an
     agent's run gives the tokens its model reported for the conversation so far plus the new
     messages' (`message_tokens`). None: a rate limit counts the request's characters instead.
+    It is a hint, not what the model is told: two requests that differ only in it are equal.
     """
 
     system: str | None
     messages: Sequence[Message]
     tools: tuple[ToolSpec, ...] = ()
-    estimate: int | None = None
+    estimate: int | None = field(default=None, compare=False)
 
 
 _IMAGE_CHARS = 4_000  # an image counts as 1,000 tokens
