@@ -716,12 +716,12 @@ class RateLimited:
             async with limit.request(tokens):
                 return await self._ask(request, on_text, tokens)
         # This process's limit: no ticket, and no await when the request need not wait.
-        if not await _enter_local(limit, tokens):
-            return await self._ask(request, on_text, tokens)
+        slot = await _enter_local(limit, tokens)
         try:
             return await self._ask(request, on_text, tokens)
         finally:
-            limit._release_local()  # pyright: ignore[reportPrivateUsage]
+            if slot:
+                limit._release_local()  # pyright: ignore[reportPrivateUsage]
 
     async def _ask(self, request: Request, on_text: TextCallback | None, tokens: int) -> Reply:
         """Ask the model once: a 429 holds the limit back, the usage corrects its tokens."""
