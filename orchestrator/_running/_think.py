@@ -74,7 +74,7 @@ async def think(run: Run) -> Reply:
     run.report("on_think_start", state)
     request = Request(settings.instructions, messages, settings.specs, _estimate(run, messages))
     try:
-        if not mine:
+        if not mine and not held.saved.is_set():
             await held.saved.wait()  # the prompt it names is stored before the name is
         await run.saver.flush()
         if mine:
