@@ -26,10 +26,13 @@ import anyio.lowlevel
 if TYPE_CHECKING:
     from ._state import State
 
-__all__ = ("Flush", "GroupCommit", "GroupCommits")
+__all__ = ("Flush", "GroupCommit", "GroupCommits", "Now")
 
 Flush = Callable[[Sequence["State"]], Awaitable[dict[int, ValueError]]]
 """Writes States in one transaction; the refused States' errors, by position."""
+Now = Callable[[Sequence["State"]], "dict[int, ValueError] | None"]
+"""Writes States in one transaction if nothing makes it wait, with no await; else None
+(`NowaitBatchStore.save_many_nowait`)."""
 
 
 class _Batch:
@@ -72,6 +75,11 @@ class GroupCommit:
     background: the writer is always one of the callers. A save told it is alone that finds
     no save waiting and no write under way is written at once, with no batch made for it.
 
+    `flush` writes a batch (awaited: a worker thread, say). `now`, if given, is tried first:
+    a store's write that needs no await, which declines when it would have to wait (then
+    `flush` writes). A save alone written by `now` takes neither the lock nor a shield: with no
+    await, nothing can join it or cancel it.
+
     A save in a cancelled scope raises at once and is not written; a waiting save cancelled
     before its batch is taken is not written either (unless another save waits for the same
     State). A writer is shielded until its batch is written, then raises a cancellation that
@@ -79,10 +87,11 @@ class GroupCommit:
     have been written.
     """
 
-    __slots__ = ("__weakref__", "_flush", "_lock", "_open")
+    __slots__ = ("__weakref__", "_flush", "_lock", "_now", "_open")
 
-    def __init__(self, flush: Flush) -> None:
+    def __init__(self, flush: Flush, now: Now | None = None) -> None:
         self._flush = flush
+        self._now = now
         # Taken without a checkpoint of its own when free: the writer yields once on purpose
         # before it (see `save`), and a second loop pass would only add to every save.
         self._lock = anyio.Lock(fast_acquire=True)
@@ -101,7 +110,12 @@ class GroupCommit:
         await anyio.lowlevel.checkpoint_if_cancelled()
         batch = self._open
         if not gather and not batch.saves and not self._lock.locked():
-            await self._save_alone(state)
+            now = self._now
+            refused = None if now is None else now((state,))
+            if refused is None:  # it would wait: to `flush`
+                await self._save_alone(state)
+            elif refused:
+                raise refused[0]
             return
         batch.add(state)
         if batch.writer:
@@ -147,7 +161,10 @@ class GroupCommit:
     async def _write(self, batch: _Batch) -> None:
         try:
             states = list(batch.states.values())
-            refused = await self._flush(states)
+            now = self._now
+            refused = None if now is None else now(states)
+            if refused is None:
+                refused = await self._flush(states)
             batch.refused = {id(states[at]): error for at, error in refused.items()}
         except Exception as error:
             batch.failure = error
@@ -165,10 +182,11 @@ class GroupCommits:
     several threads may save through one store at once; each has its own.
     """
 
-    __slots__ = ("__weakref__", "_commits", "_flush", "_mutex")
+    __slots__ = ("__weakref__", "_commits", "_flush", "_mutex", "_now")
 
-    def __init__(self, flush: Flush) -> None:
+    def __init__(self, flush: Flush, now: Now | None = None) -> None:
         self._flush = flush
+        self._now = now
         self._commits = WeakKeyDictionary[object, GroupCommit]()
         self._mutex = threading.Lock()
 
@@ -178,7 +196,7 @@ class GroupCommits:
         with self._mutex:
             commit = self._commits.get(loop)
             if commit is None:
-                commit = self._commits[loop] = GroupCommit(self._flush)
+                commit = self._commits[loop] = GroupCommit(self._flush, self._now)
         return commit
 
     def save(self, state: State) -> Awaitable[None]:

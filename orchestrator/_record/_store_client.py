@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 
 import anyio.to_thread
 
-from ._group_commit import Flush, GroupCommits
+from ._group_commit import Flush, GroupCommits, Now
 from ._storage import (
     AsyncBatchStore,
     AsyncMemoryBackend,
@@ -201,16 +201,17 @@ def _resolve(store: AnyStore) -> StoreClient:
         store.save if isinstance(store, _Save) else None,
     )
     batch: Flush | None = None
+    now: Now | None = None
     if isinstance(store, AsyncBatchStore) and inspect.iscoroutinefunction(store.asave_many):
         batch = store.asave_many
     elif isinstance(store, BatchStore) and not declared:
         batch = _threaded(store.save_many)
     if batch is not None and isinstance(store, NowaitBatchStore) and not declared:
-        batch = _nowait_first(store.save_many_nowait, batch)
+        now = store.save_many_nowait
     save_alone = save
     if batch is not None:
-        save_many = batch
-        commits = GroupCommits(batch)
+        save_many = batch if now is None else _nowait_first(now, batch)
+        commits = GroupCommits(batch, now)
         save, save_alone = commits.save, commits.save_alone
     else:
         save_many = functools.partial(_one_by_one, save)
@@ -248,9 +249,7 @@ def _resolve(store: AnyStore) -> StoreClient:
     )
 
 
-def _nowait_first(
-    nowait: Callable[[Sequence[State]], dict[int, ValueError] | None], flush: Flush
-) -> Flush:
+def _nowait_first(nowait: Now, flush: Flush) -> Flush:
     """Save a batch with `nowait` on the event loop; if it declines (None), with `flush`."""
 
     async def save_many(states: Sequence[State]) -> dict[int, ValueError]:

@@ -8,6 +8,7 @@ store's, per event loop, and kept weakly: a store dropped while its loop runs is
 from __future__ import annotations
 
 import builtins
+import functools
 import gc
 import weakref
 from collections.abc import Sequence
@@ -481,3 +482,100 @@ async def test_a_save_alone_cancelled_while_written_is_written_then_raises() -> 
         flush.release.set()
     assert cancelled.cancelled_caught
     assert finished == []
+
+
+class Now:
+    """A store's save with no await (`NowaitBatchStore.save_many_nowait`), scripted.
+
+    Each call notes its State ids and answers the next of `answers`: None (it would wait), the
+    refused States' errors, or an exception to raise.
+    """
+
+    def __init__(self, *answers: dict[int, ValueError] | BaseException | None) -> None:
+        self.answers = list(answers)
+        self.written: builtins.list[builtins.list[str]] = []
+
+    def __call__(self, states: Sequence[State]) -> dict[int, ValueError] | None:
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        if answer is not None:
+            self.written.append([s.id for s in states])
+        return answer
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_is_written_at_once_when_the_store_need_not_wait() -> None:
+    flushed: builtins.list[builtins.list[str]] = []
+
+    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
+        flushed.append([s.id for s in states])
+        return {}
+
+    now = Now({}, None)
+    commit = GroupCommit(flush, now)
+    await commit.save(State(id="first"), gather=False)
+    assert now.written == [["first"]]
+    assert flushed == []
+    await commit.save(State(id="second"), gather=False)  # the store would wait: the flush
+    assert flushed == [["second"]]
+    assert now.answers == []
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_written_at_once_raises_what_the_store_raised() -> None:
+    now = Now({0: ValueError("another history")}, OSError("disk full"), {})
+    commit = GroupCommit(HeldFirstBatch(), now)
+    with pytest.raises(ValueError, match="another history"):
+        await commit.save(State(id="s"), gather=False)
+    with pytest.raises(OSError, match="disk full"):
+        await commit.save(State(id="s"), gather=False)
+    await commit.save(State(id="s"), gather=False)  # nothing was left held
+    assert now.written == [["s"], ["s"]]
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_in_a_cancelled_scope_is_not_written_at_once() -> None:
+    now = Now()  # any call would fail: it has no answer
+    commit = GroupCommit(HeldFirstBatch(), now)
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await commit.save(State(id="s"), gather=False)
+    assert scope.cancelled_caught
+    assert now.written == []
+
+
+@pytest.mark.anyio
+async def test_a_save_alone_during_a_write_waits_even_when_the_store_need_not() -> None:
+    # Written at once, it could commit before the batch under way, which holds an older save.
+    # The store declines each batch (so the flush holds the first): asked a third time, for
+    # the lone save, `now` would have no answer to give.
+    flush, now = HeldFirstBatch(), Now(None, None)
+    commit = GroupCommit(flush, now)
+    async with anyio.create_task_group() as group:
+        group.start_soon(commit.save, State(id="first"))
+        await flush.entered.wait()
+        group.start_soon(functools.partial(commit.save, State(id="lone"), gather=False))
+        await anyio.wait_all_tasks_blocked()
+        flush.release.set()
+    assert flush.written == [["first"], ["lone"]]
+    assert now.answers == []
+
+
+@pytest.mark.anyio
+async def test_a_batch_is_written_at_once_unless_the_store_would_wait() -> None:
+    flushed: builtins.list[builtins.list[str]] = []
+
+    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
+        flushed.append([s.id for s in states])
+        return {}
+
+    now = Now({}, None)
+    commit = GroupCommit(flush, now)
+    for batch in (["a", "b"], ["c", "d"]):
+        async with anyio.create_task_group() as group:
+            for state_id in batch:
+                group.start_soon(commit.save, State(id=state_id))
+    assert [sorted(ids) for ids in now.written] == [["a", "b"]]
+    # declined: written by the flush, and `now` asked once
+    assert [sorted(ids) for ids in flushed] == [["c", "d"]]
