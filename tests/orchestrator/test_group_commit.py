@@ -504,21 +504,26 @@ class Now:
         return answer
 
 
-@pytest.mark.anyio
-async def test_a_save_alone_is_written_at_once_when_the_store_need_not_wait() -> None:
-    flushed: builtins.list[builtins.list[str]] = []
+class NotedFlush:
+    """A flush that notes each batch's State ids."""
 
-    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
-        flushed.append([s.id for s in states])
+    def __init__(self) -> None:
+        self.written: builtins.list[builtins.list[str]] = []
+
+    async def __call__(self, states: Sequence[State]) -> dict[int, ValueError]:
+        self.written.append([s.id for s in states])
         return {}
 
-    now = Now({}, None)
+
+@pytest.mark.anyio
+async def test_a_save_alone_is_written_at_once_when_the_store_need_not_wait() -> None:
+    flush, now = NotedFlush(), Now({}, None)
     commit = GroupCommit(flush, now)
     await commit.save(State(id="first"), gather=False)
     assert now.written == [["first"]]
-    assert flushed == []
+    assert flush.written == []
     await commit.save(State(id="second"), gather=False)  # the store would wait: the flush
-    assert flushed == [["second"]]
+    assert flush.written == [["second"]]
     assert now.answers == []
 
 
@@ -564,13 +569,7 @@ async def test_a_save_alone_during_a_write_waits_even_when_the_store_need_not() 
 
 @pytest.mark.anyio
 async def test_a_batch_is_written_at_once_unless_the_store_would_wait() -> None:
-    flushed: builtins.list[builtins.list[str]] = []
-
-    async def flush(states: Sequence[State]) -> dict[int, ValueError]:
-        flushed.append([s.id for s in states])
-        return {}
-
-    now = Now({}, None)
+    flush, now = NotedFlush(), Now({}, None)
     commit = GroupCommit(flush, now)
     for batch in (["a", "b"], ["c", "d"]):
         async with anyio.create_task_group() as group:
@@ -578,4 +577,4 @@ async def test_a_batch_is_written_at_once_unless_the_store_would_wait() -> None:
                 group.start_soon(commit.save, State(id=state_id))
     assert [sorted(ids) for ids in now.written] == [["a", "b"]]
     # declined: written by the flush, and `now` asked once
-    assert [sorted(ids) for ids in flushed] == [["c", "d"]]
+    assert [sorted(ids) for ids in flush.written] == [["c", "d"]]
