@@ -26,13 +26,21 @@ import anyio.lowlevel
 if TYPE_CHECKING:
     from ._state import State
 
-__all__ = ("Flush", "GroupCommit", "GroupCommits", "Now")
+__all__ = ("Flush", "GroupCommit", "GroupCommits", "Now", "save_now_or_flush")
 
 Flush = Callable[[Sequence["State"]], Awaitable[dict[int, ValueError]]]
 """Writes States in one transaction; the refused States' errors, by position."""
 Now = Callable[[Sequence["State"]], "dict[int, ValueError] | None"]
 """Writes States in one transaction if nothing makes it wait, with no await; else None
 (`NowaitBatchStore.save_many_nowait`)."""
+
+
+async def save_now_or_flush(
+    now: Now | None, flush: Flush, states: Sequence[State]
+) -> dict[int, ValueError]:
+    """Write `states` with `now`, with no await; if it declines (or there is none), with `flush`."""
+    refused = None if now is None else now(states)
+    return await flush(states) if refused is None else refused
 
 
 class _Batch:
@@ -161,10 +169,7 @@ class GroupCommit:
     async def _write(self, batch: _Batch) -> None:
         try:
             states = list(batch.states.values())
-            now = self._now
-            refused = None if now is None else now(states)
-            if refused is None:
-                refused = await self._flush(states)
+            refused = await save_now_or_flush(self._now, self._flush, states)
             batch.refused = {id(states[at]): error for at, error in refused.items()}
         except Exception as error:
             batch.failure = error

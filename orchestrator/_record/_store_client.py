@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast, runtime_checkabl
 
 import anyio.to_thread
 
-from ._group_commit import Flush, GroupCommits, Now
+from ._group_commit import Flush, GroupCommits, Now, save_now_or_flush
 from ._storage import (
     AsyncBatchStore,
     AsyncMemoryBackend,
@@ -210,7 +210,7 @@ def _resolve(store: AnyStore) -> StoreClient:
         now = store.save_many_nowait
     save_alone = save
     if batch is not None:
-        save_many = batch if now is None else _nowait_first(now, batch)
+        save_many = batch if now is None else functools.partial(save_now_or_flush, now, batch)
         commits = GroupCommits(batch, now)
         save, save_alone = commits.save, commits.save_alone
     else:
@@ -247,18 +247,6 @@ def _resolve(store: AnyStore) -> StoreClient:
         memory_scan=_pick_memory(store, "memory_scan"),
         memory_put=_pick_memory(store, "memory_put"),
     )
-
-
-def _nowait_first(nowait: Now, flush: Flush) -> Flush:
-    """Save a batch with `nowait` on the event loop; if it declines (None), with `flush`."""
-
-    async def save_many(states: Sequence[State]) -> dict[int, ValueError]:
-        refused = nowait(states)
-        if refused is None:
-            return await flush(states)
-        return refused
-
-    return save_many
 
 
 async def _one_by_one(
